@@ -1,0 +1,32 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Both create or update .venv first (seconds when nothing changed).
+
+VENV := .venv
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test test-all test-chaos services-up services-down clean
+
+venv:
+	@tools/bootstrap.sh
+
+demo: venv
+	$(VENV)/bin/onceflow demo
+
+# The default suite: everything but runs marked slow (under 20 min on 2 cores).
+test: venv
+	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# Everything, including the long chaos runs.
+test-all: venv
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+services-up: venv
+	$(VENV)/bin/onceflow services up
+
+services-down: venv
+	$(VENV)/bin/onceflow services down
+
+clean:
+	-$(VENV)/bin/onceflow services down
+	rm -rf .onceflow .pytest_cache .hypothesis

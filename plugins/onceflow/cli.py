@@ -1,0 +1,76 @@
+"""The ``onceflow`` command.
+
+    onceflow services up [--broker noida|tansu]   start the embedded stack
+    onceflow services down                        stop it
+    onceflow services status [--json]             what runs, where
+    onceflow demo                                 the end-to-end demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import settings
+from .services.kafka_broker import BROKERS
+from .services.process import ServiceError
+from .services.stack import EmbeddedStack
+
+
+def _services(args: argparse.Namespace) -> int:
+    stack = EmbeddedStack(settings.onceflow_home())
+    if args.action == "up":
+        info = stack.up(broker=args.broker)
+        print(f"kafka ({info.kafka.name}): {info.kafka.bootstrap}")
+        print(f"s3 (moto_server):  {info.s3.endpoint_url}")
+        print(f"state and logs:    {stack.home}")
+    elif args.action == "down":
+        stopped = stack.down()
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    else:
+        rows = stack.status()
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            for row in rows:
+                state = f"running (pid {row['pid']}, port {row['port']})" if row["pid"] else "stopped"
+                print(f"{row['service']:<6} {state}  log: {row['log']}")
+        return 0 if all(r["pid"] for r in rows) else 3
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(broker=args.broker, keep_running=args.keep_running)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="onceflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    services = sub.add_parser("services", help="start, stop or inspect the embedded stack")
+    services.add_argument("action", choices=["up", "down", "status"])
+    services.add_argument("--broker", choices=BROKERS, default="noida", help="embedded Kafka broker (default: noida)")
+    services.add_argument("--json", action="store_true", help="status as JSON")
+    services.set_defaults(func=_services)
+
+    demo = sub.add_parser("demo", help="run the demo end to end on the embedded stack")
+    demo.add_argument("--broker", choices=BROKERS, default="noida")
+    demo.add_argument("--keep-running", action="store_true", help="leave the stack up afterwards")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ServiceError, settings.ConfigurationError) as exc:
+        print(f"onceflow: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The participant contract: one output system taking part in a batch.
+
+A participant is one sink of a pipeline (a Parquet file sink, a Kafka topic
+sink). The coordinator drives it through this call sequence::
+
+    plan written (ledger)
+      prepare(plan, attempt)   -> Vote        Spark driver/executors (pre-commit)
+      [vote recorded in ledger]
+    decision written (ledger)
+      commit(vote)             -> Outcome     Airflow worker, commit task or
+                                              any later run's recovery
+      abort(plan, votes)       -> Outcome     Airflow worker, rollback task or
+                                              recovery (presumed abort)
+      verify(vote)             -> Outcome     Airflow worker, before deciding
+
+Idempotency is part of the contract: ``commit`` and ``abort`` may be called
+any number of times, from any process, after any crash, and must converge to
+the same end state. A second ``commit`` of an already committed vote returns
+``ALREADY_DONE``, never an error and never a second copy of the data.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+
+class Outcome(enum.Enum):
+    """What a commit/abort/verify call achieved (after Flink's CommitRequest)."""
+
+    DONE = "done"                  # the effect was applied by this call
+    ALREADY_DONE = "already_done"  # it had been applied before: nothing to do
+    RETRY_LATER = "retry_later"    # transient (service unreachable): call again
+    FAILED = "failed"              # cannot be applied; a human must look (I7)
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in (Outcome.DONE, Outcome.ALREADY_DONE)
+
+
+@dataclass(frozen=True)
+class Vote:
+    """What one participant pre-committed for one attempt of one batch.
+
+    ``payload`` is participant-specific and JSON-serialisable: staged files
+    with sizes, row counts and checksums for a file sink; transaction handles
+    (transactional.id, producer id, epoch, first-write time) for a Kafka sink.
+    """
+
+    participant: str
+    batch_seq: int
+    attempt: int
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    records: int = 0
+
+
+@runtime_checkable
+class Participant(Protocol):
+    """One output of a pipeline. ``name`` is unique within the pipeline."""
+
+    name: str
+
+    def verify(self, vote: Vote) -> Result:
+        """Can this vote still be committed? Checked before the COMMIT
+        decision; FAILED means the batch must be aborted and re-run."""
+
+    def commit(self, vote: Vote) -> Result:
+        """Make the vote's output visible. Idempotent."""
+
+    def abort(self, plan: Any, votes: Sequence[Vote]) -> Result:
+        """Undo everything the plan could have produced, including output of
+        attempts that never voted (fence by derived id, delete staging).
+        Idempotent."""

@@ -1,0 +1,96 @@
+"""The embedded stack: one S3 endpoint and one Kafka broker on 127.0.0.1.
+
+Runs on the developer's or CI's machine. State lives under ``<home>/``
+(``.onceflow/`` by default): a directory per service and ``stack.json``, which
+every onceflow command reads to find the services. Variables point commands
+at external services instead (see ``onceflow.settings``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .kafka_broker import BROKERS, KafkaBroker, start_broker
+from .process import ManagedProcess, ServiceError
+from .s3 import S3Endpoint, start_moto
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    kafka: KafkaBroker
+    s3: S3Endpoint
+
+    def to_json(self) -> str:
+        return json.dumps({"kafka": asdict(self.kafka), "s3": asdict(self.s3)}, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "StackInfo":
+        raw = json.loads(text)
+        return cls(KafkaBroker(**raw["kafka"]), S3Endpoint(**raw["s3"]))
+
+
+class EmbeddedStack:
+    def __init__(self, home: Path, die_with_parent: bool = False):
+        self.home = Path(home).resolve()
+        self.die_with_parent = die_with_parent
+        self.s3_proc = ManagedProcess("s3", self.home / "s3")
+        self.kafka_proc = ManagedProcess("kafka", self.home / "kafka")
+
+    @property
+    def info_file(self) -> Path:
+        return self.home / "stack.json"
+
+    def info(self) -> StackInfo | None:
+        """What is running now, or None when the stack is (partly) down."""
+        if not self.info_file.exists():
+            return None
+        if self.s3_proc.running_pid() is None or self.kafka_proc.running_pid() is None:
+            return None
+        return StackInfo.from_json(self.info_file.read_text())
+
+    def up(self, broker: str = "noida") -> StackInfo:
+        """Start whatever is not running. Idempotent; stale PID files from a
+        killed run are detected and replaced."""
+        if broker not in BROKERS:
+            raise ServiceError(f"unknown broker {broker!r}: choose one of {', '.join(BROKERS)}")
+        running = self.info()
+        if running is not None:
+            if running.kafka.name == broker:
+                return running
+            raise ServiceError(
+                f"the stack in {self.home} runs {running.kafka.name}, not {broker}: "
+                "run `onceflow services down` first"
+            )
+        self.down()  # a half-up stack (one service died) is restarted whole
+        s3 = start_moto(self.s3_proc, die_with_parent=self.die_with_parent)
+        kafka = start_broker(broker, self.kafka_proc, s3=s3, die_with_parent=self.die_with_parent)
+        info = StackInfo(kafka, s3)
+        self.info_file.write_text(info.to_json())
+        return info
+
+    def restart_broker(self, kill: bool = False) -> KafkaBroker:
+        """Stop the broker (SIGKILL when ``kill``) and start it on the same port.
+
+        noida-db keeps its data but loses open transactions; Tansu on its
+        S3 engine keeps both.
+        """
+        info = self.info()
+        if info is None:
+            raise ServiceError(f"the stack in {self.home} is not running")
+        port = self.kafka_proc.port()
+        self.kafka_proc.stop(grace=0 if kill else 10)
+        return start_broker(info.kafka.name, self.kafka_proc, s3=info.s3, port=port, die_with_parent=self.die_with_parent)
+
+    def down(self) -> list[str]:
+        """Stop every service by PID; returns the names that were running."""
+        stopped = [p.name for p in (self.kafka_proc, self.s3_proc) if p.stop()]
+        self.info_file.unlink(missing_ok=True)
+        return stopped
+
+    def status(self) -> list[dict]:
+        return [
+            {"service": p.name, "pid": p.running_pid(), "port": p.port(), "log": str(p.log_file)}
+            for p in (self.s3_proc, self.kafka_proc)
+        ]

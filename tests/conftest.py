@@ -1,0 +1,150 @@
+"""Session fixtures: real services on 127.0.0.1, started by the project's own code.
+
+- ``s3_endpoint``: moto_server (or ``ONCEFLOW_S3_ENDPOINT``); ``s3_bucket``
+  gives each test a fresh bucket.
+- ``kafka_broker``: parametrized over the embedded brokers (noida, tansu) and,
+  when ``ONCEFLOW_KAFKA_BOOTSTRAP`` is set, the external one. Narrow it with
+  ``ONCEFLOW_TEST_BROKERS=noida,tansu,external``.
+- ``restart_broker``: restart the embedded broker a test runs on.
+- ``spark``: a local[2] SparkSession whose Python workers use this venv.
+- ``airflow_home``: a migrated SQLite Airflow home pointing at dags/ and plugins/.
+
+Service state lives in ``.onceflow/test/``. Processes are started so they die
+with the test process, and the next session removes whatever a killed run
+left behind (PID files are checked against the process they name).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from onceflow.services.kafka_broker import BROKERS, KafkaBroker, start_broker
+from onceflow.services.process import ManagedProcess
+from onceflow.services.s3 import S3Endpoint, start_moto
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_HOME = ROOT / ".onceflow" / "test"
+
+
+def _fresh_process(name: str) -> ManagedProcess:
+    proc = ManagedProcess(name, TEST_HOME / name)
+    proc.stop(grace=2)  # a leftover of a killed run, if its PID file still names it
+    shutil.rmtree(proc.directory, ignore_errors=True)
+    return proc
+
+
+def _broker_params() -> list[str]:
+    wanted = os.environ.get("ONCEFLOW_TEST_BROKERS")
+    names = list(BROKERS) + (["external"] if os.environ.get("ONCEFLOW_KAFKA_BOOTSTRAP") else [])
+    if wanted:
+        names = [n for n in wanted.split(",") if n]
+    return names
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    if os.environ.get("ONCEFLOW_S3_ENDPOINT"):
+        from onceflow import settings
+
+        yield settings.s3_endpoint()
+        return
+    proc = _fresh_process("s3")
+    endpoint = start_moto(proc, die_with_parent=True)
+    yield endpoint
+    proc.stop(grace=2)
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: S3Endpoint) -> str:
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    s3_endpoint.client().create_bucket(Bucket=bucket)
+    return bucket
+
+
+class _Brokers:
+    """Embedded brokers started on first use and kept for the session."""
+
+    def __init__(self, request: pytest.FixtureRequest):
+        self.request = request
+        self.running: dict[str, tuple[KafkaBroker, ManagedProcess | None]] = {}
+
+    def get(self, name: str) -> KafkaBroker:
+        if name not in self.running:
+            if name == "external":
+                from onceflow import settings
+
+                self.running[name] = (settings.kafka_broker(), None)
+            else:
+                s3 = self.request.getfixturevalue("s3_endpoint") if name == "tansu" else None
+                proc = _fresh_process(f"kafka-{name}")
+                self.running[name] = (start_broker(name, proc, s3=s3, die_with_parent=True), proc)
+        return self.running[name][0]
+
+    def restart(self, name: str, kill: bool = False) -> KafkaBroker:
+        broker, proc = self.running[name]
+        if proc is None:
+            pytest.skip("cannot restart an external broker")
+        port = proc.port()
+        proc.stop(grace=0 if kill else 10)
+        s3 = self.request.getfixturevalue("s3_endpoint") if name == "tansu" else None
+        self.running[name] = (start_broker(name, proc, s3=s3, port=port, die_with_parent=True), proc)
+        return self.running[name][0]
+
+    def stop_all(self) -> None:
+        for _, proc in self.running.values():
+            if proc is not None:
+                proc.stop(grace=2)
+
+
+@pytest.fixture(scope="session")
+def _brokers(request):
+    brokers = _Brokers(request)
+    yield brokers
+    brokers.stop_all()
+
+
+@pytest.fixture(params=_broker_params())
+def kafka_broker(request, _brokers) -> KafkaBroker:
+    return _brokers.get(request.param)
+
+
+@pytest.fixture
+def restart_broker(kafka_broker, _brokers):
+    """Call as ``restart_broker(kill=True)``; returns the broker (same address)."""
+    return lambda kill=False: _brokers.restart(kafka_broker.name, kill=kill)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from onceflow.spark_session import local_spark
+
+    session = local_spark("onceflow-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory) -> dict[str, str]:
+    """Environment for Airflow subprocesses: a migrated SQLite home using dags/ and plugins/."""
+    home = tmp_path_factory.mktemp("airflow-home")
+    env = dict(os.environ)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        }
+    )
+    airflow = str(Path(sys.executable).parent / "airflow")
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    return env

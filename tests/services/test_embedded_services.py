@@ -1,0 +1,57 @@
+"""Each embedded service works over its socket (issue: foundation)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
+from onceflow.smoke import kafka_round_trip, s3_round_trip, spark_parquet_round_trip
+from tests.support import require
+
+
+def test_transactional_produce_then_read_committed_sees_every_committed_record(kafka_broker):
+    trip = kafka_round_trip(kafka_broker, records=20)
+    committed_seen = [v for v in trip.read_committed_values if v in trip.committed_values]
+    assert sorted(committed_seen) == sorted(trip.committed_values)
+
+
+def test_read_committed_hides_aborted_transaction(kafka_broker):
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    trip = kafka_round_trip(kafka_broker, records=20)
+    assert sorted(trip.read_committed_values) == sorted(trip.committed_values)
+    assert not set(trip.aborted_values) & set(trip.read_committed_values)
+
+
+def test_s3_conditional_put_on_existing_key_answers_412(s3_endpoint, s3_bucket):
+    trip = s3_round_trip(s3_endpoint, bucket=s3_bucket)
+    assert trip.second_conditional_put_status == 412
+    assert trip.read_back == b"first"
+
+
+def test_spark_writes_parquet_that_pyarrow_reads(spark, tmp_path):
+    written, read = spark_parquet_round_trip(spark, tmp_path / "out.parquet", rows=5000)
+    assert (written, read) == (5000, 5000)
+    pages = set(pq.read_table(str(tmp_path / "out.parquet")).column("page").to_pylist())
+    assert pages == {f"/p{i}" for i in range(7)}
+
+
+def test_spark_python_workers_run_the_venv_python(spark):
+    executables = set(spark.sparkContext.parallelize(range(4), 2).map(lambda _: __import__("sys").executable).collect())
+    assert executables == {sys.executable}
+
+
+def test_airflow_home_is_migrated_and_finds_no_import_errors(airflow_home):
+    airflow = str(Path(sys.executable).parent / "airflow")
+    out = subprocess.run(
+        [airflow, "dags", "list-import-errors", "--output", "json"],
+        env=airflow_home, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    # Airflow prints log lines to stdout before the JSON document.
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -1,0 +1,16 @@
+"""Helpers shared by tests (not fixtures: those are in conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from onceflow.services.kafka_broker import KafkaBroker
+
+
+def require(broker: KafkaBroker, capability: str) -> None:
+    """Skip, naming the behaviour, when ``broker`` lacks ``capability``.
+
+    A test that a broker cannot support is skipped with that reason, never
+    weakened (ENVIRONMENT.md)."""
+    if not broker.has(capability):
+        pytest.skip(f"{broker.name} lacks: {capability}")

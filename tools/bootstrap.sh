@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Create or update .venv so that it matches requirements.txt exactly.
+#
+# Idempotent and quick on a second run: the install runs only when
+# requirements.txt, constraints.txt or pyproject.toml changed since the last
+# successful install (a hash of them is kept in .venv/.onceflow-installed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail() { echo "onceflow setup: $*" >&2; exit 1; }
+
+# Java 17+ is what PySpark 4.x runs on; check before spending a minute on pip.
+if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
+  fail "Java 17 or newer is required by Spark and was not found. Install a JDK 17+ (Debian/Ubuntu: apt-get install openjdk-17-jdk-headless) or set JAVA_HOME."
+fi
+java_bin="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+java_version=$("$java_bin" -version 2>&1 | awk -F'"' '/version/ {print $2; exit}')
+java_major=${java_version%%.*}
+[ "$java_major" = "1" ] && java_major=$(echo "$java_version" | cut -d. -f2)
+if ! [ "${java_major:-0}" -ge 17 ] 2>/dev/null; then
+  fail "Java 17 or newer is required by Spark; found '$java_version' at $(command -v "$java_bin"). Install a JDK 17+ or point JAVA_HOME at one."
+fi
+
+PYTHON=${PYTHON:-python3}
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+  || fail "Python 3.10+ is required; '$PYTHON' is $("$PYTHON" --version 2>&1). Set PYTHON=/path/to/python3.11."
+
+stamp=.venv/.onceflow-installed
+want=$(cat requirements.txt constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/onceflow ]; then
+  exit 0
+fi
+
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+echo "onceflow setup: installing pinned dependencies into .venv (first run: a few minutes)"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt
+# The Spark provider pulls pyspark-client, which installs into the same
+# pyspark/ folder and overwrites part of PySpark. Put PySpark back whole.
+# (Never uninstall pyspark-client: that deletes files PySpark needs.)
+pyspark_pin=$(grep -E '^pyspark==' requirements.txt)
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$pyspark_pin"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+.venv/bin/python -c 'import pyspark, onceflow; assert pyspark.__version__ == "'"${pyspark_pin#pyspark==}"'", pyspark.__version__' \
+  || fail "PySpark in .venv is not ${pyspark_pin#pyspark==} after the repair step; remove .venv and run again."
+echo "$want" > "$stamp"
+echo "onceflow setup: .venv is ready"

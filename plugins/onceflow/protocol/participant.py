@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 
 class Outcome(enum.Enum):
@@ -74,7 +77,7 @@ class Participant(Protocol):
     def commit(self, vote: Vote) -> Result:
         """Make the vote's output visible. Idempotent."""
 
-    def abort(self, plan: Any, votes: Sequence[Vote]) -> Result:
+    def abort(self, plan: "Plan", votes: Sequence[Vote]) -> Result:
         """Undo everything the plan could have produced, including output of
         attempts that never voted (fence by derived id, delete staging).
         Idempotent."""

@@ -17,7 +17,6 @@ left behind (PID files are checked against the process they name).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -34,10 +33,7 @@ TEST_HOME = ROOT / ".onceflow" / "test"
 
 
 def _fresh_process(name: str) -> ManagedProcess:
-    proc = ManagedProcess(name, TEST_HOME / name)
-    proc.stop(grace=2)  # a leftover of a killed run, if its PID file still names it
-    shutil.rmtree(proc.directory, ignore_errors=True)
-    return proc
+    return ManagedProcess(name, TEST_HOME / name).reset()
 
 
 def _broker_params() -> list[str]:

@@ -55,3 +55,23 @@ def test_airflow_home_is_migrated_and_finds_no_import_errors(airflow_home):
     assert out.returncode == 0, out.stderr
     # Airflow prints log lines to stdout before the JSON document.
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_committed_records_survive_a_broker_restart(kafka_broker, restart_broker):
+    """noida-db keeps its data directory; Tansu keeps its log in S3 (moto)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    trip = kafka_round_trip(kafka_broker, records=6, partitions=1)
+    broker = restart_broker(kill=True)
+    assert broker.bootstrap == kafka_broker.bootstrap
+    consumer = Consumer(broker.config(**{"group.id": "restart-check", "isolation.level": "read_committed"}))
+    consumer.assign([TopicPartition(trip.topic, 0, 0)])
+    seen = []
+    for _ in range(100):
+        msg = consumer.poll(0.3)
+        if msg is not None and not msg.error():
+            seen.append(msg.value())
+        if len(set(seen) & set(trip.committed_values)) == len(trip.committed_values):
+            break
+    consumer.close()
+    assert set(trip.committed_values) <= set(seen)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -123,6 +124,12 @@ class ManagedProcess:
             return "(no log)"
 
     # -- lifecycle ---------------------------------------------------------
+    def reset(self) -> "ManagedProcess":
+        """Stop whatever a killed earlier run left behind and wipe the directory."""
+        self.stop(grace=2)
+        shutil.rmtree(self.directory, ignore_errors=True)
+        return self
+
     def start(
         self,
         argv: Sequence[str],

@@ -1,0 +1,185 @@
+"""The embedded stack starts, reports, survives stale state and stops by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from onceflow.services.process import ManagedProcess, pick_port, port_is_free
+from onceflow.services.stack import EmbeddedStack
+
+ONCEFLOW = str(Path(sys.executable).parent / "onceflow")
+
+
+def _cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ONCEFLOW_HOME": str(home)}
+    for var in ("ONCEFLOW_KAFKA_BOOTSTRAP", "ONCEFLOW_S3_ENDPOINT"):
+        env.pop(var, None)
+    return subprocess.run([ONCEFLOW, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def stack_home(tmp_path):
+    home = tmp_path / "stack"
+    yield home
+    EmbeddedStack(home).down()
+
+
+def test_cli_up_status_down_round_trip(stack_home):
+    up = _cli(stack_home, "services", "up")
+    assert up.returncode == 0, up.stderr
+    status = _cli(stack_home, "services", "status", "--json")
+    assert status.returncode == 0
+    rows = {r["service"]: r for r in json.loads(status.stdout)}
+    assert rows["s3"]["pid"] and rows["kafka"]["pid"]
+    # The broker really listens where stack.json says it does.
+    info = json.loads((stack_home / "stack.json").read_text())
+    host, port = info["kafka"]["bootstrap"].split(":")
+    socket.create_connection((host, int(port)), timeout=5).close()
+
+    again = _cli(stack_home, "services", "up")  # idempotent: nothing restarts
+    assert again.returncode == 0
+    assert json.loads(_cli(stack_home, "services", "status", "--json").stdout) == list(rows.values())
+
+    down = _cli(stack_home, "services", "down")
+    assert down.returncode == 0 and "kafka" in down.stdout and "s3" in down.stdout
+    for row in rows.values():
+        assert not Path(f"/proc/{row['pid']}").exists() or _is_zombie(row["pid"])
+    assert _cli(stack_home, "services", "status").returncode == 3
+
+
+def test_up_after_kill_9_replaces_the_dead_broker(stack_home):
+    stack = EmbeddedStack(stack_home)
+    first = stack.up()
+    os.killpg(stack.kafka_proc.running_pid(), signal.SIGKILL)
+    _wait_gone(stack.kafka_proc)
+    assert stack.info() is None  # half-up is reported as down
+    second = stack.up()
+    assert second.kafka.name == first.kafka.name
+    assert stack.kafka_proc.running_pid() is not None
+
+
+def test_stale_pid_file_naming_an_unrelated_process_is_ignored_and_that_process_lives(tmp_path):
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        proc = ManagedProcess("kafka", tmp_path / "kafka")
+        proc.directory.mkdir(parents=True)
+        proc.pid_file.write_text(f"{bystander.pid}\n")
+        assert proc.running_pid() is None
+        assert not proc.pid_file.exists()
+        assert proc.stop() is False
+        assert bystander.poll() is None  # never kill a process we did not start
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_pid_file_of_a_dead_process_is_stale(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    proc = ManagedProcess("s3", tmp_path / "s3")
+    proc.directory.mkdir(parents=True)
+    proc.pid_file.write_text(f"{dead.pid}\n")
+    assert proc.running_pid() is None
+
+
+def test_taken_default_port_falls_back_to_a_free_one():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        assert not port_is_free(taken)
+        chosen = pick_port(taken)
+        assert chosen != taken and port_is_free(chosen)
+
+
+def test_broker_that_cannot_start_reports_its_log(tmp_path):
+    from onceflow.services.process import ServiceError
+
+    proc = ManagedProcess("broken", tmp_path / "broken")
+    with pytest.raises(ServiceError, match="(?s)exited with code 3.*boom"):
+        proc.start(["sh", "-c", "echo boom; exit 3"], port=1, ready=lambda: False, timeout=10)
+
+
+def test_commands_without_a_stack_name_the_fix(tmp_path, monkeypatch):
+    from onceflow import settings
+
+    monkeypatch.delenv("ONCEFLOW_KAFKA_BOOTSTRAP", raising=False)
+    monkeypatch.delenv("ONCEFLOW_S3_ENDPOINT", raising=False)
+    monkeypatch.setenv("ONCEFLOW_HOME", str(tmp_path / "nothing"))
+    with pytest.raises(settings.ConfigurationError, match="onceflow services up.*ONCEFLOW_KAFKA_BOOTSTRAP"):
+        settings.kafka_broker()
+    with pytest.raises(settings.ConfigurationError, match="onceflow services up.*ONCEFLOW_S3_ENDPOINT"):
+        settings.s3_endpoint()
+    monkeypatch.setenv("ONCEFLOW_S3_ENDPOINT", "http://127.0.0.1:1")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    with pytest.raises(settings.ConfigurationError, match="AWS_SECRET_ACCESS_KEY"):
+        settings.s3_endpoint()
+
+
+def test_external_kafka_settings_pass_through_and_bad_json_names_the_variable(monkeypatch):
+    from onceflow import settings
+
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "kafka-1:9093,kafka-2:9093")
+    monkeypatch.setenv("ONCEFLOW_KAFKA_CONFIG", '{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}')
+    broker = settings.kafka_broker()
+    assert broker.config()["bootstrap.servers"] == "kafka-1:9093,kafka-2:9093"
+    assert broker.config()["security.protocol"] == "SASL_SSL"
+    monkeypatch.setenv("ONCEFLOW_KAFKA_CONFIG", "{not json")
+    with pytest.raises(settings.ConfigurationError, match="ONCEFLOW_KAFKA_CONFIG"):
+        settings.kafka_broker()
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_gone(proc: ManagedProcess, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while proc.running_pid() is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def test_a_run_killed_half_way_leaves_nothing_that_breaks_the_next(tmp_path):
+    """SIGKILL a process that started services the way the fixtures do; the
+    services die with it, and the next start in the same place succeeds."""
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from onceflow.services.process import ManagedProcess\n"
+        "from onceflow.services.s3 import start_moto\n"
+        f"proc = ManagedProcess('s3', Path({str(tmp_path)!r}) / 's3').reset()\n"
+        "start_moto(proc, die_with_parent=True)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    runner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert runner.stdout.readline().strip() == "up"
+    proc = ManagedProcess("s3", tmp_path / "s3")
+    orphan = proc.running_pid()
+    assert orphan is not None
+    runner.kill()
+    runner.wait()
+    _wait_gone(proc)
+    assert proc.running_pid() is None, "the service outlived the killed run"
+    assert proc.pid_file.exists() is False  # the stale PID file was recognised and removed
+
+    from onceflow.services.s3 import start_moto
+
+    endpoint = start_moto(proc.reset(), die_with_parent=True)
+    try:
+        assert endpoint.client().list_buckets()["ResponseMetadata"]["HTTPStatusCode"] == 200
+    finally:
+        proc.stop()

@@ -17,6 +17,7 @@ left behind (PID files are checked against the process they name).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -29,11 +30,32 @@ from onceflow.services.process import ManagedProcess
 from onceflow.services.s3 import S3Endpoint, start_moto
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST_HOME = ROOT / ".onceflow" / "test"
+TESTS_ROOT = ROOT / ".onceflow" / "test"
+# One directory per pytest process, so concurrent sessions never share a broker.
+TEST_HOME = TESTS_ROOT / f"session-{os.getpid()}"
+
+
+def _remove_dead_sessions() -> None:
+    """Whatever a killed run left (PID files, data, stray processes) goes."""
+    for leftover in TESTS_ROOT.glob("session-*"):
+        pid = int(leftover.name.split("-", 1)[1])
+        if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+            for service_dir in leftover.iterdir():
+                if service_dir.is_dir():
+                    ManagedProcess(service_dir.name, service_dir).reset()
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _fresh_process(name: str) -> ManagedProcess:
     return ManagedProcess(name, TEST_HOME / name).reset()
+
+
+def pytest_sessionstart(session):
+    _remove_dead_sessions()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(TEST_HOME, ignore_errors=True)
 
 
 def _broker_params() -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
+from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS, SURVIVES_SIGKILL
 from onceflow.smoke import kafka_round_trip, s3_round_trip, spark_parquet_round_trip
 from tests.support import require
 
@@ -57,12 +57,15 @@ def test_airflow_home_is_migrated_and_finds_no_import_errors(airflow_home):
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
-def test_committed_records_survive_a_broker_restart(kafka_broker, restart_broker):
+@pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
+def test_committed_records_survive_a_broker_restart(kafka_broker, restart_broker, kill):
     """noida-db keeps its data directory; Tansu keeps its log in S3 (moto)."""
     from confluent_kafka import Consumer, TopicPartition
 
+    if kill:
+        require(kafka_broker, SURVIVES_SIGKILL)
     trip = kafka_round_trip(kafka_broker, records=6, partitions=1)
-    broker = restart_broker(kill=True)
+    broker = restart_broker(kill=kill)
     assert broker.bootstrap == kafka_broker.bootstrap
     consumer = Consumer(broker.config(**{"group.id": "restart-check", "isolation.level": "read_committed"}))
     consumer.assign([TopicPartition(trip.topic, 0, 0)])

@@ -1,0 +1,29 @@
+"""A fresh sink root per test on each kind of storage, behind the same FileSink."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from onceflow.files.storage import Storage
+
+
+@pytest.fixture(params=["local", "hadoop", "s3"])
+def sink_root(request, tmp_path) -> tuple[str, Storage]:
+    """(sink URI, storage). ``hadoop`` is Hadoop's FileSystem API on file://
+    through the test SparkContext's JVM (no HDFS cluster on these machines)."""
+    if request.param == "local":
+        from onceflow.files.local import LocalStorage
+
+        return str(tmp_path / "sink"), LocalStorage()
+    if request.param == "hadoop":
+        request.getfixturevalue("spark")
+        from onceflow.files.hadoop import HadoopStorage
+
+        return f"file://{tmp_path}/sink", HadoopStorage()
+    from onceflow.files.s3 import S3Storage
+
+    endpoint = request.getfixturevalue("s3_endpoint")
+    bucket = request.getfixturevalue("s3_bucket")
+    return f"s3://{bucket}/warehouse/sink-{uuid.uuid4().hex[:6]}", S3Storage.for_endpoint(endpoint)

@@ -1,0 +1,171 @@
+"""The file sink participant on local, Hadoop (file://) and S3 (moto over HTTP) storage.
+
+Each test stages real Parquet files, drives the participant the way the
+coordinator will, and then reads back what a reader of the committed layout
+sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pyarrow as pa
+import pytest
+
+from onceflow.files import FileSink, committed_files, committed_manifests, read_committed, write_staged_parquet
+from onceflow.files import layout
+from onceflow.protocol.participant import Outcome, Vote
+from onceflow.protocol.plan import Plan
+
+SEQ = 7
+
+
+def rows(split: int, n: int) -> pa.Table:
+    return pa.table({"split": [split] * n, "i": list(range(n))})
+
+
+def stage(sink: FileSink, attempt: int, split: int, n: int, task_attempt: int = 0):
+    return write_staged_parquet(rows(split, n), sink.staging_uri(SEQ, attempt), split, sink.storage,
+                                task_attempt=task_attempt)
+
+
+def staged_vote(sink: FileSink, attempt: int = 1) -> tuple[Vote, list]:
+    """Splits 0 and 1 voted; split 0 also left an orphan from a failed first task attempt."""
+    orphan = stage(sink, attempt, 0, 99, task_attempt=0)
+    entries = [stage(sink, attempt, 0, 5, task_attempt=1), stage(sink, attempt, 1, 3)]
+    return sink.vote_for(SEQ, attempt, entries), [orphan]
+
+
+def test_commit_promotes_exactly_the_voted_files(sink_root):
+    uri, storage = sink_root
+    sink = FileSink("counts", uri, storage)
+    vote, (orphan,) = staged_vote(sink)
+    assert vote.records == 8
+
+    assert committed_files(uri, storage) == []  # I4: nothing visible before commit
+    assert sink.verify(vote).outcome is Outcome.DONE
+    result = sink.commit(vote)
+    assert result.outcome is Outcome.DONE, result.detail
+
+    table = read_committed(uri, storage)
+    assert sorted(zip(table["split"].to_pylist(), table["i"].to_pylist())) == [(0, i) for i in range(5)] + [
+        (1, i) for i in range(3)
+    ]
+    batch_dir = layout.batch_dir(uri, SEQ)
+    assert sorted(storage.list_dir(batch_dir)) == sorted([e["name"] for e in vote.payload["files"]] + ["_SUCCESS"])
+    assert orphan.name not in storage.list_dir(batch_dir)
+    assert storage.list_dir(layout.batch_staging(uri, SEQ)) == {}
+
+    (manifest,) = committed_manifests(uri, storage)
+    assert (manifest.batch_seq, manifest.attempt, manifest.rows) == (SEQ, 1, 8)
+    for f in manifest.files:
+        data = storage.read_bytes(layout.join(batch_dir, f["name"]))
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (f["size"], f["sha256"])
+
+    again = sink.commit(vote)
+    assert again.outcome is Outcome.ALREADY_DONE, again.detail
+    assert read_committed(uri, storage).num_rows == 8
+
+
+def test_a_lost_staged_file_fails_verify_and_commit_loudly(sink_root):
+    uri, storage = sink_root
+    sink = FileSink("counts", uri, storage)
+    vote, _ = staged_vote(sink)
+    lost = vote.payload["files"][1]["path"]
+    storage.delete(lost)
+
+    verdict = sink.verify(vote)
+    assert verdict.outcome is Outcome.FAILED
+    assert lost in verdict.detail and layout.batch_id(SEQ) in verdict.detail
+    result = sink.commit(vote)
+    assert result.outcome is Outcome.FAILED and "lost" in result.detail
+    assert committed_files(uri, storage) == []  # I7: never half-visible, never "success"
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashingStorage:
+    """Delegates to a real storage but dies once at a named fault point."""
+
+    def __init__(self, inner, fault_point: str):
+        self._inner, self._fault_point = inner, fault_point
+
+    def __getattr__(self, name):
+        attr = getattr(self._inner, name)
+        if name == self._fault_point:
+            def crash(*args, **kwargs):
+                self._fault_point = None
+                raise Crash(f"injected crash at {name}")
+            return crash
+        return attr
+
+
+@pytest.mark.parametrize("fault_point", ["publish", "create_if_absent", "delete_tree"])
+def test_commit_resumes_after_a_crash_at_each_step(sink_root, fault_point):
+    uri, storage = sink_root
+    vote, _ = staged_vote(FileSink("counts", uri, storage))
+    # publish: before anything moved; create_if_absent: promoted, no manifest;
+    # delete_tree: manifest written, staging not yet cleaned up.
+    first = FileSink("counts", uri, CrashingStorage(storage, fault_point)).commit(vote)
+    assert first.outcome is Outcome.FAILED and "injected crash" in first.detail
+    visible = committed_files(uri, storage)
+    assert len(visible) == (2 if fault_point == "delete_tree" else 0)
+
+    second = FileSink("counts", uri, storage).commit(vote)
+    assert second.outcome is (Outcome.ALREADY_DONE if fault_point == "delete_tree" else Outcome.DONE), second.detail
+    assert read_committed(uri, storage).num_rows == 8
+    assert storage.list_dir(layout.batch_staging(uri, SEQ)) == {}
+
+
+def test_abort_removes_every_attempt_and_refuses_a_committed_batch(sink_root):
+    uri, storage = sink_root
+    sink = FileSink("counts", uri, storage)
+    plan = Plan(pipeline="p", batch_seq=SEQ, ranges=())
+    staged_vote(sink, attempt=1)
+    stage(sink, 2, 0, 4)  # a second attempt that died before voting
+
+    assert sink.abort(plan, []).outcome is Outcome.DONE
+    assert storage.list_dir(layout.batch_staging(uri, SEQ)) == {}
+    assert sink.abort(plan, []).outcome is Outcome.ALREADY_DONE
+    assert committed_files(uri, storage) == []
+
+    vote, _ = staged_vote(sink, attempt=3)
+    assert sink.commit(vote).ok
+    refused = sink.abort(plan, [vote])
+    assert refused.outcome is Outcome.FAILED and "COMMIT" in refused.detail
+    assert read_committed(uri, storage).num_rows == 8
+
+
+def test_a_second_different_vote_for_a_committed_batch_fails(sink_root):
+    uri, storage = sink_root
+    sink = FileSink("counts", uri, storage)
+    first, _ = staged_vote(sink, attempt=1)
+    assert sink.commit(first).outcome is Outcome.DONE
+    other, _ = staged_vote(sink, attempt=2)
+    result = sink.commit(other)
+    assert result.outcome is Outcome.FAILED and "I2" in result.detail
+    assert read_committed(uri, storage).num_rows == 8
+
+
+def test_an_empty_batch_commits_an_empty_manifest(sink_root):
+    uri, storage = sink_root
+    sink = FileSink("counts", uri, storage)
+    vote = sink.vote_for(SEQ, 1, [])
+    assert sink.verify(vote).outcome is Outcome.DONE
+    assert sink.commit(vote).outcome is Outcome.DONE
+    (manifest,) = committed_manifests(uri, storage)
+    assert manifest.files == () and manifest.rows == 0
+
+
+def test_vote_refuses_two_files_for_one_split(tmp_path):
+    sink = FileSink("counts", str(tmp_path / "sink"))
+    with pytest.raises(ValueError, match=r"splits \[0\].*duplicates"):
+        sink.vote_for(SEQ, 1, [stage(sink, 1, 0, 2), stage(sink, 1, 0, 2, task_attempt=1)])
+
+
+def test_a_vote_for_another_sink_is_refused(tmp_path):
+    vote = FileSink("a", str(tmp_path / "a")).vote_for(SEQ, 1, [])
+    result = FileSink("b", str(tmp_path / "b")).commit(vote)
+    assert result.outcome is Outcome.FAILED and "wrong participant" in result.detail

@@ -1,0 +1,263 @@
+"""KafkaSinkParticipant: one Kafka output topic taking part in a batch.
+
+Runs on an Airflow worker (commit task, rollback task, recovery of a later
+run). The Spark side produces with ``writer.TransactionalSplitWriter`` and
+puts the handles in the vote with ``vote_payload``. Then::
+
+    verify(vote)          before the COMMIT decision: every handle belongs to
+                          this sink, its staged copy exists, its transaction
+                          is still open and younger than
+                          safety_fraction * transaction.timeout.ms
+    commit(vote)          per handle: observe -> EndTxn(commit) -> observe;
+                          repair from the staged copy if the broker aborted it
+    abort(plan, votes)    EndTxn(abort) for known handles, then fence every
+                          transactional.id the plan allows, delete staging
+
+Idempotency: ``commit`` looks at the data before acting, so a retried commit
+of a committed (or repaired) split returns ALREADY_DONE and never writes a
+second copy. A repair runs under the split's repair id: initialising it
+fences any other repairer and aborts a repair that crashed half-way, and the
+data is observed again after that fence, so a repair is published once.
+``abort`` is EndTxn(abort) + fencing, both repeatable.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Mapping, Sequence
+
+import pyarrow.fs as pafs
+from confluent_kafka import KafkaException, Producer
+
+from ..protocol.participant import Outcome, Result, Vote
+from ..protocol.plan import Plan
+from .config import base_config, producer_config
+from .fencing import FencingError, fence_transactional_ids
+from .ids import repair_id, transactional_id
+from .txn_protocol import Action, end_txn
+from .visibility import SplitView, State, observe
+from .writer import REPAIR_HEADER, TxnHandle, _as_uri, open_staged, record_headers, staging_dir
+
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # the writer's producer default
+DEFAULT_SAFETY_FRACTION = 0.5
+
+
+def vote_payload(handles: Iterable[TxnHandle]) -> dict[str, Any]:
+    """The Kafka sink's vote payload (JSON-serialisable)."""
+    return {"handles": [h.to_dict() for h in handles]}
+
+
+def handles_of(vote: Vote) -> list[TxnHandle]:
+    return [TxnHandle.from_dict(raw) for raw in vote.payload.get("handles", ())]
+
+
+def _worst(results: Sequence[Result]) -> Result:
+    order = [Outcome.FAILED, Outcome.RETRY_LATER, Outcome.DONE, Outcome.ALREADY_DONE]
+    for outcome in order:
+        details = [r.detail for r in results if r.outcome is outcome]
+        if details:
+            return Result(outcome, "; ".join(d for d in details if d))
+    return Result(Outcome.ALREADY_DONE, "nothing to commit")
+
+
+class KafkaSinkParticipant:
+    """The Participant for one Kafka output topic of a pipeline."""
+
+    def __init__(
+        self,
+        name: str,
+        pipeline: str,
+        config: Mapping[str, Any],
+        staging_root: str,
+        filesystem: pafs.FileSystem | None = None,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        safety_fraction: float = DEFAULT_SAFETY_FRACTION,
+        timeout_s: float = 30.0,
+    ):
+        if not 0 < safety_fraction < 1:
+            raise ValueError(f"safety_fraction must be between 0 and 1 (exclusive), got {safety_fraction}")
+        self.name = name
+        self.pipeline = pipeline
+        self.config = base_config(config)
+        self.staging_root = staging_root
+        self.filesystem = filesystem
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.safety_fraction = safety_fraction
+        self.timeout_s = timeout_s
+
+    @property
+    def max_vote_age_ms(self) -> int:
+        return int(self.transaction_timeout_ms * self.safety_fraction)
+
+    # -- verify ---------------------------------------------------------------------
+
+    def verify(self, vote: Vote) -> Result:
+        """Before the decision: can every handle of this vote still be committed?"""
+        problems = []
+        now_ms = int(time.time() * 1000)
+        for h in handles_of(vote):
+            where = f"batch {h.batch_id} split {h.split} ({h.transactional_id})"
+            if (h.pipeline, h.sink) != (self.pipeline, self.name) or h.transactional_id != transactional_id(
+                h.pipeline, h.sink, h.split
+            ):
+                problems.append(f"{where}: handle does not belong to sink {self.name} of {self.pipeline}")
+                continue
+            if not h.partitions:
+                continue
+            age = now_ms - h.first_write_ms
+            if age > self.max_vote_age_ms:
+                problems.append(
+                    f"{where}: transaction is {age} ms old, over {self.safety_fraction} of transaction.timeout.ms "
+                    f"({self.transaction_timeout_ms}); abort and re-run the batch (offsets did not move, nothing is lost)"
+                )
+                continue
+            if not self._staged_exists(h):
+                problems.append(f"{where}: staged copy {h.staged_uri} is missing, a broker abort could not be repaired")
+                continue
+            view = observe(self.config, h, self.timeout_s)
+            if view.state is not State.OPEN:
+                problems.append(f"{where}: transaction is no longer open ({view.state.value}: {view.describe()})")
+        if problems:
+            return Result(Outcome.FAILED, "; ".join(problems))
+        return Result(Outcome.DONE, f"{len(handles_of(vote))} transaction(s) open and young enough")
+
+    # -- commit ---------------------------------------------------------------------
+
+    def commit(self, vote: Vote) -> Result:
+        """Commit every handle of the vote, verified by reading; repair if the broker aborted one."""
+        return _worst([self.commit_handle(h) for h in handles_of(vote)])
+
+    def commit_handle(self, h: TxnHandle) -> Result:
+        where = f"batch {h.batch_id} split {h.split} ({h.transactional_id}) on {h.topic}"
+        if not h.partitions:
+            return Result(Outcome.ALREADY_DONE, f"{where}: wrote nothing")
+        before = observe(self.config, h, self.timeout_s)
+        if before.state in (State.COMMITTED, State.REPAIRED):
+            return Result(Outcome.ALREADY_DONE, f"{where}: {before.state.value}")
+        if before.state is State.INCONSISTENT:
+            return self._inconsistent(where, before)
+        if before.state is State.ABORTED:
+            return self._repair(h, where)
+        reply = end_txn(self.config, h.transactional_id, h.producer_id, h.epoch, commit=True, timeout_s=self.timeout_s)
+        if reply.action is Action.RETRY:
+            return Result(Outcome.RETRY_LATER, f"{where}: EndTxn(commit) answered {reply}")
+        if reply.action is Action.FAIL:
+            return Result(Outcome.FAILED, f"{where}: EndTxn(commit) answered {reply}; fix the cause and re-run commit")
+        after = self._observe_until_settled(h)
+        if after.state is State.COMMITTED:
+            return Result(Outcome.DONE, f"{where}: committed ({reply.error_name}), {h.records} records visible")
+        if after.state is State.ABORTED:
+            return self._repair(h, where)
+        if after.state is State.OPEN:
+            return Result(
+                Outcome.RETRY_LATER,
+                f"{where}: EndTxn(commit) answered {reply} but the transaction is still open ({after.describe()}): "
+                "the broker did not act on the recorded handle; commit again later (a broker timeout makes it "
+                "repairable)",
+            )
+        return self._inconsistent(where, after)
+
+    def _observe_until_settled(self, h: TxnHandle) -> SplitView:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            view = observe(self.config, h, self.timeout_s)
+            if view.state is not State.OPEN or time.monotonic() > deadline:
+                return view
+            time.sleep(0.2)
+
+    def _inconsistent(self, where: str, view: SplitView) -> Result:
+        return Result(
+            Outcome.FAILED,
+            f"{where}: output is partly visible ({view.describe()}); not reporting success. Inspect the topic "
+            "before re-running",
+        )
+
+    def _repair(self, h: TxnHandle, where: str) -> Result:
+        """Re-publish the staged copy in a fresh transaction under the repair id, once."""
+        if not self._staged_exists(h):
+            return Result(
+                Outcome.FAILED,
+                f"{where}: the broker aborted the transaction and the staged copy {h.staged_uri} is gone; "
+                f"{h.records} records are NOT in the output. Restore the staged copy and re-run commit",
+            )
+        rid = repair_id(h.transactional_id)
+        producer = Producer(producer_config(self.config, rid, **{"linger.ms": 20}))
+        try:
+            producer.init_transactions(self.timeout_s)  # fences other repairers, aborts a half-done repair
+            again = observe(self.config, h, self.timeout_s)
+            if again.state is State.REPAIRED:
+                return Result(Outcome.ALREADY_DONE, f"{where}: repaired earlier")
+            if again.state is not State.ABORTED:
+                return self._inconsistent(where, again)
+            table = open_staged(h.staged_uri, self.filesystem)
+            base = record_headers(h.batch_id, h.split) + [(REPAIR_HEADER, b"1")]
+            producer.begin_transaction()
+            for row in table.to_pylist():
+                user = [(x["key"], x["value"]) for x in row["headers"]] if row["headers"] else []
+                while True:
+                    try:
+                        producer.produce(h.topic, row["value"], row["key"], row["partition"], headers=base + user)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+            producer.commit_transaction(self.timeout_s)
+        except KafkaException as exc:
+            return Result(Outcome.RETRY_LATER, f"{where}: repair under {rid} did not complete: {exc.args[0]}")
+        finally:
+            producer.flush(0)
+        after = self._observe_until_settled(h)
+        if after.state is State.REPAIRED:
+            return Result(Outcome.DONE, f"{where}: transaction was aborted by the broker; repaired from the staged copy ({h.records} records)")
+        return self._inconsistent(where, after)
+
+    # -- abort ----------------------------------------------------------------------
+
+    def abort(self, plan: Plan, votes: Sequence[Vote]) -> Result:
+        """End known transactions, fence every id the plan allows, delete staging."""
+        details = []
+        for vote in votes:
+            for h in handles_of(vote):
+                if h.partitions:
+                    reply = end_txn(self.config, h.transactional_id, h.producer_id, h.epoch, commit=False, timeout_s=self.timeout_s)
+                    details.append(f"{h.transactional_id}: EndTxn(abort) {reply.error_name}")
+        try:
+            ids = plan.sink(self.name).transactional_ids
+        except KeyError as exc:
+            return Result(Outcome.FAILED, str(exc))
+        try:
+            fence_transactional_ids(self.config, ids, self.timeout_s)
+        except FencingError as exc:
+            return Result(Outcome.RETRY_LATER, str(exc))
+        for vote in votes:
+            for h in handles_of(vote):
+                view = observe(self.config, h, self.timeout_s) if h.partitions else None
+                if view is None or view.state is State.ABORTED:
+                    continue
+                if view.state is State.OPEN:
+                    return Result(
+                        Outcome.RETRY_LATER,
+                        f"batch {h.batch_id} split {h.split}: {h.transactional_id} is still open after fencing "
+                        f"({view.describe()}); run the rollback again",
+                    )
+                # Visible after abort: the broker shows aborted records (Tansu), or a commit ran without a decision.
+                details.append(f"WARNING {h.transactional_id}: output visible after abort ({view.describe()})")
+        self._delete_staging(plan.batch_id)
+        return Result(Outcome.DONE, f"fenced {len(ids)} transactional id(s); " + "; ".join(details))
+
+    # -- staging --------------------------------------------------------------------
+
+    def _fs_path(self, uri: str) -> tuple[pafs.FileSystem, str]:
+        return (self.filesystem, uri) if self.filesystem is not None else pafs.FileSystem.from_uri(_as_uri(uri))
+
+    def _staged_exists(self, h: TxnHandle) -> bool:
+        fs, path = self._fs_path(h.staged_uri)
+        return fs.get_file_info(path).type == pafs.FileType.File
+
+    def _delete_staging(self, batch_id: str) -> None:
+        fs, path = self._fs_path(staging_dir(self.staging_root, self.pipeline, self.name, batch_id))
+        if fs.get_file_info(path).type == pafs.FileType.Directory:
+            fs.delete_dir(path)
+
+    def discard_staging(self, plan: Plan) -> None:
+        """After the batch is done: staged copies are no longer needed. Idempotent."""
+        self._delete_staging(plan.batch_id)

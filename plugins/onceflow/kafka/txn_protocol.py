@@ -1,0 +1,139 @@
+"""EndTxn from any process, for a transaction another process left open.
+
+The one place onceflow speaks the Kafka protocol itself: confluent-kafka has
+no call to finish someone else's transaction. Flink resumes a transaction
+after a restore the same way: FindCoordinator(key_type=1, transactional.id),
+then EndTxn(transactional.id, producer id, epoch, commit|abort) to that
+coordinator. Runs on an Airflow worker (commit and rollback tasks).
+
+Each broker answer maps to exactly one action in ``ACTIONS``. The caller
+never takes DONE as proof: some brokers answer "no error" to an EndTxn that
+did nothing (noida-db with a wrong producer id), so the sink verifies
+visibility afterwards. A connection closed without an answer (Tansu, stale
+epoch) is an explicit outcome too, handled like a fencing error.
+
+Idempotency: a retried EndTxn with the same outcome answers no error on every
+broker tried (ENVIRONMENT.md); this module retries transient errors itself
+until ``timeout_s``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .config import kafka_python_config
+
+log = logging.getLogger(__name__)
+
+
+class Action(enum.Enum):
+    DONE = "done"            # the coordinator accepted it (still to be verified)
+    RETRY = "retry"          # transient: ask again, maybe another coordinator
+    VERIFY = "verify"        # the handle is stale: look at the data, then decide
+    FAIL = "fail"            # configuration or permission problem: a human must act
+
+
+CONNECTION_CLOSED = -1000    # pseudo error code: the broker closed the connection without answering
+
+# error code -> (name, action). Anything not listed is FAIL: unknown is not success.
+ACTIONS: dict[int, tuple[str, Action]] = {
+    0: ("NONE", Action.DONE),
+    7: ("REQUEST_TIMED_OUT", Action.RETRY),
+    14: ("COORDINATOR_LOAD_IN_PROGRESS", Action.RETRY),
+    15: ("COORDINATOR_NOT_AVAILABLE", Action.RETRY),
+    16: ("NOT_COORDINATOR", Action.RETRY),
+    51: ("CONCURRENT_TRANSACTIONS", Action.RETRY),
+    47: ("INVALID_PRODUCER_EPOCH", Action.VERIFY),
+    48: ("INVALID_TXN_STATE", Action.VERIFY),
+    49: ("INVALID_PRODUCER_ID_MAPPING", Action.VERIFY),
+    90: ("PRODUCER_FENCED", Action.VERIFY),
+    102: ("TRANSACTION_ABORTABLE", Action.VERIFY),
+    CONNECTION_CLOSED: ("CONNECTION_CLOSED_WITHOUT_RESPONSE", Action.VERIFY),
+    53: ("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", Action.FAIL),
+    31: ("CLUSTER_AUTHORIZATION_FAILED", Action.FAIL),
+    35: ("UNSUPPORTED_VERSION", Action.FAIL),
+}
+
+
+@dataclass(frozen=True)
+class EndTxnReply:
+    action: Action
+    error_code: int
+    error_name: str
+    attempts: int
+
+    def __str__(self) -> str:
+        return f"{self.error_name} ({self.error_code}) after {self.attempts} attempt(s) -> {self.action.value}"
+
+
+def classify(error_code: int) -> tuple[str, Action]:
+    return ACTIONS.get(error_code, (f"UNKNOWN_ERROR_{error_code}", Action.FAIL))
+
+
+def end_txn(
+    config: Mapping[str, Any],
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    timeout_s: float = 30.0,
+) -> EndTxnReply:
+    """Send EndTxn for the recorded handle; retry RETRY answers until ``timeout_s``.
+
+    Returns the last answer; the caller acts on ``reply.action``.
+    """
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError
+    from kafka.net.compat import KafkaNetClient
+
+    deadline = time.monotonic() + timeout_s
+    attempts = 0
+    backoff = 0.05
+    client = KafkaNetClient(**kafka_python_config(config), request_timeout_ms=int(min(timeout_s, 30) * 1000))
+    try:
+        while True:
+            attempts += 1
+            try:
+                code = _find_and_end(client, transactional_id, producer_id, producer_epoch, commit, timeout_s)
+            except (KafkaConnectionError, ConnectionError) as exc:
+                log.info("EndTxn for %s: connection closed without response (%s)", transactional_id, exc)
+                code = CONNECTION_CLOSED
+            except (KafkaTimeoutError, NodeNotReadyError):
+                code = 7
+            name, action = classify(code)
+            if action is not Action.RETRY or time.monotonic() + backoff > deadline:
+                return EndTxnReply(action, code, name, attempts)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+    finally:
+        client.close()
+
+
+def _find_and_end(client, transactional_id: str, producer_id: int, epoch: int, commit: bool, timeout_s: float) -> int:
+    from kafka.protocol.metadata import FindCoordinatorRequest
+    from kafka.protocol.producer import EndTxnRequest
+
+    timeout_ms = int(timeout_s * 1000)
+    client.get_broker_version(timeout_ms)
+    node = client.least_loaded_node()
+    found = client.send_and_receive(
+        node,
+        FindCoordinatorRequest(key=transactional_id, key_type=1, coordinator_keys=[transactional_id]),
+        timeout_ms=timeout_ms,
+    )
+    if found.coordinators:  # v4+: one entry per key
+        entry = found.coordinators[0]
+        error, coordinator = entry.error_code, entry.node_id
+    else:
+        error, coordinator = found.error_code, found.node_id
+    if error:
+        return error
+    reply = client.send_and_receive(
+        coordinator,
+        EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch, committed=commit),
+        timeout_ms=timeout_ms,
+    )
+    return reply.error_code

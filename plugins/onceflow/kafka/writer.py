@@ -1,0 +1,307 @@
+"""Pre-commit one split's Kafka output: produce in a transaction left open.
+
+Runs on a Spark executor (one writer per task/split). Call sequence::
+
+    w = TransactionalSplitWriter(config, pipeline, sink, batch_id, split, topic, staged_uri)
+    w.begin()                 init_transactions (fences older attempts of this split) + begin
+    w.write(...) / w.write_batch(...)
+    handle = w.precommit()    flush, capture producer id/epoch, close the staged copy
+    -> handle goes into the vote; the transaction stays OPEN until the commit
+       task ends it from another process (txn_protocol.end_txn)
+
+Every record carries the headers ``onceflow.batch`` and ``onceflow.split``,
+which let the commit task count this split's records when it verifies the
+commit, and find an already published repair.
+
+The writer picks each record's partition itself (CRC32 of the key modulo the
+partition count, as librdkafka's default partitioner does for keyed records;
+round-robin for null keys), so the staged copy knows where every record went
+and a repair can put it back in the same partition.
+
+The staged copy (Arrow IPC stream at ``staged_uri``: a local path, or a path
+on the given ``pyarrow.fs`` filesystem such as S3) holds the split's records
+exactly as produced; the commit task re-publishes it if the broker aborted
+the transaction (I7).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from confluent_kafka import KafkaException, Producer
+
+from .config import producer_config
+from .ids import transactional_id
+from .reader import HEADERS_TYPE
+
+BATCH_HEADER = "onceflow.batch"
+SPLIT_HEADER = "onceflow.split"
+REPAIR_HEADER = "onceflow.repair"
+STAGED_SCHEMA = pa.schema(
+    [("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE)]
+)
+_STAGE_CHUNK = 50_000
+
+
+class PreCommitError(RuntimeError):
+    """The split could not be pre-committed; the batch must not commit it."""
+
+
+@dataclass(frozen=True)
+class PartitionWrite:
+    first_offset: int  # offset of this split's first record in the partition
+    count: int         # records of this split in the partition
+
+
+@dataclass(frozen=True)
+class TxnHandle:
+    """Everything the commit task needs to end (or repair) a split's open transaction."""
+
+    pipeline: str
+    sink: str
+    batch_id: str
+    split: int
+    topic: str
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    first_write_ms: int
+    partitions: Mapping[int, PartitionWrite] = field(default_factory=dict)
+    staged_uri: str = ""
+
+    @property
+    def records(self) -> int:
+        return sum(w.count for w in self.partitions.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        raw = asdict(self)
+        raw["partitions"] = {str(p): asdict(w) for p, w in self.partitions.items()}
+        return raw
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "TxnHandle":
+        values = dict(raw)
+        values["partitions"] = {int(p): PartitionWrite(**w) for p, w in raw.get("partitions", {}).items()}
+        return cls(**values)
+
+
+def staged_uri(root: str, pipeline: str, sink: str, batch_id: str, split: int, attempt: int) -> str:
+    """Where split ``split`` of attempt ``attempt`` keeps its staged copy; abort deletes ``staging_dir``."""
+    return f"{staging_dir(root, pipeline, sink, batch_id)}/split-{split:05d}-attempt-{attempt}.arrow"
+
+
+def staging_dir(root: str, pipeline: str, sink: str, batch_id: str) -> str:
+    return f"{root.rstrip('/')}/_onceflow/{pipeline}/kafka-staging/{sink}/{batch_id}"
+
+
+def record_headers(batch_id: str, split: int) -> list[tuple[str, bytes]]:
+    return [(BATCH_HEADER, batch_id.encode()), (SPLIT_HEADER, str(split).encode())]
+
+
+def open_staged(uri: str, filesystem: pafs.FileSystem | None = None) -> pa.Table:
+    """Read a staged copy back (commit task, for a repair)."""
+    fs, path = (filesystem, uri) if filesystem is not None else pafs.FileSystem.from_uri(_as_uri(uri))
+    with fs.open_input_stream(path) as stream:
+        return pa.ipc.open_stream(stream).read_all()
+
+
+def _as_uri(uri: str) -> str:
+    return uri if "://" in uri else f"file://{uri}"
+
+
+class TransactionalSplitWriter:
+    """One transactional producer for one split of one batch. Not thread-safe."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        pipeline: str,
+        sink: str,
+        batch_id: str,
+        split: int,
+        topic: str,
+        staged_uri: str,
+        filesystem: pafs.FileSystem | None = None,
+        timeout_s: float = 60.0,
+        producer_overrides: Mapping[str, Any] | None = None,
+    ):
+        self.pipeline, self.sink, self.batch_id, self.split, self.topic = pipeline, sink, batch_id, split, topic
+        self.txn_id = transactional_id(pipeline, sink, split)
+        self.staged_uri = staged_uri
+        self.timeout_s = timeout_s
+        self._fs, self._staged_path = (
+            (filesystem, staged_uri) if filesystem is not None else pafs.FileSystem.from_uri(_as_uri(staged_uri))
+        )
+        self._stats: list[str] = []
+        overrides = {
+            "statistics.interval.ms": 100,
+            "stats_cb": self._stats.append,
+            "linger.ms": 20,
+            "queue.buffering.max.messages": 500_000,
+            "transaction.timeout.ms": 60_000,
+            **(producer_overrides or {}),
+        }
+        self._producer = Producer(producer_config(config, self.txn_id, **overrides))
+        self._headers = record_headers(batch_id, split)
+        self._first: dict[int, int] = {}
+        self._counts: dict[int, int] = {}
+        self._partition_count = 0
+        self._round_robin = 0
+        self._first_write_ms = 0
+        self._stage: dict[str, list] = {name: [] for name in STAGED_SCHEMA.names}
+        self._stage_writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._stage_stream = None
+        self._delivery_errors: list[str] = []
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Fence older attempts of this split, then open the transaction."""
+        try:
+            self._producer.init_transactions(self.timeout_s)
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise PreCommitError(f"{self._name()}: could not open a transaction: {exc.args[0]}") from None
+        meta = self._producer.list_topics(self.topic, timeout=self.timeout_s).topics.get(self.topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise PreCommitError(f"{self._name()}: output topic {self.topic!r} does not exist: create it first")
+        self._partition_count = len(meta.partitions)
+        self._fs.create_dir(self._staged_path.rsplit("/", 1)[0], recursive=True)
+        self._stage_stream = self._fs.open_output_stream(self._staged_path)
+        self._stage_writer = pa.ipc.new_stream(self._stage_stream, STAGED_SCHEMA)
+
+    def write(
+        self,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        if partition is None:
+            partition = self._partition_for(key)
+        self._produce(partition, key, value, list(headers) if headers else None)
+
+    def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Produce every row: column ``value``; optional ``key``, ``headers``, ``partition``."""
+        names = batch.schema.names
+        n = batch.num_rows
+        values = batch.column("value").to_pylist()
+        keys = batch.column("key").to_pylist() if "key" in names else [None] * n
+        headers = batch.column("headers").to_pylist() if "headers" in names else [None] * n
+        if "partition" in names:
+            partitions = batch.column("partition").to_pylist()
+        else:
+            partitions = [self._partition_for(k) for k in keys]
+        for i in range(n):
+            user = headers[i]
+            self._produce(partitions[i], keys[i], values[i], [(h["key"], h["value"]) for h in user] if user else None)
+
+    def precommit(self) -> TxnHandle:
+        """Flush everything, capture producer id and epoch, close the staged copy.
+
+        The transaction is left open. Returns the handle for the vote.
+        """
+        remaining = self._producer.flush(self.timeout_s)
+        if remaining:
+            raise PreCommitError(f"{self._name()}: {remaining} records still undelivered after {self.timeout_s:.0f}s")
+        if self._delivery_errors:
+            raise PreCommitError(f"{self._name()}: delivery failed: {self._delivery_errors[0]}")
+        produced = sum(self._counts.values())
+        eos = self._settled_eos(produced)
+        if produced and eos.get("txn_state") != "InTransaction":
+            raise PreCommitError(
+                f"{self._name()}: transaction is in state {eos.get('txn_state')} after flush; this attempt "
+                "cannot be committed and must be re-run"
+            )
+        missing = set(self._counts) - set(self._first)
+        if missing:
+            raise PreCommitError(f"{self._name()}: no delivery report for partitions {sorted(missing)}")
+        self._flush_stage(final=True)
+        return TxnHandle(
+            pipeline=self.pipeline,
+            sink=self.sink,
+            batch_id=self.batch_id,
+            split=self.split,
+            topic=self.topic,
+            transactional_id=self.txn_id,
+            producer_id=int(eos["producer_id"]),
+            epoch=int(eos["producer_epoch"]),
+            first_write_ms=self._first_write_ms,
+            partitions={p: PartitionWrite(self._first[p], c) for p, c in sorted(self._counts.items())},
+            staged_uri=self.staged_uri,
+        )
+
+    def abandon(self) -> None:
+        """Drop the producer without ending the transaction (commit/abort happen elsewhere)."""
+        self._producer = None
+
+    # -- internals -----------------------------------------------------------------
+
+    def _partition_for(self, key: bytes | None) -> int:
+        if key is not None:
+            return zlib.crc32(key) % self._partition_count
+        self._round_robin = (self._round_robin + 1) % self._partition_count
+        return self._round_robin
+
+    def _produce(self, partition: int, key, value, user_headers) -> None:
+        if not self._first_write_ms:
+            # Taken before the first record: the transaction is at most this old.
+            self._first_write_ms = int(time.time() * 1000)
+        count = self._counts.get(partition)
+        kwargs = {}
+        if count is None:
+            count = 0
+            kwargs["on_delivery"] = self._on_first_delivery
+        headers = self._headers + user_headers if user_headers else self._headers
+        while True:
+            try:
+                self._producer.produce(self.topic, value, key, partition, headers=headers, **kwargs)
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self._counts[partition] = count + 1
+        stage = self._stage
+        stage["partition"].append(partition)
+        stage["key"].append(key)
+        stage["value"].append(value)
+        stage["headers"].append(user_headers)
+        if len(stage["value"]) >= _STAGE_CHUNK:
+            self._flush_stage()
+
+    def _on_first_delivery(self, err, msg) -> None:
+        if err is not None:
+            self._delivery_errors.append(str(err))
+        else:
+            self._first[msg.partition()] = msg.offset()
+
+    def _flush_stage(self, final: bool = False) -> None:
+        stage = self._stage
+        if stage["value"]:
+            self._stage_writer.write_batch(pa.RecordBatch.from_pydict(stage, schema=STAGED_SCHEMA))
+            for column in stage.values():
+                column.clear()
+        if final:
+            self._stage_writer.close()
+            self._stage_stream.close()
+
+    def _settled_eos(self, produced: int) -> dict[str, Any]:
+        """The first statistics sample showing every record delivered (later than the flush)."""
+        deadline = time.monotonic() + self.timeout_s
+        self._stats.clear()
+        while time.monotonic() < deadline:
+            self._producer.poll(0.05)
+            while self._stats:
+                sample = json.loads(self._stats.pop(0))
+                eos = sample.get("eos", {})
+                if eos.get("producer_id", -1) >= 0 and sample.get("msg_cnt", 1) == 0 and sample.get("txmsgs", 0) >= produced:
+                    return eos
+        raise PreCommitError(f"{self._name()}: no statistics sample with the producer id within {self.timeout_s:.0f}s")
+
+    def _name(self) -> str:
+        return f"batch {self.batch_id} sink {self.sink} split {self.split} ({self.txn_id})"

@@ -63,6 +63,25 @@ class Vote:
     payload: Mapping[str, Any] = field(default_factory=dict)
     records: int = 0
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "participant": self.participant,
+            "batch_seq": self.batch_seq,
+            "attempt": self.attempt,
+            "payload": dict(self.payload),
+            "records": self.records,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "Vote":
+        return cls(
+            participant=str(raw["participant"]),
+            batch_seq=int(raw["batch_seq"]),
+            attempt=int(raw["attempt"]),
+            payload=dict(raw.get("payload", {})),
+            records=int(raw.get("records", 0)),
+        )
+
 
 @runtime_checkable
 class Participant(Protocol):

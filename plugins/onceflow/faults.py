@@ -1,0 +1,151 @@
+"""Named fault points: where a test (or a chaos run) makes onceflow fail.
+
+Code that can be interrupted calls ``fault_point("name")`` at that step
+(before and after every ledger write, between the effects of a commit). A
+point does nothing unless it is armed, either in-process::
+
+    faults.arm("ledger.decision.after_write", "crash")          # first hit
+    faults.arm("commit.between_effects", "raise", hits=2)       # second hit
+
+or for a whole process (an Airflow task, a Spark driver) through the
+environment::
+
+    ONCEFLOW_FAULTS="ledger.decision.after_write=crash,commit.between_effects=raise@2"
+
+``crash`` ends the process at once with ``os._exit(137)`` (what a SIGKILL or
+an OOM kill looks like to the rest of the system: no ``finally``, no
+``atexit``); ``raise`` raises ``InjectedFault``. An armed point fires once,
+on its ``hits``-th hit counted from arming, then disarms.
+
+Every point is declared with ``declare()`` at import time by the module that
+uses it, so ``ALL_POINTS`` lists them for chaos tooling that picks at random,
+and a misspelt name fails fast instead of silently never firing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+ENV_VAR = "ONCEFLOW_FAULTS"
+CRASH_EXIT_CODE = 137
+ACTIONS = ("crash", "raise")
+
+# name -> one-line description; filled by declare() at import time.
+ALL_POINTS: dict[str, str] = {}
+
+
+class InjectedFault(RuntimeError):
+    """Raised by an armed ``raise`` fault point. Never raised in production."""
+
+    def __init__(self, point: str):
+        super().__init__(f"injected fault at {point!r} ({ENV_VAR} or faults.arm)")
+        self.point = point
+
+
+@dataclass
+class _Armed:
+    action: str
+    hits: int
+    seen: int = 0
+
+
+_lock = threading.Lock()
+_armed: dict[str, _Armed] = {}
+_env_loaded = False
+
+
+def declare(name: str, description: str) -> str:
+    """Register a fault point (at import time); returns ``name`` for use as a constant."""
+    ALL_POINTS[name] = description
+    return name
+
+
+def _check(name: str, action: str, hits: int, source: str) -> None:
+    from .settings import ConfigurationError
+
+    if name not in ALL_POINTS:
+        known = ", ".join(sorted(ALL_POINTS)) or "(none declared yet)"
+        raise ConfigurationError(f"{source}: unknown fault point {name!r}; known points: {known}")
+    if action not in ACTIONS:
+        raise ConfigurationError(f"{source}: fault action {action!r} for {name!r} must be 'crash' or 'raise'")
+    if hits < 1:
+        raise ConfigurationError(f"{source}: hit number for {name!r} must be >= 1, got {hits}")
+
+
+def arm(name: str, action: str, hits: int = 1) -> None:
+    """Make point ``name`` fire (``crash`` or ``raise``) on its ``hits``-th hit from now."""
+    _load_env()
+    _check(name, action, hits, "faults.arm")
+    with _lock:
+        _armed[name] = _Armed(action, hits)
+
+
+def disarm(name: str | None = None) -> None:
+    """Disarm one point, or every point (``name=None``)."""
+    with _lock:
+        if name is None:
+            _armed.clear()
+        else:
+            _armed.pop(name, None)
+
+
+def armed() -> dict[str, str]:
+    """Points still armed, as ``{name: "action@hits"}`` (for test diagnostics)."""
+    with _lock:
+        return {n: f"{a.action}@{a.hits}" for n, a in _armed.items()}
+
+
+def parse(spec: str) -> dict[str, tuple[str, int]]:
+    """Parse an ``ONCEFLOW_FAULTS`` value: ``name=action[@hits],...``."""
+    from .settings import ConfigurationError
+
+    result: dict[str, tuple[str, int]] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, rest = item.partition("=")
+        if not sep:
+            raise ConfigurationError(
+                f"{ENV_VAR}: {item!r} is not name=action[@hits], e.g. ledger.decision.after_write=crash"
+            )
+        action, _, hits_text = rest.partition("@")
+        try:
+            hits = int(hits_text) if hits_text else 1
+        except ValueError:
+            raise ConfigurationError(f"{ENV_VAR}: hit number in {item!r} is not an integer") from None
+        _check(name.strip(), action.strip(), hits, ENV_VAR)
+        result[name.strip()] = (action.strip(), hits)
+    return result
+
+
+def _load_env() -> None:
+    # Lazily, on the first hit: by then every module that declares points
+    # the process uses has been imported, so names can be checked.
+    global _env_loaded
+    if _env_loaded:
+        return
+    with _lock:
+        if _env_loaded:
+            return
+        _env_loaded = True
+        spec = os.environ.get(ENV_VAR, "")
+    for name, (action, hits) in parse(spec).items():
+        with _lock:
+            _armed[name] = _Armed(action, hits)
+
+
+def fault_point(name: str) -> None:
+    """Fire if ``name`` is armed and this is the chosen hit; otherwise do nothing."""
+    _load_env()
+    with _lock:
+        armed_point = _armed.get(name)
+        if armed_point is None:
+            return
+        armed_point.seen += 1
+        if armed_point.seen < armed_point.hits:
+            return
+        del _armed[name]
+    if armed_point.action == "crash":
+        os.write(2, f"onceflow: injected crash at fault point {name!r}\n".encode())
+        os._exit(CRASH_EXIT_CODE)
+    raise InjectedFault(name)

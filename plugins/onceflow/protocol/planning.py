@@ -1,0 +1,210 @@
+"""Planning: which offsets the next batch reads (I1, I6).
+
+Runs in the Airflow plan task, through ``Coordinator.plan_next``, after
+recovery has finished the previous batch. ``next_plan`` is pure: the ledger
+gives it the previous batch, an ``OffsetSource`` (implemented over Kafka in
+onceflow.kafka) gives it the log's current bounds.
+
+Rules:
+- after a COMMITTED batch, every partition starts exactly at its end (I1);
+- after an ABORTED batch, the next plan re-reads the same ranges exactly
+  (``replay_of``), so a re-run reproduces the same input (I6);
+- a partition never seen before starts at the configured start position
+  (earliest, latest, or the first offset at or after a timestamp);
+- a range ends at ``min(last stable offset, start + max_records_per_partition)``;
+- a start below the earliest offset still in the log means records were
+  deleted by retention before being read: ``OffsetsLostError``, never skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
+
+from .plan import OffsetRange, Plan, SinkPlan
+from .states import BatchState
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+@runtime_checkable
+class OffsetSource(Protocol):
+    """What planning needs from the input log (Kafka). Offsets are those a
+    ``read_committed`` consumer sees."""
+
+    def partitions(self, topics: Sequence[str]) -> Sequence[TopicPartition]:
+        """Every partition of ``topics``. Unknown topic: raise, naming it."""
+
+    def earliest_offsets(self, partitions: Sequence[TopicPartition]) -> Mapping[TopicPartition, int]:
+        """The first offset still in the log, per partition."""
+
+    def last_stable_offsets(self, partitions: Sequence[TopicPartition]) -> Mapping[TopicPartition, int]:
+        """The last stable offset (read_committed end), per partition."""
+
+    def offsets_for_timestamp(self, partitions: Sequence[TopicPartition], timestamp_ms: int) -> Mapping[TopicPartition, int]:
+        """The first offset whose timestamp is >= ``timestamp_ms``; the last
+        stable offset when there is none."""
+
+
+class PlanningError(RuntimeError):
+    """The next batch cannot be planned; the message says why and what to do."""
+
+
+class OffsetsLostError(PlanningError):
+    """Records the next batch must read are gone from the log (retention)."""
+
+    def __init__(self, message: str, lost: Mapping[TopicPartition, tuple[int, int]]):
+        super().__init__(message)
+        self.lost = dict(lost)
+
+
+@dataclass(frozen=True)
+class StartPosition:
+    """Where a partition without committed batches starts."""
+
+    kind: str  # "earliest" | "latest" | "timestamp"
+    timestamp_ms: int | None = None
+
+    @classmethod
+    def parse(cls, value: "StartPosition | str | int") -> "StartPosition":
+        if isinstance(value, StartPosition):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return cls("timestamp", value)
+        text = str(value).strip().lower()
+        if text in ("earliest", "latest"):
+            return cls(text)
+        if text.startswith("timestamp:") and text[10:].isdigit():
+            return cls("timestamp", int(text[10:]))
+        from ..settings import ConfigurationError
+
+        raise ConfigurationError(
+            f"start_position {value!r} is not valid: use 'earliest', 'latest', or a timestamp in epoch "
+            "milliseconds (an int or 'timestamp:<ms>')"
+        )
+
+    def __str__(self) -> str:
+        return f"timestamp:{self.timestamp_ms}" if self.kind == "timestamp" else self.kind
+
+
+def default_transactional_id(pipeline: str, sink: str, split: int) -> str:
+    """Stand-in for onceflow.kafka.ids.transactional_id (used by tests)."""
+    return f"onceflow-{pipeline}-{sink}-{split}"
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    topics: tuple[str, ...]
+    sinks: tuple[SinkPlan, ...]
+    start: StartPosition = StartPosition("earliest")
+    max_records_per_partition: int | None = None
+    transactional_id: Callable[[str, str, int], str] = default_transactional_id
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from ..settings import ConfigurationError
+
+        object.__setattr__(self, "topics", tuple(self.topics))
+        object.__setattr__(self, "sinks", tuple(self.sinks))
+        object.__setattr__(self, "start", StartPosition.parse(self.start))
+        if not self.topics:
+            raise ConfigurationError("topics is empty: name at least one input topic")
+        if self.max_records_per_partition is not None and self.max_records_per_partition < 1:
+            raise ConfigurationError(
+                f"max_records_per_partition must be >= 1 or None (no limit), got {self.max_records_per_partition}"
+            )
+        names = [s.name for s in self.sinks]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"sink names must be unique, got {names}")
+
+
+def _with_ids(pipeline: str, config: PlanConfig) -> tuple[SinkPlan, ...]:
+    return tuple(
+        replace(s, transactional_ids=tuple(config.transactional_id(pipeline, s.name, i) for i in range(s.splits)))
+        if s.kind == "kafka"
+        else s
+        for s in config.sinks
+    )
+
+
+def _check_not_lost(pipeline: str, seq: int, starts: Mapping[TopicPartition, int], source: OffsetSource) -> None:
+    earliest = source.earliest_offsets(list(starts))
+    lost = {tp: (start, earliest[tp]) for tp, start in starts.items() if start < earliest[tp]}
+    if lost:
+        where = "; ".join(f"{tp.topic}[{tp.partition}] offsets {a}..{b - 1}" for tp, (a, b) in sorted(lost.items()))
+        raise OffsetsLostError(
+            f"batch {seq:010d} of pipeline {pipeline!r} must start at offsets the log no longer holds "
+            f"(deleted by retention before onceflow read them): {where}. Those records are lost to this pipeline. "
+            "Raise the topic's retention and either restore the records or, knowingly, start a new pipeline name "
+            "from 'earliest'; onceflow never skips them silently.",
+            lost,
+        )
+
+
+def next_plan(
+    *,
+    pipeline: str,
+    previous: Plan | None,
+    previous_state: BatchState | None,
+    source: OffsetSource,
+    config: PlanConfig,
+    now_ms: int,
+    run_id: str | None = None,
+) -> Plan:
+    """The plan of batch ``previous.batch_seq + 1`` (or 1). ``previous_state``
+    must be terminal: recovery runs first."""
+    seq = previous.batch_seq + 1 if previous else 1
+    params = {**config.params, "start_position": str(config.start), "max_records_per_partition": config.max_records_per_partition}
+    if run_id is not None:
+        params["run_id"] = run_id
+    sinks = _with_ids(pipeline, config)
+    if previous is not None and previous_state is not None and not previous_state.terminal:
+        raise PlanningError(
+            f"batch {previous.batch_id} of pipeline {pipeline!r} is {previous_state.value}: run recovery "
+            "(Coordinator.recover or `onceflow recover`) before planning the next batch"
+        )
+
+    if previous is not None and previous_state is BatchState.ABORTED:
+        starts = {TopicPartition(r.topic, r.partition): r.start for r in previous.ranges}
+        _check_not_lost(pipeline, seq, starts, source)
+        return Plan(pipeline, seq, previous.ranges, sinks, now_ms, replay_of=previous.batch_seq, params=params)
+
+    current = list(source.partitions(config.topics))
+    committed_ends = {TopicPartition(r.topic, r.partition): r.end for r in previous.ranges} if previous else {}
+    gone = sorted(tp for tp in committed_ends if tp not in set(current) and tp.topic in config.topics)
+    if gone:
+        raise PlanningError(
+            f"cannot plan batch {seq:010d} of pipeline {pipeline!r}: partitions read by batch {previous.batch_id} "
+            f"no longer exist: {', '.join(f'{t}[{p}]' for t, p in gone)}. A topic was deleted or recreated; "
+            "restore it, or start a new pipeline name."
+        )
+    new = [tp for tp in current if tp not in committed_ends]
+    starts = {tp: committed_ends[tp] for tp in current if tp in committed_ends}
+    if new:
+        if config.start.kind == "earliest":
+            starts.update(source.earliest_offsets(new))
+        elif config.start.kind == "latest":
+            starts.update(source.last_stable_offsets(new))
+        else:
+            starts.update(source.offsets_for_timestamp(new, int(config.start.timestamp_ms or 0)))
+    _check_not_lost(pipeline, seq, starts, source)
+    stable = source.last_stable_offsets(current)
+    limit = config.max_records_per_partition
+    ranges = []
+    for tp in sorted(current):
+        start = starts[tp]
+        if stable[tp] < start:
+            raise PlanningError(
+                f"cannot plan batch {seq:010d} of pipeline {pipeline!r}: {tp.topic}[{tp.partition}] ends at offset "
+                f"{stable[tp]}, before offset {start} where the previous batch ended. The topic was recreated or "
+                "truncated; restore it, or start a new pipeline name."
+            )
+        end = stable[tp] if limit is None else min(stable[tp], start + limit)
+        ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
+    # Topics dropped from the configuration keep their position as empty
+    # ranges, so adding them back later resumes where they stopped (I1).
+    ranges.extend(OffsetRange(t, p, end, end) for (t, p), end in sorted(committed_ends.items()) if t not in config.topics)
+    return Plan(pipeline, seq, tuple(ranges), sinks, now_ms, replay_of=None, params=params)

@@ -1,0 +1,86 @@
+"""The states of a batch and the one table of allowed transitions.
+
+A batch's state is never stored: it is derived from which ledger records
+exist (``derive_state``), so it cannot disagree with them::
+
+    PLANNED     plan.json only
+    PREPARING   an attempt is claimed; not every sink voted in the latest one
+    PREPARED    every sink voted in the latest attempt
+    COMMITTING  decision COMMIT, batch done marker absent (redo until done, I3)
+    COMMITTED   decision COMMIT and done/_batch.json
+    ABORTING    decision ABORT, batch done marker absent
+    ABORTED     decision ABORT and done/_batch.json
+
+Recovery rules (``RECOVERY``): COMMITTING is finished by redoing the commit;
+PLANNED, PREPARING and PREPARED have no decision and are aborted (presumed
+abort); ABORTING is finished by redoing the abort.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class BatchState(enum.Enum):
+    PLANNED = "planned"
+    PREPARING = "preparing"
+    PREPARED = "prepared"
+    COMMITTING = "committing"
+    COMMITTED = "committed"
+    ABORTING = "aborting"
+    ABORTED = "aborted"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (BatchState.COMMITTED, BatchState.ABORTED)
+
+    @property
+    def decided(self) -> bool:
+        return self in (BatchState.COMMITTING, BatchState.COMMITTED, BatchState.ABORTING, BatchState.ABORTED)
+
+
+S = BatchState
+TRANSITIONS: dict[BatchState, frozenset[BatchState]] = {
+    # a new attempt may start until a decision exists (a retried Spark job)
+    S.PLANNED: frozenset({S.PREPARING, S.ABORTING}),
+    S.PREPARING: frozenset({S.PREPARING, S.PREPARED, S.ABORTING}),
+    S.PREPARED: frozenset({S.PREPARING, S.COMMITTING, S.ABORTING}),
+    S.COMMITTING: frozenset({S.COMMITTED}),
+    S.ABORTING: frozenset({S.ABORTED}),
+    S.COMMITTED: frozenset(),
+    S.ABORTED: frozenset(),
+}
+
+# What recovery does from each unfinished state.
+RECOVERY: dict[BatchState, str] = {
+    S.PLANNED: "presumed abort",
+    S.PREPARING: "presumed abort",
+    S.PREPARED: "presumed abort",
+    S.COMMITTING: "redo commit",
+    S.ABORTING: "redo abort",
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A step was asked for that the batch's state does not allow."""
+
+
+def check_transition(current: BatchState, target: BatchState, *, batch: str, pipeline: str, step: str) -> None:
+    if target not in TRANSITIONS[current]:
+        allowed = ", ".join(sorted(s.value for s in TRANSITIONS[current])) or "none (finished)"
+        raise IllegalTransition(
+            f"{step} refused for batch {batch} of pipeline {pipeline!r}: it is {current.value}, and from there "
+            f"only {allowed} may follow, not {target.value}. Run `onceflow status` to see the batch; "
+            "a finished batch is never changed, plan the next one instead."
+        )
+
+
+def derive_state(*, has_attempt: bool, all_voted: bool, decision: str | None, done: bool) -> BatchState:
+    """The state implied by which records exist (``decision`` is COMMIT/ABORT/None)."""
+    if decision == "COMMIT":
+        return S.COMMITTED if done else S.COMMITTING
+    if decision == "ABORT":
+        return S.ABORTED if done else S.ABORTING
+    if not has_attempt:
+        return S.PLANNED
+    return S.PREPARED if all_voted else S.PREPARING

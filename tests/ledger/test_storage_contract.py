@@ -1,0 +1,113 @@
+"""One contract, three backends: local directory, Hadoop FileSystem (file://
+through Spark's JVM), S3 (moto over HTTP)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from onceflow.ledger.errors import LedgerUnavailable
+from onceflow.ledger.hadoop import HadoopLedgerStorage
+from onceflow.ledger.local import LocalLedgerStorage
+from onceflow.ledger.s3 import S3LedgerStorage
+from onceflow.ledger.storage import LedgerStorage, open_ledger_storage
+
+
+def test_create_if_absent_never_overwrites(storage: LedgerStorage):
+    assert isinstance(storage, LedgerStorage)
+    assert storage.read("a/b/decision.json") is None
+    assert storage.create("a/b/decision.json", b"first\x00\xff") is True
+    assert storage.create("a/b/decision.json", b"second") is False
+    assert storage.read("a/b/decision.json") == b"first\x00\xff"
+
+
+def test_overwrite_replaces_and_creates(storage: LedgerStorage):
+    storage.overwrite("p/_head.json", b"1")
+    storage.overwrite("p/_head.json", b"22")
+    assert storage.read("p/_head.json") == b"22"
+
+
+def test_list_is_sorted_recursive_and_hides_temp_files(storage: LedgerStorage):
+    for key in ("p/batches/0000000002/plan.json", "p/batches/0000000001/plan.json", "p/batches/0000000001/done/x.json", "q/other.json"):
+        assert storage.create(key, b"{}")
+    storage.overwrite("p/_head.json", b"{}")
+    assert storage.list("p/batches") == [
+        "p/batches/0000000001/done/x.json",
+        "p/batches/0000000001/plan.json",
+        "p/batches/0000000002/plan.json",
+    ]
+    assert storage.list("p/batches/") == storage.list("p/batches")
+    assert storage.list("nothing/here") == []
+
+
+@pytest.mark.parametrize("key", ["../escape.json", "/abs.json", "a//b.json", "a/./b.json", ""])
+def test_keys_cannot_escape_the_root(storage: LedgerStorage, key: str):
+    with pytest.raises(ValueError, match="invalid ledger key"):
+        storage.create(key, b"x")
+
+
+def test_describe_names_the_full_location(storage: LedgerStorage):
+    where = storage.describe("_onceflow/p/batches/0000000001/plan.json")
+    assert where.endswith("_onceflow/p/batches/0000000001/plan.json")
+    assert len(where) > len("_onceflow/p/batches/0000000001/plan.json")
+
+
+def test_racing_creates_have_exactly_one_winner(storage: LedgerStorage):
+    if isinstance(storage, HadoopLedgerStorage):
+        pytest.skip("Hadoop's file:// FileSystem checks-then-renames: create-if-absent is atomic only on HDFS")
+    for round_ in range(5):
+        key = f"race/{round_}/decision.json"
+        barrier = threading.Barrier(6)
+        wins: list[bytes] = []
+
+        def contender(i: int) -> None:
+            barrier.wait()
+            data = f"writer-{i}".encode()
+            if storage.create(key, data):
+                wins.append(data)
+
+        threads = [threading.Thread(target=contender, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(wins) == 1
+        assert storage.read(key) == wins[0]
+
+
+def test_s3_endpoint_unreachable_names_endpoint_bucket_and_fix():
+    from onceflow.services.process import pick_port
+    from onceflow.services.s3 import S3Endpoint
+
+    port = pick_port(1)
+    storage = S3LedgerStorage("ledger-bucket", "root", S3Endpoint(f"http://127.0.0.1:{port}"))
+    with pytest.raises(LedgerUnavailable) as err:
+        storage.read("_onceflow/p/_head.json")
+    message = str(err.value)
+    assert f"127.0.0.1:{port}" in message and "s3://ledger-bucket/root/_onceflow/p/_head.json" in message
+    assert "reachable" in message and "retry" in message
+
+
+def test_s3_missing_bucket_is_unavailable_not_absent(s3_endpoint):
+    storage = S3LedgerStorage("no-such-bucket-onceflow", "", s3_endpoint)
+    with pytest.raises(LedgerUnavailable, match="bucket 'no-such-bucket-onceflow' exists"):
+        storage.create("k.json", b"{}")
+
+
+def test_local_root_unusable_names_the_path(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the ledger root should be")
+    storage = LocalLedgerStorage(blocker)
+    with pytest.raises(LedgerUnavailable, match=str(blocker)):
+        storage.create("_onceflow/p/batches/0000000001/plan.json", b"{}")
+
+
+def test_factory_picks_backend_by_scheme(tmp_path, s3_endpoint, spark):
+    assert isinstance(open_ledger_storage(str(tmp_path)), LocalLedgerStorage)
+    assert isinstance(open_ledger_storage(tmp_path.as_uri()), LocalLedgerStorage)
+    s3 = open_ledger_storage("s3://bucket/some/prefix", s3=s3_endpoint)
+    assert isinstance(s3, S3LedgerStorage) and (s3.bucket, s3.prefix) == ("bucket", "some/prefix")
+    # The HDFS client connects lazily: choosing the backend needs no NameNode.
+    hadoop = open_ledger_storage("hdfs://127.0.0.1:1/ledger", spark=spark)
+    assert isinstance(hadoop, HadoopLedgerStorage) and hadoop.describe("k.json") == "hdfs://127.0.0.1:1/ledger/k.json"

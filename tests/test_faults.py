@@ -1,0 +1,69 @@
+"""Fault points: armed in-process or through ONCEFLOW_FAULTS; crash is a real os._exit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from onceflow import faults
+from onceflow.settings import ConfigurationError
+
+POINT = faults.declare("test.point", "used by tests/test_faults.py only")
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    faults.disarm()
+    yield
+    faults.disarm()
+
+
+def test_unarmed_point_does_nothing():
+    faults.fault_point(POINT)
+
+
+def test_raise_fires_once_on_the_chosen_hit():
+    faults.arm(POINT, "raise", hits=2)
+    faults.fault_point(POINT)
+    with pytest.raises(faults.InjectedFault) as err:
+        faults.fault_point(POINT)
+    assert err.value.point == POINT
+    faults.fault_point(POINT)  # disarmed after firing
+    assert faults.armed() == {}
+
+
+def test_env_spec_is_parsed_and_checked():
+    import onceflow.protocol.coordinator  # noqa: F401  (declares its points)
+
+    assert faults.parse("ledger.decision.after_write=crash, commit.between_effects=raise@2") == {
+        "ledger.decision.after_write": ("crash", 1),
+        "commit.between_effects": ("raise", 2),
+    }
+    with pytest.raises(ConfigurationError, match="unknown fault point 'ledger.decison.after_write'; known points: .*ledger.decision.after_write"):
+        faults.parse("ledger.decison.after_write=crash")
+    with pytest.raises(ConfigurationError, match="must be 'crash' or 'raise'"):
+        faults.parse("commit.between_effects=explode")
+    with pytest.raises(ConfigurationError, match="not name=action"):
+        faults.parse("commit.between_effects")
+    with pytest.raises(ConfigurationError, match="not an integer"):
+        faults.parse("commit.between_effects=raise@two")
+
+
+def test_registry_lists_every_step_of_the_protocol():
+    import onceflow.protocol.coordinator  # noqa: F401
+
+    for kind in ("plan", "attempt", "vote", "decision", "done", "head"):
+        assert {f"ledger.{kind}.before_write", f"ledger.{kind}.after_write"} <= set(faults.ALL_POINTS)
+    assert {"commit.effect.before", "commit.effect.after", "commit.between_effects", "abort.effect.before"} <= set(faults.ALL_POINTS)
+
+
+def test_env_armed_crash_kills_the_process_with_137():
+    code = "import onceflow.protocol.coordinator as c; from onceflow import faults; faults.fault_point('commit.between_effects'); print('survived')"
+    env = {"ONCEFLOW_FAULTS": "commit.between_effects=crash"}
+    import os
+
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == faults.CRASH_EXIT_CODE
+    assert "survived" not in proc.stdout and "injected crash at fault point 'commit.between_effects'" in proc.stderr

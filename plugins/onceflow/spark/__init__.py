@@ -1,0 +1,1 @@
+"""Spark Python data sources of onceflow (Spark 4.3 ``pyspark.sql.datasource``)."""

@@ -1,0 +1,97 @@
+"""Sample click events for the demo, benchmarks and tests, malformed ones included.
+
+Pure Python and deterministic by seed: the same ``(n, seed)`` always gives
+the same records, and each record carries the dead-letter ``reason`` the
+pipeline must give it (None for a valid event), so tests can check the
+transform against an independent answer.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+
+PAGES = ("/", "/search", "/cart", "/checkout", "/product/1", "/product/2", "/product/3", "/help")
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+@dataclass(frozen=True)
+class ClickRecord:
+    key: bytes | None
+    value: bytes | None
+    reason: str | None  # what the pipeline must say; None = valid event
+
+
+def _event(rng: random.Random, i: int, seed: int) -> dict:
+    return {
+        "event_id": f"e-{seed}-{i}",
+        "user_id": f"u-{rng.randrange(1000)}",
+        "page": rng.choice(PAGES),
+        "ts": START_MS + i * 37 + rng.randrange(1000),
+        "amount": round(rng.uniform(0, 200), 2) if rng.random() < 0.5 else rng.randrange(100),
+    }
+
+
+def _malformed(rng: random.Random, event: dict) -> tuple[bytes | None, str]:
+    """One malformed payload of a random kind, with the reason it must get."""
+    kind = rng.randrange(9)
+    if kind == 0:
+        return json.dumps(event).encode()[: rng.randrange(1, 20)], "bad_json"
+    if kind == 1:
+        return b"\xff\xfe not text", "bad_json"
+    if kind == 2:
+        return json.dumps([event]).encode(), "not_a_json_object"
+    if kind == 3:
+        field = rng.choice(list(event))
+        broken = {k: v for k, v in event.items() if k != field}
+        return json.dumps(broken).encode(), f"missing_field:{field}"
+    if kind == 4:
+        field = rng.choice(list(event))
+        return json.dumps({**event, field: None}).encode(), f"missing_field:{field}"
+    if kind == 5:
+        return json.dumps({**event, "amount": str(event["amount"])}).encode(), "wrong_type:amount"
+    if kind == 6:
+        return json.dumps({**event, "ts": event["ts"] + 0.5}).encode(), "wrong_type:ts"
+    if kind == 7:
+        return json.dumps({**event, "page": 404}).encode(), "wrong_type:page"
+    return json.dumps({**event, "ts": -event["ts"]}).encode(), "out_of_range:ts"
+
+
+def generate(n: int, seed: int = 0, malformed_ratio: float = 0.05) -> list[ClickRecord]:
+    """``n`` records, about ``malformed_ratio`` of them malformed."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        event = _event(rng, i, seed)
+        key = event["event_id"].encode()
+        if rng.random() < malformed_ratio:
+            value, reason = _malformed(rng, event)
+            out.append(ClickRecord(key, value, reason))
+        else:
+            out.append(ClickRecord(key, json.dumps(event).encode(), None))
+    return out
+
+
+def as_kafka_records(records: list[ClickRecord], topic: str = "clicks", partitions: int = 2):
+    """A pyarrow table shaped like a read of ``topic``: round-robin partitions,
+    offsets from 0 per partition, record timestamps START_MS onwards."""
+    import pyarrow as pa
+
+    next_offset = [0] * partitions
+    part, offsets = [], []
+    for i in range(len(records)):
+        p = i % partitions
+        part.append(p)
+        offsets.append(next_offset[p])
+        next_offset[p] += 1
+    return pa.table(
+        {
+            "key": pa.array([r.key for r in records], pa.binary()),
+            "value": pa.array([r.value for r in records], pa.binary()),
+            "topic": pa.array([topic] * len(records), pa.string()),
+            "partition": pa.array(part, pa.int32()),
+            "offset": pa.array(offsets, pa.int64()),
+            "timestamp": pa.array([START_MS + i for i in range(len(records))], pa.timestamp("ms", tz="UTC")),
+        }
+    )

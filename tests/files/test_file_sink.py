@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from onceflow.files import FileSink, committed_files, committed_manifests, read_committed, write_staged_parquet
+from onceflow import faults
 from onceflow.files import layout
 from onceflow.protocol.participant import Outcome, Vote
 from onceflow.protocol.plan import Plan
@@ -82,39 +83,27 @@ def test_a_lost_staged_file_fails_verify_and_commit_loudly(sink_root):
     assert committed_files(uri, storage) == []  # I7: never half-visible, never "success"
 
 
-class Crash(Exception):
-    pass
+@pytest.fixture
+def armed():
+    yield faults.arm
+    faults.disarm()
 
 
-class CrashingStorage:
-    """Delegates to a real storage but dies once at a named fault point."""
-
-    def __init__(self, inner, fault_point: str):
-        self._inner, self._fault_point = inner, fault_point
-
-    def __getattr__(self, name):
-        attr = getattr(self._inner, name)
-        if name == self._fault_point:
-            def crash(*args, **kwargs):
-                self._fault_point = None
-                raise Crash(f"injected crash at {name}")
-            return crash
-        return attr
-
-
-@pytest.mark.parametrize("fault_point", ["publish", "create_if_absent", "delete_tree"])
-def test_commit_resumes_after_a_crash_at_each_step(sink_root, fault_point):
+@pytest.mark.parametrize(
+    "point, visible_after_crash",
+    [("files.commit.before_publish", 0), ("files.commit.after_publish", 0), ("files.commit.after_manifest", 2)],
+)
+def test_commit_resumes_after_a_crash_at_each_step(sink_root, armed, point, visible_after_crash):
     uri, storage = sink_root
-    vote, _ = staged_vote(FileSink("counts", uri, storage))
-    # publish: before anything moved; create_if_absent: promoted, no manifest;
-    # delete_tree: manifest written, staging not yet cleaned up.
-    first = FileSink("counts", uri, CrashingStorage(storage, fault_point)).commit(vote)
-    assert first.outcome is Outcome.FAILED and "injected crash" in first.detail
-    visible = committed_files(uri, storage)
-    assert len(visible) == (2 if fault_point == "delete_tree" else 0)
+    sink = FileSink("counts", uri, storage)
+    vote, _ = staged_vote(sink)
+    armed(point, "raise")
+    first = sink.commit(vote)
+    assert first.outcome is Outcome.FAILED and point in first.detail
+    assert len(committed_files(uri, storage)) == visible_after_crash  # all or nothing, by the manifest
 
-    second = FileSink("counts", uri, storage).commit(vote)
-    assert second.outcome is (Outcome.ALREADY_DONE if fault_point == "delete_tree" else Outcome.DONE), second.detail
+    second = sink.commit(vote)
+    assert second.outcome is (Outcome.ALREADY_DONE if visible_after_crash else Outcome.DONE), second.detail
     assert read_committed(uri, storage).num_rows == 8
     assert storage.list_dir(layout.batch_staging(uri, SEQ)) == {}
 
@@ -169,3 +158,16 @@ def test_a_vote_for_another_sink_is_refused(tmp_path):
     vote = FileSink("a", str(tmp_path / "a")).vote_for(SEQ, 1, [])
     result = FileSink("b", str(tmp_path / "b")).commit(vote)
     assert result.outcome is Outcome.FAILED and "wrong participant" in result.detail
+
+
+def test_a_zombie_file_staged_after_promotion_is_never_published(sink_root, armed):
+    uri, storage = sink_root
+    sink = FileSink("counts", uri, storage)
+    vote, _ = staged_vote(sink)
+    armed("files.commit.after_publish", "raise")
+    assert sink.commit(vote).outcome is Outcome.FAILED
+    zombie = stage(sink, 1, 1, 50, task_attempt=7)  # a speculative attempt still running
+
+    assert sink.commit(vote).outcome is Outcome.DONE
+    assert zombie.name not in storage.list_dir(layout.batch_dir(uri, SEQ))
+    assert read_committed(uri, storage).num_rows == 8

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from onceflow.pipelines import get_pipeline
-from onceflow.pipelines.clickstream import OUTPUTS, transform
+from onceflow.pipelines.clickstream import CLICKSTREAM, transform
+from onceflow.settings import ConfigurationError
 from onceflow.pipelines.clickstream_data import ClickRecord, as_kafka_records, generate
 
 BATCH = "0000000042"
@@ -87,12 +88,13 @@ def test_page_minute_counts_match_an_independent_count(sample, outputs):
         assert row.batch_id == BATCH
 
 
-def test_the_registered_pipeline_declares_the_transform_outputs():
+def test_the_registered_pipeline_declares_exactly_the_transform_outputs(outputs):
     spec = get_pipeline("clickstream")
-    assert tuple(o.name for o in spec.outputs) == OUTPUTS
-    assert spec.output("page_minute_counts").location == "clickstream/page_minute_counts"
-    assert {o.kind for o in spec.outputs} == {"files", "kafka"}
-    with pytest.raises(KeyError, match="registered"):
+    assert spec is CLICKSTREAM and spec.transform_function() is transform
+    assert sorted(s.name for s in spec.sinks) == sorted(outputs)
+    assert spec.sink("page_minute_counts").target == "clickstream/page_minute_counts"
+    assert {s.kind for s in spec.sinks} == {"files", "kafka"}
+    with pytest.raises(ConfigurationError, match="registered"):
         get_pipeline("nope")
 
 

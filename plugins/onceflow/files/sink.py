@@ -21,11 +21,16 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from .. import faults
 from ..protocol.participant import Outcome, Result, Vote
 from ..protocol.plan import Plan
 from . import layout
 from .entries import FileEntry, Manifest
 from .storage import MissingStagedFile, Storage, storage_for
+
+BEFORE_PUBLISH = faults.declare("files.commit.before_publish", "file sink commit: nothing promoted yet")
+AFTER_PUBLISH = faults.declare("files.commit.after_publish", "file sink commit: files promoted, no _SUCCESS manifest")
+AFTER_MANIFEST = faults.declare("files.commit.after_manifest", "file sink commit: manifest written, staging not deleted")
 
 
 class FileSink:
@@ -136,7 +141,9 @@ class FileSink:
             if settled is not None:
                 return settled
         target = layout.batch_dir(self.sink_uri, seq)
+        faults.fault_point(BEFORE_PUBLISH)
         self.storage.publish(self.staging_uri(seq, vote.attempt), target, [e.name for e in entries])
+        faults.fault_point(AFTER_PUBLISH)
         promoted = self.storage.list_dir(target)
         for entry in entries:
             if promoted.get(entry.name) != entry.size:
@@ -147,6 +154,7 @@ class FileSink:
             settled = self._settled(seq, manifest, self.storage.read_bytes(manifest_path) or b"", manifest_path)
             if settled is not None:
                 return settled
+        faults.fault_point(AFTER_MANIFEST)
         self.storage.delete_tree(layout.batch_staging(self.sink_uri, seq))
         return Result(Outcome.DONE, f"{len(entries)} files, {manifest.rows} rows promoted to {target}")
 

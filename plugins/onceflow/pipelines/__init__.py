@@ -1,70 +1,27 @@
-"""The pipeline registry: name -> what a batch reads, how it transforms, where it writes.
+"""The pipelines this project ships, by name (specs are ``onceflow.spec.PipelineSpec``).
 
-A pipeline's transform is a function ``(records: DataFrame, batch_id: str) ->
-{output name: DataFrame}`` over one batch of Kafka records; it must return
-exactly the outputs its spec declares. Output kinds:
-
-- ``files``: Parquet under ``<warehouse>/<location>`` (onceflow.files);
-  the DataFrame's columns are the file's columns.
-- ``kafka``: records to topic ``<location>``; the DataFrame has ``key`` and
-  ``value`` (binary) columns.
+Values are ``"module:attribute"`` so that listing pipelines imports nothing
+heavy; ``get_pipeline`` imports the one asked for. Add a pipeline by adding
+its spec's location here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Mapping
+import importlib
 
-OUTPUT_KINDS = ("files", "kafka")
+from ..settings import ConfigurationError
+from ..spec import PipelineSpec
 
-
-@dataclass(frozen=True)
-class OutputSpec:
-    name: str
-    kind: str       # "files" or "kafka"
-    location: str   # files: path below the warehouse root; kafka: topic
-
-    def __post_init__(self) -> None:
-        if self.kind not in OUTPUT_KINDS:
-            raise ValueError(f"output {self.name}: kind {self.kind!r} is not one of {OUTPUT_KINDS}")
+REGISTRY: dict[str, str] = {"clickstream": "onceflow.pipelines.clickstream:CLICKSTREAM"}
 
 
-@dataclass(frozen=True)
-class PipelineSpec:
-    name: str
-    input_topics: tuple[str, ...]
-    transform: Callable[..., Mapping[str, object]]
-    outputs: tuple[OutputSpec, ...]
-
-    def output(self, name: str) -> OutputSpec:
-        for out in self.outputs:
-            if out.name == name:
-                return out
-        raise KeyError(f"pipeline {self.name} has no output {name!r}; it has {[o.name for o in self.outputs]}")
-
-
-def _clickstream() -> PipelineSpec:
-    from . import clickstream
-
-    return PipelineSpec(
-        name="clickstream",
-        input_topics=("clicks",),
-        transform=clickstream.transform,
-        outputs=(
-            OutputSpec("page_minute_counts", "files", "clickstream/page_minute_counts"),
-            OutputSpec("clicks_enriched", "kafka", "clicks_enriched"),
-            OutputSpec("clicks_dead_letter", "kafka", "clicks_dead_letter"),
-        ),
-    )
-
-
-# Factories, so that importing the registry does not import pyspark.
-REGISTRY: Mapping[str, Callable[[], PipelineSpec]] = {"clickstream": _clickstream}
-
-
-def get_pipeline(name: str) -> PipelineSpec:
-    try:
-        return REGISTRY[name]()
-    except KeyError:
-        raise KeyError(f"no pipeline named {name!r}; registered: {sorted(REGISTRY)} "
-                       "(add yours to onceflow.pipelines.REGISTRY)") from None
+def get_pipeline(name: str, registry: dict[str, str] | None = None) -> PipelineSpec:
+    registry = REGISTRY if registry is None else registry
+    if name not in registry:
+        raise ConfigurationError(f"no pipeline named {name!r}; registered: {sorted(registry)} "
+                                 "(add yours to onceflow.pipelines.REGISTRY)")
+    module, _, attr = registry[name].partition(":")
+    spec = getattr(importlib.import_module(module), attr)
+    if spec.name != name:
+        raise ConfigurationError(f"onceflow.pipelines.REGISTRY[{name!r}] points at pipeline {spec.name!r}")
+    return spec

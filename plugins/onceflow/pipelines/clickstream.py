@@ -28,8 +28,12 @@ extraction is a ``try_`` function that cannot fail a job under ANSI mode.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING
+
+from ..spec import FILES, KAFKA, PipelineSpec, SinkSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 FIELDS = ("event_id", "user_id", "page", "ts", "amount")
 # JSON type of each field as schema_of_variant spells it; JSON integers are BIGINT.
@@ -44,20 +48,29 @@ EXTRACT_AS = {"event_id": "string", "user_id": "string", "page": "string", "ts":
 MAX_TS_MS = 253402300799999  # 9999-12-31T23:59:59.999Z, the last instant Spark timestamps hold
 WINDOW_MS = 60_000
 
-OUTPUTS = ("page_minute_counts", "clicks_enriched", "clicks_dead_letter")
-
-
-def _field(name: str) -> Column:
-    return F.expr(f"variant_get(_doc, '$.{name}', 'variant')")
+CLICKSTREAM = PipelineSpec(
+    name="clickstream",
+    topics=("clicks",),
+    transform="onceflow.pipelines.clickstream:transform",
+    sinks=(
+        SinkSpec("page_minute_counts", FILES, "clickstream/page_minute_counts"),
+        SinkSpec("clicks_enriched", KAFKA, "clicks_enriched"),
+        SinkSpec("clicks_dead_letter", KAFKA, "clicks_dead_letter"),
+    ),
+)
 
 
 def _json_type(name: str) -> Column:
     """schema_of_variant of the field: NULL if absent, 'VOID' if JSON null."""
+    from pyspark.sql import functions as F
+
     return F.expr(f"schema_of_variant(variant_get(_doc, '$.{name}', 'variant'))")
 
 
 def _reason() -> Column:
     """Why a record is malformed, or NULL if it is a valid event."""
+    from pyspark.sql import functions as F
+
     doc_type = F.expr("schema_of_variant(_doc)")
     reason = F.when(F.col("_doc").isNull(), F.lit("bad_json")).when(
         ~doc_type.startswith("OBJECT"), F.lit("not_a_json_object")
@@ -75,12 +88,16 @@ def _reason() -> Column:
 
 def classify(records: DataFrame) -> DataFrame:
     """The input records with ``_doc`` (parsed VARIANT) and ``reason`` (NULL if valid)."""
+    from pyspark.sql import functions as F
+
     parsed = records.withColumn("_doc", F.expr("try_parse_json(cast(value AS string))"))
     parsed = parsed.select("*", *[_json_type(n).alias(f"_type_{n}") for n in FIELDS])
     return parsed.withColumn("reason", _reason())
 
 
 def _events(classified: DataFrame, batch_id: str) -> DataFrame:
+    from pyspark.sql import functions as F
+
     fields = [F.expr(f"try_variant_get(_doc, '$.{n}', '{EXTRACT_AS[n]}')").alias(n) for n in FIELDS]
     events = classified.where(F.col("reason").isNull()).select(*fields, "topic", "partition", "offset")
     return events.withColumn("window_start_ms", F.col("ts") - F.pmod(F.col("ts"), F.lit(WINDOW_MS))).withColumn(
@@ -90,6 +107,8 @@ def _events(classified: DataFrame, batch_id: str) -> DataFrame:
 
 def transform(records: DataFrame, batch_id: str) -> dict[str, DataFrame]:
     """The three outputs of one batch, keyed by output name."""
+    from pyspark.sql import functions as F
+
     classified = classify(records)
     events = _events(classified, batch_id)
 

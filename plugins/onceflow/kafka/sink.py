@@ -34,8 +34,8 @@ from ..protocol.plan import Plan
 from .config import base_config, producer_config
 from .fencing import FencingError, fence_transactional_ids
 from .ids import repair_id, transactional_id
-from .txn_protocol import Action, end_txn
-from .visibility import SplitView, State, observe
+from .txn_protocol import Action, EndTxnReply, end_txn
+from .visibility import SplitView, State, confirm_aborted, observe
 from .writer import REPAIR_HEADER, TxnHandle, _as_uri, open_staged, record_headers, staging_dir
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # the writer's producer default
@@ -124,21 +124,34 @@ class KafkaSinkParticipant:
     # -- commit ---------------------------------------------------------------------
 
     def commit(self, vote: Vote) -> Result:
-        """Commit every handle of the vote, verified by reading; repair if the broker aborted one."""
-        return _worst([self.commit_handle(h) for h in handles_of(vote)])
+        """Commit every handle of the vote, verified by reading; repair if the broker aborted one.
 
-    def commit_handle(self, h: TxnHandle) -> Result:
+        All EndTxn requests go out before any verification: on a broker whose
+        last stable offset waits for every open transaction of a partition
+        (Tansu), a split's commit only becomes visible once its neighbours'
+        are committed too.
+        """
+        handles = handles_of(vote)
+        before = {i: self._observe(h) for i, h in enumerate(handles) if h.partitions}
+        replies = {
+            i: end_txn(self.config, handles[i].transactional_id, handles[i].producer_id, handles[i].epoch, commit=True, timeout_s=self.timeout_s)
+            for i, view in before.items()
+            if view.state is State.OPEN
+        }
+        return _worst([self._settle(h, before.get(i), replies.get(i)) for i, h in enumerate(handles)])
+
+    def _settle(self, h: TxnHandle, before: SplitView | None, reply: EndTxnReply | None) -> Result:
         where = f"batch {h.batch_id} split {h.split} ({h.transactional_id}) on {h.topic}"
-        if not h.partitions:
+        if before is None:
             return Result(Outcome.ALREADY_DONE, f"{where}: wrote nothing")
-        before = observe(self.config, h, self.timeout_s)
         if before.state in (State.COMMITTED, State.REPAIRED):
             return Result(Outcome.ALREADY_DONE, f"{where}: {before.state.value}")
+        if before.state is State.UNKNOWN:
+            return self._unknown(where, before)
         if before.state is State.INCONSISTENT:
             return self._inconsistent(where, before)
         if before.state is State.ABORTED:
             return self._repair(h, where)
-        reply = end_txn(self.config, h.transactional_id, h.producer_id, h.epoch, commit=True, timeout_s=self.timeout_s)
         if reply.action is Action.RETRY:
             return Result(Outcome.RETRY_LATER, f"{where}: EndTxn(commit) answered {reply}")
         if reply.action is Action.FAIL:
@@ -148,22 +161,34 @@ class KafkaSinkParticipant:
             return Result(Outcome.DONE, f"{where}: committed ({reply.error_name}), {h.records} records visible")
         if after.state is State.ABORTED:
             return self._repair(h, where)
+        if after.state is State.UNKNOWN:
+            return self._unknown(where, after)
         if after.state is State.OPEN:
             return Result(
                 Outcome.RETRY_LATER,
                 f"{where}: EndTxn(commit) answered {reply} but the transaction is still open ({after.describe()}): "
-                "the broker did not act on the recorded handle; commit again later (a broker timeout makes it "
-                "repairable)",
+                "the broker did not act on the recorded handle, or another open transaction holds the partition's "
+                "last stable offset back; commit again later (a broker timeout makes it repairable)",
             )
         return self._inconsistent(where, after)
 
     def _observe_until_settled(self, h: TxnHandle) -> SplitView:
         deadline = time.monotonic() + self.timeout_s
         while True:
-            view = observe(self.config, h, self.timeout_s)
+            view = self._observe(h)
             if view.state is not State.OPEN or time.monotonic() > deadline:
                 return view
             time.sleep(0.2)
+
+    def _observe(self, h: TxnHandle) -> SplitView:
+        return confirm_aborted(self.config, h, observe(self.config, h, self.timeout_s), self.timeout_s)
+
+    def _unknown(self, where: str, view: SplitView) -> Result:
+        return Result(
+            Outcome.RETRY_LATER,
+            f"{where}: could not read the output to its end within {self.timeout_s:.0f}s ({view.describe()}); "
+            "commit again once the broker answers",
+        )
 
     def _inconsistent(self, where: str, view: SplitView) -> Result:
         return Result(
@@ -184,9 +209,11 @@ class KafkaSinkParticipant:
         producer = Producer(producer_config(self.config, rid, **{"linger.ms": 20}))
         try:
             producer.init_transactions(self.timeout_s)  # fences other repairers, aborts a half-done repair
-            again = observe(self.config, h, self.timeout_s)
+            again = self._observe(h)
             if again.state is State.REPAIRED:
                 return Result(Outcome.ALREADY_DONE, f"{where}: repaired earlier")
+            if again.state is State.UNKNOWN:
+                return self._unknown(where, again)
             if again.state is not State.ABORTED:
                 return self._inconsistent(where, again)
             table = open_staged(h.staged_uri, self.filesystem)
@@ -208,6 +235,8 @@ class KafkaSinkParticipant:
         after = self._observe_until_settled(h)
         if after.state is State.REPAIRED:
             return Result(Outcome.DONE, f"{where}: transaction was aborted by the broker; repaired from the staged copy ({h.records} records)")
+        if after.state is State.UNKNOWN:
+            return self._unknown(where, after)
         return self._inconsistent(where, after)
 
     # -- abort ----------------------------------------------------------------------
@@ -233,10 +262,10 @@ class KafkaSinkParticipant:
                 view = observe(self.config, h, self.timeout_s) if h.partitions else None
                 if view is None or view.state is State.ABORTED:
                     continue
-                if view.state is State.OPEN:
+                if view.state in (State.OPEN, State.UNKNOWN):
                     return Result(
                         Outcome.RETRY_LATER,
-                        f"batch {h.batch_id} split {h.split}: {h.transactional_id} is still open after fencing "
+                        f"batch {h.batch_id} split {h.split}: {h.transactional_id} is {view.state.value} after fencing "
                         f"({view.describe()}); run the rollback again",
                     )
                 # Visible after abort: the broker shows aborted records (Tansu), or a commit ran without a decision.

@@ -1,0 +1,60 @@
+"""Helpers for the Kafka tests: topics, raw transactional writes, a read_committed audit."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Mapping
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create_topic(config: Mapping[str, Any], partitions: int = 2, prefix: str = "t") -> str:
+    topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient(dict(config))
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # metadata can lag the create on both brokers
+        meta = admin.list_topics(topic, timeout=5).topics.get(topic)
+        if meta is not None and meta.error is None and len(meta.partitions) == partitions:
+            return topic
+        time.sleep(0.1)
+    raise AssertionError(f"topic {topic} did not appear")
+
+
+def produce_txn(config: Mapping[str, Any], topic: str, values: list[bytes], partition: int, commit: bool, txn_id: str | None = None) -> None:
+    """One plain confluent-kafka transaction, committed or aborted."""
+    producer = Producer({**config, "transactional.id": txn_id or f"raw-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for v in values:
+        producer.produce(topic, v, partition=partition)
+    producer.flush(30)
+    (producer.commit_transaction if commit else producer.abort_transaction)(30)
+
+
+def read_committed(config: Mapping[str, Any], topic: str, partitions: int, timeout_s: float = 20.0) -> list[tuple[int, bytes, list]]:
+    """Every record a read_committed consumer sees, up to each partition's end: (partition, value, headers)."""
+    consumer = Consumer(
+        {**config, "group.id": f"audit-{uuid.uuid4().hex[:6]}", "isolation.level": "read_committed",
+         "enable.auto.commit": False, "enable.partition.eof": True}
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    seen: list[tuple[int, bytes, list]] = []
+    at_eof: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(at_eof) < partitions and time.monotonic() < deadline:
+            for m in consumer.consume(1000, 0.2):
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        at_eof.add(m.partition())
+                        continue
+                    raise AssertionError(str(m.error()))
+                at_eof.discard(m.partition())
+                seen.append((m.partition(), m.value(), m.headers() or []))
+    finally:
+        consumer.close()
+    assert len(at_eof) == partitions, f"audit of {topic} did not reach the end of every partition"
+    return seen

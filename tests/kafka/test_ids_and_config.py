@@ -1,0 +1,89 @@
+"""Derived transactional ids, client settings and secret redaction (pure logic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from onceflow.kafka.config import REDACTED, consumer_config, kafka_python_config, producer_config, redact
+from onceflow.kafka.ids import repair_id, transactional_id, transactional_ids
+from onceflow.kafka.txn_protocol import ACTIONS, CONNECTION_CLOSED, Action, classify
+from onceflow.settings import ConfigurationError
+
+SECURE = {
+    "bootstrap.servers": "b1:9093,b2:9093",
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "etl",
+    "sasl.password": "hunter2",
+    "ssl.ca.location": "/etc/ca.pem",
+}
+
+
+def test_transactional_id_is_derived_from_pipeline_sink_and_split():
+    assert transactional_id("clicks", "enriched", 3) == "onceflow.clicks.enriched.3"
+    assert transactional_id("clicks", "enriched", 3) == transactional_id("clicks", "enriched", 3)
+    assert transactional_ids("clicks", "out", 3) == tuple(transactional_id("clicks", "out", i) for i in range(3))
+    assert repair_id(transactional_id("a", "b", 0)) == "onceflow.a.b.0.repair"
+
+
+def test_two_pipelines_never_share_an_id():
+    ids = {transactional_id(p, s, i) for p in ("a", "a-b", "ab") for s in ("b", "x") for i in range(3)}
+    assert len(ids) == 18
+
+
+@pytest.mark.parametrize("pipeline,sink,split", [("a.b", "s", 0), ("", "s", 0), ("p", "s s", 0), ("p", "s", -1), ("p", "s", True)])
+def test_transactional_id_refuses_names_that_would_make_ids_ambiguous(pipeline, sink, split):
+    with pytest.raises(ValueError):
+        transactional_id(pipeline, sink, split)
+
+
+def test_connection_settings_pass_through_unchanged_to_every_client():
+    producer = producer_config(SECURE, "onceflow.p.s.0")
+    consumer = consumer_config(SECURE, "g")
+    for key, value in SECURE.items():
+        assert producer[key] == value and consumer[key] == value
+    assert kafka_python_config(SECURE) == {
+        "bootstrap_servers": "b1:9093,b2:9093",
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "etl",
+        "sasl_plain_password": "hunter2",
+        "ssl_cafile": "/etc/ca.pem",
+    }
+
+
+def test_redact_hides_every_secret_and_keeps_the_rest():
+    shown = redact({**SECURE, "ssl.key.password": "k", "sasl.oauthbearer.client.secret": "s", "sasl.jaas.config": "j"})
+    assert "hunter2" not in repr(shown) and "'k'" not in repr(shown)
+    assert shown["sasl.password"] == shown["ssl.key.password"] == shown["sasl.jaas.config"] == REDACTED
+    assert shown["sasl.username"] == "etl" and shown["bootstrap.servers"] == SECURE["bootstrap.servers"]
+
+
+@pytest.mark.parametrize(
+    "setting,expected",
+    [({"transactional.id": "mine"}, "transactional.id"), ({"enable.idempotence": False}, "enable.idempotence"), ({"acks": 1}, "acks")],
+)
+def test_settings_that_break_exactly_once_fail_fast_naming_the_setting(setting, expected):
+    with pytest.raises(ConfigurationError, match=expected) as err:
+        producer_config({**SECURE, **setting}, "onceflow.p.s.0")
+    assert "hunter2" not in str(err.value)
+
+
+def test_reader_refuses_read_uncommitted():
+    with pytest.raises(ConfigurationError, match="isolation.level"):
+        consumer_config({**SECURE, "isolation.level": "read_uncommitted"}, "g")
+
+
+def test_missing_bootstrap_servers_names_the_setting():
+    with pytest.raises(ConfigurationError, match="bootstrap.servers"):
+        producer_config({}, "onceflow.p.s.0")
+
+
+def test_every_end_txn_answer_maps_to_one_action_and_unknown_is_not_success():
+    assert classify(0)[1] is Action.DONE
+    for code in (14, 15, 16, 51):
+        assert classify(code)[1] is Action.RETRY
+    for code in (47, 48, 90, CONNECTION_CLOSED):
+        assert classify(code)[1] is Action.VERIFY
+    assert classify(12345)[1] is Action.FAIL
+    assert [c for c, (_, a) in ACTIONS.items() if a is Action.DONE] == [0]

@@ -1,0 +1,34 @@
+"""A real Airflow 3 on this machine, started and driven from Python.
+
+Used by ``onceflow demo`` and the end-to-end tests: DAGs run through Airflow
+itself (``airflow dags test``, or api-server + scheduler + dag-processor
+driven over the REST API), never by calling task functions directly.
+
+Call sequence (all in the calling process, e.g. a test or the CLI)::
+
+    airflow = LocalAirflow(home, dags_folder, plugins_folder)
+    airflow.set_connection("spark_local", {"conn_type": "spark", "host": "local[2]"})
+    airflow.migrate()                                  # idempotent
+    result = airflow.dags_test("my_dag", conf={...})   # one in-process run
+    with airflow:                                      # start() ... stop()
+        api = airflow.api()
+        api.wait_for_dag("my_dag"); api.unpause("my_dag")
+        run_id = api.trigger("my_dag", conf={...})
+        state = api.wait_for_run("my_dag", run_id)
+"""
+
+from .errors import AirflowHarnessError
+from .metadata import RunStates
+from .rest import AirflowApi
+from .processes import stray_processes
+from .runtime import COMPONENTS, DagsTestResult, LocalAirflow
+
+__all__ = [
+    "AirflowApi",
+    "AirflowHarnessError",
+    "COMPONENTS",
+    "DagsTestResult",
+    "LocalAirflow",
+    "RunStates",
+    "stray_processes",
+]

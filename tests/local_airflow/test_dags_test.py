@@ -1,0 +1,33 @@
+"""``airflow dags test`` of the probe DAG: real tasks, a real effect, states read back."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_a_successful_run_has_its_effect_and_every_state(local_airflow, tmp_path):
+    output = tmp_path / "effect.json"
+    rollback = tmp_path / "rolled-back"
+    result = local_airflow.dags_test(
+        "harness_probe", conf={"output_path": str(output), "rollback_path": str(rollback), "rows": 7}
+    )
+    assert result.succeeded, result.describe()
+    assert result.tasks == {"produce": "success", "write_effect": "success", "on_failure": "skipped"}
+    # The XCom from produce reached write_effect, in the run Airflow recorded.
+    assert json.loads(output.read_text()) == {"run_id": result.run_id, "rows": 7}
+    assert not rollback.exists()
+
+
+def test_a_failed_run_exits_nonzero_and_its_one_failed_task_runs(local_airflow, tmp_path):
+    output = tmp_path / "effect.json"
+    rollback = tmp_path / "rolled-back"
+    result = local_airflow.dags_test(
+        "harness_probe",
+        conf={"output_path": str(output), "rollback_path": str(rollback), "fail": "produce"},
+    )
+    assert result.returncode != 0, result.describe()
+    assert result.run_state == "failed", result.describe()
+    assert result.tasks == {"produce": "failed", "write_effect": "upstream_failed", "on_failure": "success"}
+    assert rollback.read_text() == result.run_id
+    assert not output.exists()
+    assert "conf asked produce to fail" in result.log_file.read_text()

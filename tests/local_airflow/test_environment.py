@@ -1,0 +1,63 @@
+"""What every Airflow subprocess is given, and settings that must fail fast (no Airflow started)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from onceflow.local_airflow import AirflowHarnessError, LocalAirflow
+
+
+@pytest.fixture
+def airflow(tmp_path) -> LocalAirflow:
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    return LocalAirflow(tmp_path / "home", dags)
+
+
+def test_tasks_reach_the_execution_api_on_the_port_the_api_server_listens_on(airflow):
+    env = airflow.env()
+    port = env["AIRFLOW__API__PORT"]
+    assert env["AIRFLOW__API__HOST"] == "127.0.0.1"
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == f"http://127.0.0.1:{port}/execution/"
+    assert airflow.api_url == f"http://127.0.0.1:{port}"
+
+
+def test_environment_is_local_quiet_and_uses_this_venv(airflow):
+    env = airflow.env()
+    assert env["AIRFLOW_HOME"] == str(airflow.home)
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == f"sqlite:///{airflow.home}/airflow.db"
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
+    assert env["AIRFLOW__CORE__PARALLELISM"] == "4"
+    assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(airflow.dags_folder)
+    assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] == "True"
+    assert env["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_connections_become_json_env_vars_and_extra_env_wins(tmp_path):
+    (tmp_path / "dags").mkdir()
+    airflow = LocalAirflow(tmp_path / "home", tmp_path / "dags", extra_env={"AIRFLOW__CORE__PARALLELISM": "2"})
+    airflow.set_connection("spark_local", {"conn_type": "spark", "host": "local[2]"})
+    env = airflow.env()
+    assert json.loads(env["AIRFLOW_CONN_SPARK_LOCAL"]) == {"conn_type": "spark", "host": "local[2]"}
+    assert env["AIRFLOW__CORE__PARALLELISM"] == "2"
+
+
+@pytest.mark.parametrize(
+    "conn_id, conn, says",
+    [
+        ("spark-local", {"conn_type": "spark"}, "letters, digits and _"),
+        ("spark_local", {"host": "local[2]"}, "needs a conn_type"),
+    ],
+)
+def test_a_bad_connection_is_refused_with_the_fix(airflow, conn_id, conn, says):
+    with pytest.raises(AirflowHarnessError, match=says):
+        airflow.set_connection(conn_id, conn)
+
+
+def test_a_missing_dags_folder_fails_fast_naming_it(tmp_path):
+    with pytest.raises(AirflowHarnessError, match=f"dags folder {tmp_path / 'nope'} does not exist"):
+        LocalAirflow(tmp_path / "home", tmp_path / "nope")

@@ -1,0 +1,67 @@
+"""api-server + scheduler + dag-processor, driven over the REST API like a user would.
+
+The tests share one started Airflow (module fixture); the last one stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from onceflow.services.process import port_is_free
+
+DAG = "harness_probe"
+
+
+def test_a_run_triggered_over_rest_with_conf_succeeds_and_has_its_effect(airflow_server, tmp_path):
+    output = tmp_path / "effect.json"
+    with airflow_server.api() as api:
+        assert api.wait_for_dag(DAG, timeout=60)["dag_id"] == DAG
+        api.unpause(DAG)
+        run_id = api.trigger(DAG, conf={"output_path": str(output), "rows": 5})
+        assert api.wait_for_run(DAG, run_id, timeout=120) == "success", api.task_states(DAG, run_id)
+        assert api.task_states(DAG, run_id) == {
+            "produce": "success",
+            "write_effect": "success",
+            "on_failure": "skipped",
+        }
+    assert json.loads(output.read_text()) == {"run_id": run_id, "rows": 5}
+    # The metadata DB, read directly, agrees with the API.
+    states = airflow_server.run_states(DAG, run_id)
+    assert states.state == "success" and states.tasks["write_effect"] == "success"
+
+
+def test_a_failed_rest_run_runs_its_one_failed_task_and_the_log_says_why(airflow_server, tmp_path):
+    rollback = tmp_path / "rolled-back"
+    with airflow_server.api() as api:
+        api.wait_for_dag(DAG, timeout=60)
+        api.unpause(DAG)
+        run_id = api.trigger(DAG, conf={"output_path": str(tmp_path / "x"), "rollback_path": str(rollback), "fail": "produce"})
+        assert api.wait_for_run(DAG, run_id, timeout=120) == "failed"
+        assert api.task_states(DAG, run_id) == {
+            "produce": "failed",
+            "write_effect": "upstream_failed",
+            "on_failure": "success",
+        }
+        assert "conf asked produce to fail" in api.task_log(DAG, run_id, "produce")
+    assert rollback.read_text() == run_id
+
+
+def test_stop_leaves_no_process_behind_and_frees_the_port(airflow_server):
+    before = airflow_server.processes()
+    # The three components and what they forked (LocalExecutor workers, uvicorn, ...).
+    assert len(before) > 3, before
+    airflow_server.stop(grace=10)
+    assert airflow_server.processes() == []
+    assert not airflow_server.is_running()
+    alive = [pid for pid in before if _alive(pid)]
+    assert alive == [], f"still running after stop(): {alive}"
+    assert port_is_free(airflow_server.api_port)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False

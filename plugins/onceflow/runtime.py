@@ -1,0 +1,138 @@
+"""Where a pipeline runs, and the objects that run it there.
+
+A ``Deployment`` says where: the warehouse (``file:///...``, ``s3://bucket/
+prefix`` or ``hdfs://...``; the ledger lives in it under ``_onceflow/``), the
+Kafka cluster and the S3 endpoint. ``PipelineRuntime`` builds, from a spec and
+a deployment, the coordinator with one participant per sink and the Kafka
+offset source. Used on the Airflow worker (plan/commit/rollback), in the Spark
+driver (attempts and votes) and by the CLI (status, audit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Mapping
+
+from .protocol.plan import SinkPlan
+from .protocol.planning import PlanConfig
+from .services.kafka_broker import KafkaBroker
+from .services.s3 import S3Endpoint
+from .settings import ConfigurationError
+from .spec import FILES, KAFKA, PipelineSpec
+
+
+@dataclass(frozen=True)
+class Deployment:
+    warehouse: str
+    kafka: KafkaBroker
+    s3: S3Endpoint | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "warehouse", self.warehouse.rstrip("/"))
+        if self.warehouse.startswith(("s3://", "s3a://")) and self.s3 is None:
+            raise ConfigurationError(
+                f"warehouse {self.warehouse} is on S3 but no S3 endpoint is configured: set the aws "
+                "connection (Airflow) or ONCEFLOW_S3_ENDPOINT and AWS_* variables"
+            )
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.warehouse, *(p.strip("/") for p in parts)])
+
+
+class PipelineRuntime:
+    def __init__(self, spec: PipelineSpec, deployment: Deployment, identity: str | None = None, spark: Any = None):
+        self.spec = spec
+        self.deployment = deployment
+        self.identity = identity
+        self.spark = spark
+
+    # -- where things are ------------------------------------------------------
+    def sink_uri(self, sink_name: str) -> str:
+        sink = self.spec.sink(sink_name)
+        if sink.kind != FILES:
+            raise ConfigurationError(f"sink {sink_name!r} of {self.spec.name!r} is a {sink.kind} sink, not files")
+        return self.deployment.path(sink.target)
+
+    @property
+    def kafka_staging_root(self) -> str:
+        """Staged copies of Kafka output, kept for repair (DESIGN.md §4)."""
+        return self.deployment.path("_onceflow", self.spec.name, "kafka_staging")
+
+    # -- the protocol objects ----------------------------------------------------
+    @cached_property
+    def ledger_storage(self):
+        from .ledger.storage import open_ledger_storage
+
+        return open_ledger_storage(self.deployment.warehouse, spark=self.spark, s3=self.deployment.s3)
+
+    def file_storage(self):
+        from .files.s3 import S3Storage
+        from .files.storage import storage_for
+
+        if self.deployment.warehouse.startswith(("s3://", "s3a://")):
+            return S3Storage.for_endpoint(self.deployment.s3)
+        return storage_for(self.deployment.warehouse)
+
+    def arrow_filesystem(self):
+        """pyarrow filesystem for the warehouse (None: infer from a local path)."""
+        if self.deployment.s3 is None or not self.deployment.warehouse.startswith(("s3://", "s3a://")):
+            return None
+        from pyarrow import fs
+
+        s3 = self.deployment.s3
+        return fs.S3FileSystem(
+            access_key=s3.access_key,
+            secret_key=s3.secret_key,
+            region=s3.region,
+            endpoint_override=s3.endpoint_url.split("://", 1)[-1],
+            scheme=s3.endpoint_url.split("://", 1)[0],
+        )
+
+    def participants(self) -> dict[str, Any]:
+        from .files.sink import FileSink
+        from .kafka.sink import KafkaSinkParticipant
+
+        result: dict[str, Any] = {}
+        for sink in self.spec.sinks:
+            if sink.kind == FILES:
+                result[sink.name] = FileSink(sink.name, self.sink_uri(sink.name), storage=self.file_storage())
+            else:
+                result[sink.name] = KafkaSinkParticipant(
+                    sink.name,
+                    self.spec.name,
+                    self.deployment.kafka.config(),
+                    staging_root=self.kafka_staging_root,
+                    filesystem=self.arrow_filesystem(),
+                )
+        return result
+
+    @cached_property
+    def coordinator(self):
+        from .protocol.coordinator import Coordinator
+
+        return Coordinator(self.ledger_storage, self.spec.name, self.participants(), identity=self.identity)
+
+    def offset_source(self):
+        from .kafka.offsets import KafkaOffsetSource
+
+        return KafkaOffsetSource(self.deployment.kafka.config())
+
+    def plan_config(self, params: Mapping[str, Any] | None = None) -> PlanConfig:
+        from .kafka.ids import transactional_id
+
+        params = dict(params or {})
+        max_records = params.get("max_records_per_partition", self.spec.max_records_per_partition)
+        sinks = tuple(SinkPlan(s.name, s.kind, s.splits) for s in self.spec.sinks)
+        return PlanConfig(
+            topics=self.spec.topics,
+            sinks=sinks,
+            start=self.spec.start,
+            max_records_per_partition=int(max_records) if max_records else None,
+            transactional_id=transactional_id,
+            params=params,
+        )
+
+
+def kafka_sink_topics(spec: PipelineSpec) -> dict[str, str]:
+    return {s.name: s.target for s in spec.sinks if s.kind == KAFKA}

@@ -1,0 +1,101 @@
+"""What a pipeline is: its inputs, its transform and its outputs.
+
+A ``PipelineSpec`` is plain data, importable everywhere (Airflow worker,
+Spark driver, the CLI). Where it runs (warehouse, brokers, credentials) is a
+``Deployment`` (see ``onceflow.runtime``), so the same spec runs on the
+embedded stack and in production.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from .settings import ConfigurationError
+
+FILES = "files"
+KAFKA = "kafka"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+def _check_name(what: str, value: str) -> str:
+    if not _NAME.match(value or ""):
+        raise ConfigurationError(
+            f"{what} {value!r} is not valid: use letters, digits, '_', '-' or '.', starting with a letter or digit"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """One output. ``target`` is a path under the warehouse for ``files``
+    (e.g. ``clickstream/page_minute_counts``) and a topic for ``kafka``."""
+
+    name: str
+    kind: str
+    target: str
+    splits: int = 2
+    key_column: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_name("sink name", self.name)
+        if self.kind not in (FILES, KAFKA):
+            raise ConfigurationError(f"sink {self.name!r}: kind {self.kind!r} is not valid: use {FILES!r} or {KAFKA!r}")
+        if self.splits < 1:
+            raise ConfigurationError(f"sink {self.name!r}: splits must be >= 1, got {self.splits}")
+        if not self.target:
+            raise ConfigurationError(f"sink {self.name!r}: target is empty: give a warehouse path or a topic")
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    name: str
+    topics: tuple[str, ...]
+    # "package.module:function": takes (input DataFrame, batch id) and
+    # returns {sink name: DataFrame}. Resolved in the Spark driver.
+    transform: str
+    sinks: tuple[SinkSpec, ...]
+    start: str | int = "earliest"
+    max_records_per_partition: int | None = 100_000
+    schedule: str | None = "* * * * *"
+    # The consumer group whose offsets mirror the committed ranges (lag tools).
+    consumer_group: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_name("pipeline name", self.name)
+        object.__setattr__(self, "topics", tuple(self.topics))
+        object.__setattr__(self, "sinks", tuple(self.sinks))
+        if not self.topics:
+            raise ConfigurationError(f"pipeline {self.name!r}: topics is empty: name at least one input topic")
+        if not self.sinks:
+            raise ConfigurationError(f"pipeline {self.name!r}: sinks is empty: a pipeline needs an output")
+        names = [s.name for s in self.sinks]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"pipeline {self.name!r}: sink names must be unique, got {names}")
+        if ":" not in self.transform:
+            raise ConfigurationError(
+                f"pipeline {self.name!r}: transform {self.transform!r} must be 'package.module:function'"
+            )
+
+    @property
+    def group_id(self) -> str:
+        return self.consumer_group or f"onceflow-{self.name}"
+
+    def sink(self, name: str) -> SinkSpec:
+        for sink in self.sinks:
+            if sink.name == name:
+                return sink
+        raise KeyError(f"pipeline {self.name!r} has no sink {name!r}")
+
+    def transform_function(self) -> Callable:
+        module, _, attr = self.transform.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigurationError(
+                f"pipeline {self.name!r}: cannot import transform {self.transform!r} ({exc}); "
+                "check the module is on the Spark driver's PYTHONPATH"
+            ) from None

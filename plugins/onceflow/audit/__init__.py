@@ -1,0 +1,1 @@
+"""Independent audits of a pipeline's real outputs (``onceflow audit``)."""

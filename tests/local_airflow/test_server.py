@@ -1,6 +1,7 @@
 """api-server + scheduler + dag-processor, driven over the REST API like a user would.
 
-The tests share one started Airflow (module fixture); the last one stops it.
+The tests share one started Airflow (module fixture); the last one stops it,
+so keep it last.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 
+from onceflow.local_airflow import LocalAirflow
 from onceflow.services.process import port_is_free
 
 DAG = "harness_probe"
@@ -47,16 +49,23 @@ def test_a_failed_rest_run_runs_its_one_failed_task_and_the_log_says_why(airflow
     assert rollback.read_text() == run_id
 
 
-def test_stop_leaves_no_process_behind_and_frees_the_port(airflow_server):
+def test_another_instance_finds_the_servers_and_its_stop_leaves_no_process_behind(airflow_server):
     before = airflow_server.processes()
-    # The three components and what they forked (LocalExecutor workers, uvicorn, ...).
+    # The three components and what they forked (LocalExecutor workers, log server, uvicorn).
     assert len(before) > 3, before
-    airflow_server.stop(grace=10)
-    assert airflow_server.processes() == []
+    # A second instance on the same home (another command, a later session)
+    # recognises the running servers although Airflow renamed its processes.
+    again = LocalAirflow(airflow_server.home, airflow_server.dags_folder)
+    assert again.is_running()
+    assert again.api_port == airflow_server.api_port
+    with again.api() as api:
+        assert api.health()["scheduler"]["status"] == "healthy"
+    again.stop(grace=3)
+    assert again.processes() == [] and airflow_server.processes() == []
     assert not airflow_server.is_running()
     alive = [pid for pid in before if _alive(pid)]
     assert alive == [], f"still running after stop(): {alive}"
-    assert port_is_free(airflow_server.api_port)
+    assert port_is_free(airflow_server.api_port) and port_is_free(airflow_server.log_server_port)
 
 
 def _alive(pid: int) -> bool:

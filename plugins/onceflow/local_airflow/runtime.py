@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from ..services.process import pick_port
+from ..services.process import _die_with_parent, pick_port
 from .errors import AirflowHarnessError
 from .metadata import MetadataDb, RunStates
 from .processes import AirflowProcess, stray_processes
@@ -109,15 +109,14 @@ class LocalAirflow:
                 f"dags folder {self.dags_folder} does not exist: create it or pass the folder holding your DAG files"
             )
         self._connections: dict[str, str] = {}
-        # Session ids of components this instance started: their descendants
-        # keep them, so stop() finds every task process even after a leader died.
-        self._sessions: set[int] = set()
         self._migrated = False
         self.home.mkdir(parents=True, exist_ok=True)
-        # A running api-server keeps its port; otherwise take a free one now so
-        # env() is the same for every subprocess of this instance.
-        api = self.process("api-server")
+        # Running components keep their ports; otherwise take free ones now so
+        # env() is the same for every subprocess of this instance. Free ports,
+        # never the defaults (8080, 8793): another Airflow may run beside us.
+        api, scheduler = self.process("api-server"), self.process("scheduler")
         self.api_port = (api.running_pid() and api.port()) or pick_port(None)
+        self.log_server_port = (scheduler.running_pid() and scheduler.port()) or pick_port(None)
 
     # -- configuration -------------------------------------------------------
     @property
@@ -173,6 +172,8 @@ class LocalAirflow:
                 "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
                 "AIRFLOW__DAG_PROCESSOR__PRINT_STATS_INTERVAL": "600",
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+                # The scheduler forks a log server ("serve-logs") on this port.
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_server_port),
                 "PYSPARK_PYTHON": sys.executable,
                 "PYSPARK_DRIVER_PYTHON": sys.executable,
                 "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
@@ -246,6 +247,7 @@ class LocalAirflow:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # so a timeout kills the tasks it forked too
+                preexec_fn=_die_with_parent,  # and a killed caller does not leave it running
             )
             try:
                 returncode = proc.wait(timeout=timeout)
@@ -305,13 +307,13 @@ class LocalAirflow:
                 try:
                     pid = proc.start(
                         [str(_airflow_cli()), component],
-                        port=self.api_port if component == "api-server" else 0,
+                        port={"api-server": self.api_port, "scheduler": self.log_server_port}.get(component, 0),
                         ready=(lambda: api.health() is not None) if component == "api-server" else (lambda: True),
                         env=env,
                         timeout=remaining,
                         die_with_parent=True,
                     )
-                    self._sessions.add(pid)
+                    self._record_session(pid)
                 except Exception as exc:
                     self.stop(grace=2)
                     raise AirflowHarnessError(
@@ -353,8 +355,8 @@ class LocalAirflow:
         """
         # All at once, not one grace period after another: the dag-processor
         # can ignore SIGTERM, and the others need not wait for it.
+        sessions = self._sessions()
         pids = [pid for pid in (self.process(c).running_pid() for c in COMPONENTS) if pid]
-        sessions = set(pids) | self._sessions
         for pid in pids:
             try:
                 os.killpg(pid, signal.SIGTERM)
@@ -378,12 +380,32 @@ class LocalAirflow:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass
-        self._sessions.clear()
+        self._sessions_file.unlink(missing_ok=True)
 
     def processes(self) -> list[int]:
         """PIDs of every live process of this Airflow: components and all they forked."""
-        leaders = {pid for pid in (self.process(c).running_pid() for c in COMPONENTS) if pid}
-        return stray_processes(self.home, leaders | self._sessions)
+        return stray_processes(self.home, self._sessions())
+
+    # Every component leads its own session, and its descendants (executor
+    # workers, the log server, task processes, a task's spark-submit JVM) keep
+    # that session id after the leader dies: when the caller is SIGKILLed, the
+    # leaders die with it (PR_SET_PDEATHSIG) but the scheduler's children do
+    # not. The ids live in a file, so stop() of any later instance on this
+    # home (or a test session's clean-up) still finds them.
+    @property
+    def _sessions_file(self) -> Path:
+        return self.home / "sessions"
+
+    def _record_session(self, pid: int) -> None:
+        with open(self._sessions_file, "a") as f:
+            f.write(f"{pid}\n")
+
+    def _sessions(self) -> set[int]:
+        try:
+            recorded = {int(line) for line in self._sessions_file.read_text().split() if line.isdigit()}
+        except FileNotFoundError:
+            recorded = set()
+        return recorded | {pid for pid in (self.process(c).running_pid() for c in COMPONENTS) if pid}
 
     def __enter__(self) -> "LocalAirflow":
         self.start()

@@ -33,20 +33,34 @@ def test_a_run_triggered_over_rest_with_conf_succeeds_and_has_its_effect(airflow
     assert states.state == "success" and states.tasks["write_effect"] == "success"
 
 
-def test_a_failed_rest_run_runs_its_one_failed_task_and_the_log_says_why(airflow_server, tmp_path):
-    rollback = tmp_path / "rolled-back"
+def test_a_failed_rest_run_runs_its_one_failed_task_says_why_and_succeeds_once_cleared(airflow_server, tmp_path):
+    output, rollback, heal = tmp_path / "effect.json", tmp_path / "rolled-back", tmp_path / "healed"
+    conf = {"output_path": str(output), "rollback_path": str(rollback), "fail": "produce", "heal_path": str(heal)}
     with airflow_server.api() as api:
         api.wait_for_dag(DAG, timeout=60)
         api.unpause(DAG)
-        run_id = api.trigger(DAG, conf={"output_path": str(tmp_path / "x"), "rollback_path": str(rollback), "fail": "produce"})
+        run_id = api.trigger(DAG, conf=conf)
         assert api.wait_for_run(DAG, run_id, timeout=120) == "failed"
         assert api.task_states(DAG, run_id) == {
             "produce": "failed",
             "write_effect": "upstream_failed",
             "on_failure": "success",
         }
-        assert "conf asked produce to fail" in api.task_log(DAG, run_id, "produce")
-    assert rollback.read_text() == run_id
+        assert rollback.read_text() == run_id
+        explanation = api.explain(DAG, run_id)
+        assert "produce=failed" in explanation
+        assert "RuntimeError: harness_probe: conf asked produce to fail" in explanation
+        assert not output.exists()
+        # Fix the cause, clear the failed tasks: the same run (same conf) now succeeds.
+        heal.touch()
+        api.clear_run(DAG, run_id, only_failed=True)
+        assert api.wait_for_run(DAG, run_id, timeout=120) == "success", api.explain(DAG, run_id)
+        assert api.task_states(DAG, run_id) == {
+            "produce": "success",
+            "write_effect": "success",
+            "on_failure": "success",
+        }
+    assert json.loads(output.read_text()) == {"run_id": run_id, "rows": 3}
 
 
 def test_another_instance_finds_the_servers_and_its_stop_leaves_no_process_behind(airflow_server):

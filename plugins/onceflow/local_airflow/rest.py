@@ -179,6 +179,22 @@ class AirflowApi:
                 lines.append(f"{error.get('exc_type')}: {error.get('exc_value')}")
         return "\n".join(lines)
 
+    def explain(self, dag_id: str, run_id: str, log_lines: int = 15) -> str:
+        """The run's state, every task's state, and the log tail of each failed task.
+
+        Meant for assertion and error messages: a failed end-to-end run then
+        says which task failed and why without opening Airflow.
+        """
+        tasks = self.task_instances(dag_id, run_id)
+        parts = [f"run {run_id} of {dag_id} is {self.run(dag_id, run_id)['state']}; tasks: "
+                 + ", ".join(f"{t['task_id']}={t['state']}" for t in tasks)]
+        for t in tasks:
+            if t["state"] == "failed":
+                log = self.task_log(dag_id, run_id, t["task_id"], max(t["try_number"], 1), t["map_index"])
+                tail = "\n".join(log.splitlines()[-log_lines:])
+                parts.append(f"--- {t['task_id']} (try {t['try_number']}) log tail:\n{tail}")
+        return "\n".join(parts)
+
     def clear_run(self, dag_id: str, run_id: str, only_failed: bool = False) -> None:
         """Clear the run's task instances so the scheduler runs them again (a "re-run")."""
         response = self._http.post(

@@ -8,7 +8,8 @@ Shaped like a onceflow batch (DESIGN.md section 1)::
 ``produce`` pushes an XCom; ``write_effect`` writes it, with the run id, to
 ``dag_run.conf["output_path"]`` (the effect the tests check). ``on_failure``
 writes ``conf["rollback_path"]``. ``conf["fail"]`` names a task that must
-raise. Both branches are leaves on purpose: Airflow derives a run's state
+raise, until the file ``conf["heal_path"]`` exists (so a cleared run can
+succeed). Both branches are leaves on purpose: Airflow derives a run's state
 from its leaves, so a rollback downstream of the commit would turn a failed
 run into a "success".
 """
@@ -27,7 +28,8 @@ def _conf() -> dict:
 
 
 def _fail_if_asked(task_id: str) -> None:
-    if _conf().get("fail") == task_id:
+    heal = _conf().get("heal_path")
+    if _conf().get("fail") == task_id and not (heal and Path(heal).exists()):
         raise RuntimeError(f"harness_probe: conf asked {task_id} to fail")
 
 

@@ -19,6 +19,10 @@ from .entries import FileEntry
 from .storage import Storage
 
 ArrowData = Union[pa.Table, Iterable[pa.RecordBatch]]
+# Row groups close at whichever comes first (Spark's own writer aims at 128 MiB);
+# the bytes bound also caps what one task holds in memory.
+ROW_GROUP_ROWS = 1_000_000
+ROW_GROUP_BYTES = 128 << 20
 
 
 class _HashingStream:
@@ -58,13 +62,18 @@ def _batches(data: ArrowData) -> Iterable[pa.RecordBatch]:
 
 
 def write_staged_parquet(data: ArrowData, staging_uri: str, split: int, storage: Storage,
-                         task_attempt: int = 0, compression: str = "snappy") -> FileEntry | None:
+                         task_attempt: int = 0, compression: str = "snappy",
+                         row_group_rows: int = ROW_GROUP_ROWS) -> FileEntry | None:
     """Write ``data`` as one new Parquet file under ``staging_uri``.
 
     Returns the file's entry for the vote, or None when ``data`` holds no
     batch at all (an empty partition stages nothing). Every call creates a
     new file name, so task retries and speculative attempts never overwrite
     each other; which file counts is decided by the vote.
+
+    Spark hands over small Arrow batches (10k rows by default); they are
+    gathered into row groups of ``row_group_rows`` so the file reads as well
+    as one written by Spark itself.
     """
     batches = iter(_batches(data))
     first = next(batches, None)
@@ -76,7 +85,17 @@ def write_staged_parquet(data: ArrowData, staging_uri: str, split: int, storage:
     with storage.open_write(path) as out:
         stream = _HashingStream(out)
         with pq.ParquetWriter(pa.PythonFile(stream, mode="w"), first.schema, compression=compression) as writer:
+            pending: list[pa.RecordBatch] = []
+            pending_rows = pending_bytes = 0
             for batch in itertools.chain((first,), batches):
-                writer.write_batch(batch)
-                rows += batch.num_rows
+                pending.append(batch)
+                pending_rows += batch.num_rows
+                pending_bytes += batch.nbytes
+                if pending_rows >= row_group_rows or pending_bytes >= ROW_GROUP_BYTES:
+                    writer.write_table(pa.Table.from_batches(pending), row_group_size=row_group_rows)
+                    rows += pending_rows
+                    pending, pending_rows, pending_bytes = [], 0, 0
+            if pending:
+                writer.write_table(pa.Table.from_batches(pending), row_group_size=row_group_rows)
+                rows += pending_rows
     return FileEntry(path, name, stream.size, rows, stream.hexdigest(), split, task_attempt)

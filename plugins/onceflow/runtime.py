@@ -10,6 +10,7 @@ driver (attempts and votes) and by the CLI (status, audit).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping
@@ -39,6 +40,41 @@ class Deployment:
     def path(self, *parts: str) -> str:
         return "/".join([self.warehouse, *(p.strip("/") for p in parts)])
 
+    @property
+    def on_s3(self) -> bool:
+        return self.warehouse.startswith(("s3://", "s3a://"))
+
+    @classmethod
+    def from_environment(cls, warehouse: str | None = None) -> "Deployment":
+        """Spark driver and executors: everything from the environment
+        (``ONCEFLOW_WAREHOUSE`` and ``onceflow.settings``)."""
+        from . import settings
+
+        warehouse = warehouse or os.environ.get("ONCEFLOW_WAREHOUSE")
+        if not warehouse:
+            raise ConfigurationError(
+                "ONCEFLOW_WAREHOUSE is not set: export the warehouse URI (file:///path, s3://bucket/prefix or hdfs://...)"
+            )
+        s3 = settings.s3_endpoint() if warehouse.startswith(("s3://", "s3a://")) else None
+        return cls(warehouse, settings.kafka_broker(), s3)
+
+
+def arrow_filesystem(uri: str, s3: S3Endpoint | None):
+    """(pyarrow filesystem, path) for ``uri``: S3 through the given endpoint,
+    anything else as pyarrow infers it. S3 paths are ``bucket/key``."""
+    from pyarrow import fs
+
+    if uri.startswith(("s3://", "s3a://")):
+        if s3 is None:
+            raise ConfigurationError(f"{uri} is on S3 but no S3 endpoint is configured (ONCEFLOW_S3_ENDPOINT)")
+        scheme, _, host = s3.endpoint_url.partition("://")
+        filesystem = fs.S3FileSystem(
+            access_key=s3.access_key, secret_key=s3.secret_key, region=s3.region,
+            endpoint_override=host, scheme=scheme,
+        )
+        return filesystem, uri.split("://", 1)[1]
+    return fs.LocalFileSystem(), uri.split("://", 1)[1] if uri.startswith("file://") else uri
+
 
 class PipelineRuntime:
     def __init__(self, spec: PipelineSpec, deployment: Deployment, identity: str | None = None, spark: Any = None):
@@ -56,8 +92,9 @@ class PipelineRuntime:
 
     @property
     def kafka_staging_root(self) -> str:
-        """Staged copies of Kafka output, kept for repair (DESIGN.md §4)."""
-        return self.deployment.path("_onceflow", self.spec.name, "kafka_staging")
+        """Root of the staged copies of Kafka output, kept for repair
+        (DESIGN.md §4), as a path of ``arrow_filesystem()``."""
+        return arrow_filesystem(self.deployment.warehouse, self.deployment.s3)[1]
 
     # -- the protocol objects ----------------------------------------------------
     @cached_property
@@ -75,19 +112,7 @@ class PipelineRuntime:
         return storage_for(self.deployment.warehouse)
 
     def arrow_filesystem(self):
-        """pyarrow filesystem for the warehouse (None: infer from a local path)."""
-        if self.deployment.s3 is None or not self.deployment.warehouse.startswith(("s3://", "s3a://")):
-            return None
-        from pyarrow import fs
-
-        s3 = self.deployment.s3
-        return fs.S3FileSystem(
-            access_key=s3.access_key,
-            secret_key=s3.secret_key,
-            region=s3.region,
-            endpoint_override=s3.endpoint_url.split("://", 1)[-1],
-            scheme=s3.endpoint_url.split("://", 1)[0],
-        )
+        return arrow_filesystem(self.deployment.warehouse, self.deployment.s3)[0]
 
     def participants(self) -> dict[str, Any]:
         from .files.sink import FileSink
@@ -113,10 +138,19 @@ class PipelineRuntime:
 
         return Coordinator(self.ledger_storage, self.spec.name, self.participants(), identity=self.identity)
 
-    def offset_source(self):
-        from .kafka.offsets import KafkaOffsetSource
+    def mirror_offsets(self, plan) -> None:
+        """After a commit: the input consumer group's offsets become the batch's
+        range ends, so lag tools show the truth. Forward-only and idempotent."""
+        from .kafka.offsets_mirror import mirror_offsets
+        from .protocol.errors import RetryLater
 
-        return KafkaOffsetSource(self.deployment.kafka.config())
+        result = mirror_offsets(self.deployment.kafka.config(), self.spec.group_id, plan.ranges)
+        if not result.ok:
+            raise RetryLater(f"batch {plan.batch_id} of {self.spec.name} is committed, but {result.detail}; retry the task")
+
+    def offset_source(self) -> "KafkaPlanningSource":
+        """The input log as planning sees it; use as a context manager."""
+        return KafkaPlanningSource(self.deployment.kafka.config())
 
     def plan_config(self, params: Mapping[str, Any] | None = None) -> PlanConfig:
         from .kafka.ids import transactional_id
@@ -136,3 +170,33 @@ class PipelineRuntime:
 
 def kafka_sink_topics(spec: PipelineSpec) -> dict[str, str]:
     return {s.name: s.target for s in spec.sinks if s.kind == KAFKA}
+
+
+class KafkaPlanningSource:
+    """``protocol.planning.OffsetSource`` over ``kafka.offsets.KafkaOffsetSource``
+    (Airflow worker, plan task)."""
+
+    def __init__(self, config: Mapping[str, Any]):
+        from .kafka.offsets import KafkaOffsetSource
+
+        self._source = KafkaOffsetSource(config)
+
+    def __enter__(self) -> "KafkaPlanningSource":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._source.close()
+
+    def partitions(self, topics):
+        from .protocol.planning import TopicPartition
+
+        return [TopicPartition(t, p) for t in topics for p in self._source.partitions(t)]
+
+    def earliest_offsets(self, partitions):
+        return {tp: self._source.earliest(tp.topic, tp.partition) for tp in partitions}
+
+    def last_stable_offsets(self, partitions):
+        return {tp: self._source.last_stable(tp.topic, tp.partition) for tp in partitions}
+
+    def offsets_for_timestamp(self, partitions, timestamp_ms: int):
+        return {tp: self._source.offset_for_time(tp.topic, tp.partition, timestamp_ms) for tp in partitions}

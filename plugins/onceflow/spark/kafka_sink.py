@@ -1,0 +1,146 @@
+"""``onceflow_kafka``: pre-commit a DataFrame into open Kafka transactions.
+
+Call sequence (Spark's DataSourceWriter contract)::
+
+    OnceflowKafkaDataSource.writer()   driver: options checked (fails fast)
+    KafkaSplitWriter.write(batches)    executor, once per task ATTEMPT: Spark partition i
+                                       is split i; init_transactions on the split's
+                                       derived transactional.id (fencing any older
+                                       attempt of the split), produce, flush, leave
+                                       the transaction OPEN; returns the TxnHandle
+    KafkaSplitWriter.commit(msgs)      a Python worker (NOT the driver), once per job:
+                                       the vote (every split's handle) goes to the ledger
+    KafkaSplitWriter.abort(msgs)       a Python worker, when the job fails: fences every
+                                       transactional.id of the sink, which aborts what
+                                       any attempt opened, the failed tasks' (``None``
+                                       messages) included
+
+Why no duplicates from Spark itself: a retried or speculative attempt of a
+split uses the same transactional.id, so its ``init_transactions`` aborts the
+older attempt's open transaction; only the handles of attempts Spark
+committed reach ``commit(messages)``, and only those are in the vote.
+
+The DataFrame must have exactly ``splits`` partitions (``run_batch``
+repartitions it) and columns ``value`` (binary) and optionally ``key``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+FORMAT = "onceflow_kafka"
+REQUIRED = ("pipeline", "sink", "topic", "batch_seq", "attempt", "transactional_ids", "staging_root")
+
+
+@dataclass(frozen=True)
+class HandleMessage(WriterCommitMessage):
+    handle: dict
+
+
+@dataclass(frozen=True)
+class KafkaWriteOptions:
+    pipeline: str
+    sink: str
+    topic: str
+    batch_seq: int
+    attempt: int
+    transactional_ids: tuple[str, ...]
+    staging_root: str
+
+    @property
+    def batch_id(self) -> str:
+        return f"{self.batch_seq:010d}"
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "KafkaWriteOptions":
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        missing = [k for k in REQUIRED if not opts.get(k)]
+        if missing:
+            raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}; set them with .option(name, value)")
+        return cls(
+            opts["pipeline"], opts["sink"], opts["topic"], int(opts["batch_seq"]), int(opts["attempt"]),
+            tuple(json.loads(opts["transactional_ids"])), opts["staging_root"],
+        )
+
+
+class KafkaSplitWriter(DataSourceArrowWriter):
+    def __init__(self, options: KafkaWriteOptions):
+        self.options = options
+
+    def write(self, iterator: Iterator) -> HandleMessage:
+        """Executor: pre-commit this task attempt's split; the transaction stays open."""
+        from pyspark import TaskContext
+
+        from .. import settings
+        from ..kafka.writer import TransactionalSplitWriter, staged_uri
+        from ..runtime import arrow_filesystem
+
+        opts = self.options
+        on_s3 = opts.staging_root.startswith(("s3://", "s3a://"))
+        filesystem, root = arrow_filesystem(opts.staging_root, settings.s3_endpoint() if on_s3 else None)
+        split = TaskContext.get().partitionId()
+        if split >= len(opts.transactional_ids):
+            raise ValueError(
+                f"{FORMAT}: partition {split} has no transactional id: the plan allows {len(opts.transactional_ids)} "
+                f"splits for sink {opts.sink!r}; repartition the DataFrame to that many partitions"
+            )
+        attempt_tag = f"{opts.attempt}-{TaskContext.get().attemptNumber()}"
+        writer = TransactionalSplitWriter(
+            settings.kafka_broker().config(), opts.pipeline, opts.sink, opts.batch_id, split, opts.topic,
+            staged_uri(root, opts.pipeline, opts.sink, opts.batch_id, split, attempt_tag),
+            filesystem=filesystem,
+        )
+        if writer.txn_id != opts.transactional_ids[split]:
+            raise ValueError(
+                f"{FORMAT}: split {split} derives transactional id {writer.txn_id!r} but the plan allows "
+                f"{opts.transactional_ids[split]!r}; the plan was written by another version of the pipeline"
+            )
+        writer.begin()
+        try:
+            for batch in iterator:
+                writer.write_batch(batch)
+            return HandleMessage(writer.precommit().to_dict())
+        except BaseException:
+            writer.abandon()
+            raise
+
+    def commit(self, messages: list[HandleMessage | None]) -> None:
+        """Python worker, once per successful job: record the vote in the ledger."""
+        from ..kafka.sink import vote_payload
+        from ..kafka.writer import TxnHandle
+        from ..protocol.participant import Vote
+        from .ledger_votes import record_vote_in_ledger
+
+        handles = [TxnHandle.from_dict(m.handle) for m in messages if m is not None]
+        vote = Vote(self.options.sink, self.options.batch_seq, self.options.attempt, vote_payload(handles),
+                    records=sum(h.records for h in handles))
+        record_vote_in_ledger(self.options.pipeline, vote)
+
+    def abort(self, messages: list[HandleMessage | None]) -> None:
+        """Python worker, when the job fails: end what was opened, fence the rest."""
+        from .. import settings
+        from ..kafka.fencing import fence_transactional_ids
+
+        ids = set(self.options.transactional_ids)
+        fence_transactional_ids(settings.kafka_broker().config(), sorted(ids))
+
+
+class OnceflowKafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def writer(self, schema, overwrite: bool) -> KafkaSplitWriter:
+        if overwrite:
+            raise ValueError(f"{FORMAT} appends inside a transaction: use .mode('append')")
+        if "value" not in schema.fieldNames():
+            raise ValueError(f"{FORMAT}: the DataFrame needs a binary 'value' column (and optionally 'key')")
+        return KafkaSplitWriter(KafkaWriteOptions.parse(self.options))
+
+
+def register(spark) -> None:
+    spark.dataSource.register(OnceflowKafkaDataSource)

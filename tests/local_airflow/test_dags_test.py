@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 
 def test_a_successful_run_has_its_effect_and_every_state(local_airflow, tmp_path):
@@ -24,9 +25,11 @@ def test_a_failed_run_exits_nonzero_and_its_one_failed_task_runs(local_airflow, 
     result = local_airflow.dags_test(
         "harness_probe",
         conf={"output_path": str(output), "rollback_path": str(rollback), "fail": "produce"},
+        logical_date="2024-01-02T00:00:00+00:00",
     )
     assert result.returncode != 0, result.describe()
     assert result.run_state == "failed", result.describe()
+    assert result.logical_date == datetime(2024, 1, 2, tzinfo=timezone.utc), result.describe()
     assert result.tasks == {"produce": "failed", "write_effect": "upstream_failed", "on_failure": "success"}
     assert rollback.read_text() == result.run_id
     assert not output.exists()

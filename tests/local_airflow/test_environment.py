@@ -46,6 +46,20 @@ def test_connections_become_json_env_vars_and_extra_env_wins(tmp_path):
     assert env["AIRFLOW__CORE__PARALLELISM"] == "2"
 
 
+def test_the_callers_airflow_settings_do_not_leak_into_the_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_HOME", "/somewhere/else")
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", "False")
+    monkeypatch.setenv("AIRFLOW_CONN_FROM_SHELL", '{"conn_type": "http"}')
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    (tmp_path / "dags").mkdir()
+    env = LocalAirflow(tmp_path / "home", tmp_path / "dags").env()
+    assert env["AIRFLOW_HOME"] == str((tmp_path / "home").resolve())
+    assert "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION" not in env
+    assert "AIRFLOW_CONN_FROM_SHELL" not in env
+    # onceflow's own settings do reach the tasks.
+    assert env["ONCEFLOW_KAFKA_BOOTSTRAP"] == "127.0.0.1:9092"
+
+
 @pytest.mark.parametrize(
     "conn_id, conn, says",
     [

@@ -10,6 +10,7 @@ database SQLAlchemy can reach works, not only SQLite.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 import sqlalchemy as sa
 
@@ -21,6 +22,7 @@ class RunStates:
     dag_id: str
     run_id: str
     state: str | None
+    logical_date: datetime | None = None  # None for runs triggered without one (Airflow 3)
     # task_id -> state of its latest try (mapped tasks: "task_id[map_index]").
     tasks: dict[str, str | None] = field(default_factory=dict)
 
@@ -56,7 +58,7 @@ class MetadataDb:
 
     def run_states(self, dag_id: str, run_id: str) -> RunStates | None:
         runs = self._query(
-            "SELECT state FROM dag_run WHERE dag_id = :dag_id AND run_id = :run_id", dag_id=dag_id, run_id=run_id
+            "SELECT state, logical_date FROM dag_run WHERE dag_id = :dag_id AND run_id = :run_id", dag_id=dag_id, run_id=run_id
         )
         if not runs:
             return None
@@ -70,5 +72,15 @@ class MetadataDb:
             dag_id=dag_id,
             run_id=run_id,
             state=runs[0][0],
+            logical_date=_utc(runs[0][1]),
             tasks={(t if m < 0 else f"{t}[{m}]"): s for t, m, s in tasks},
         )
+
+
+def _utc(value) -> datetime | None:
+    # SQLite hands back the stored text, other databases a datetime; Airflow stores UTC.
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)

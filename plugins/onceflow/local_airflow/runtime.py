@@ -32,10 +32,11 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Mapping
 
-from ..services.process import _die_with_parent, pick_port
+from ..services.process import MARKER_VAR, _die_with_parent, pick_port
 from .errors import AirflowHarnessError
 from .metadata import MetadataDb, RunStates
 from .processes import AirflowProcess, stray_processes
@@ -60,6 +61,7 @@ class DagsTestResult:
     returncode: int
     run_id: str | None
     run_state: str | None
+    logical_date: datetime | None
     tasks: dict[str, str | None]
     output_tail: str
     log_file: Path
@@ -147,9 +149,14 @@ class LocalAirflow:
         self._connections[conn_id] = json.dumps(dict(conn))
 
     def env(self) -> dict[str, str]:
-        """The environment of every Airflow subprocess of this home."""
+        """The environment of every Airflow subprocess of this home.
+
+        The caller's environment minus its own Airflow settings (``AIRFLOW_*``:
+        a shell's AIRFLOW_HOME or AIRFLOW__CORE__DAGS_FOLDER must not leak into
+        this home; pass such settings in ``extra_env``), plus ours.
+        """
         venv_bin = str(Path(sys.executable).parent)
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_") and k != MARKER_VAR}
         env.update(
             {
                 "AIRFLOW_HOME": str(self.home),
@@ -269,6 +276,7 @@ class LocalAirflow:
             returncode=returncode,
             run_id=run_id,
             run_state=states.state if states else None,
+            logical_date=states.logical_date if states else None,
             tasks=states.tasks if states else {},
             output_tail=_tail(output),
             log_file=log_file,

@@ -178,7 +178,7 @@ class KafkaSinkParticipant:
             view = self._observe(h)
             if view.state is not State.OPEN or time.monotonic() > deadline:
                 return view
-            time.sleep(0.2)
+            time.sleep(0.05)
 
     def _observe(self, h: TxnHandle) -> SplitView:
         return confirm_aborted(self.config, h, observe(self.config, h, self.timeout_s), self.timeout_s)

@@ -5,7 +5,9 @@ never taken as proof (noida-db answers "no error" to an EndTxn it ignored),
 so the sink looks at the data instead: from the split's first offset in each
 partition it counts, with a read_committed consumer, the records whose
 headers carry this batch and split, until it has seen them all or reached the
-partition's end (EOF comes at the last stable offset).
+partition's end (EOF comes at the last stable offset). A transaction is
+atomic in each partition, so when the split's first record is visible at its
+recorded offset the whole partition's share is: the scan stops there.
 
 - OPEN: in some partition the last stable offset (as reported with each fetch,
   read from the client's statistics: ListOffsets is wrong on Tansu and no EOF
@@ -87,7 +89,15 @@ def observe(config: Mapping[str, Any], handle: TxnHandle, timeout_s: float = 30.
         consumer_config(
             config,
             "onceflow-visibility",
-            **{"enable.partition.eof": True, "fetch.wait.max.ms": 50, "statistics.interval.ms": 100, "stats_cb": samples.append},
+            **{
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 50,
+                "statistics.interval.ms": 100,
+                "stats_cb": samples.append,
+                # Usually one record per partition settles it: do not prefetch whole partitions.
+                "max.partition.fetch.bytes": 262_144,
+                "queued.min.messages": 10_000,
+            },
         )
     )
     pending = {p: w for p, w in handle.partitions.items()}
@@ -99,7 +109,7 @@ def observe(config: Mapping[str, Any], handle: TxnHandle, timeout_s: float = 30.
         )
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline:
-            messages = consumer.consume(num_messages=10_000, timeout=0.2)
+            messages = consumer.consume(num_messages=1_000, timeout=0.02)
             if messages:
                 deadline = time.monotonic() + timeout_s
             for m in messages:
@@ -117,11 +127,16 @@ def observe(config: Mapping[str, Any], handle: TxnHandle, timeout_s: float = 30.
                 if not headers or len(headers) < 2 or headers[0] != batch_header or headers[1] != split_header:
                     continue
                 is_repair = len(headers) > 2 and headers[2][0] == REPAIR_HEADER
-                counts[p][1 if is_repair else 0] += 1
+                if not is_repair and m.offset() == pending[p].first_offset:
+                    # A transaction is atomic in each partition: its first record visible means all of it is.
+                    counts[p][0] = pending[p].count
+                else:
+                    counts[p][1 if is_repair else 0] += 1
                 if counts[p][0] == pending[p].count:
                     # Every original is visible: nothing after it matters.
                     stopped[p] = (m.offset() + 1, False)
                     del pending[p]
+                    consumer.incremental_unassign([TopicPartition(handle.topic, p)])
             if samples and not messages:
                 # No EOF comes while the fetch offset is past the last stable offset (an open
                 # transaction before it): the LSO the broker reports with each fetch tells.

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import time
 import zlib
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -111,6 +112,10 @@ def open_staged(uri: str, filesystem: pafs.FileSystem | None = None) -> pa.Table
         return pa.ipc.open_stream(stream).read_all()
 
 
+def _array(column) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
 def _as_uri(uri: str) -> str:
     return uri if "://" in uri else f"file://{uri}"
 
@@ -188,19 +193,71 @@ class TransactionalSplitWriter:
         self._produce(partition, key, value, list(headers) if headers else None)
 
     def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Produce every row: column ``value``; optional ``key``, ``headers``, ``partition``."""
+        """Produce every row: column ``value``; optional ``key``, ``headers``, ``partition``.
+
+        The fast path for Spark's Arrow writer: the batch goes to the staged
+        copy as one Arrow batch, and the produce loop does nothing else.
+        """
         names = batch.schema.names
         n = batch.num_rows
+        if n == 0:
+            return
         values = batch.column("value").to_pylist()
         keys = batch.column("key").to_pylist() if "key" in names else [None] * n
-        headers = batch.column("headers").to_pylist() if "headers" in names else [None] * n
+        user_headers = batch.column("headers").to_pylist() if "headers" in names else None
         if "partition" in names:
             partitions = batch.column("partition").to_pylist()
         else:
-            partitions = [self._partition_for(k) for k in keys]
-        for i in range(n):
-            user = headers[i]
-            self._produce(partitions[i], keys[i], values[i], [(h["key"], h["value"]) for h in user] if user else None)
+            partitions = self._partitions_for(keys)
+        self._stage_rows(partitions, batch, keys, n)
+        if not self._first_write_ms:
+            self._first_write_ms = int(time.time() * 1000)
+        firsts: dict[int, int] = {}
+        for p in set(partitions) - set(self._counts):
+            firsts[p] = partitions.index(p)
+        for p, c in Counter(partitions).items():
+            self._counts[p] = self._counts.get(p, 0) + c
+        if user_headers is None:
+            headers = [self._headers] * n
+        else:
+            headers = [self._headers + [(h["key"], h["value"]) for h in u] if u else self._headers for u in user_headers]
+        # Tight loops between the few rows that need a delivery report (first row of a partition).
+        cuts = sorted(firsts.values())
+        start = 0
+        for cut in cuts:
+            self._produce_rows(values, keys, partitions, headers, start, cut)
+            self._produce_rows(values, keys, partitions, headers, cut, cut + 1, self._on_first_delivery)
+            start = cut + 1
+        self._produce_rows(values, keys, partitions, headers, start, n)
+
+    def _produce_rows(self, values, keys, partitions, headers, start: int, stop: int, on_delivery=None) -> None:
+        produce, topic = self._producer.produce, self.topic
+        extra = {"on_delivery": on_delivery} if on_delivery else {}
+        i = start
+        while i < stop:
+            try:
+                for i in range(i, stop):
+                    produce(topic, values[i], keys[i], partitions[i], headers=headers[i], **extra)
+                i = stop
+            except BufferError:  # queue full: serve delivery reports, then retry row i
+                self._producer.poll(0.05)
+
+    def _partitions_for(self, keys: list) -> list[int]:
+        n, crc32 = self._partition_count, zlib.crc32
+        if None not in keys:
+            return [crc32(k) % n for k in keys]
+        return [self._partition_for(k) for k in keys]
+
+    def _stage_rows(self, partitions: list, batch, keys: list, n: int) -> None:
+        self._flush_stage()  # keep rows of earlier write() calls ahead of this batch
+        names = batch.schema.names
+        columns = [
+            pa.array(partitions, pa.int32()),
+            batch.column("key").cast(pa.binary()) if "key" in names else pa.nulls(n, pa.binary()),
+            batch.column("value").cast(pa.binary()),
+            batch.column("headers").cast(HEADERS_TYPE) if "headers" in names else pa.nulls(n, HEADERS_TYPE),
+        ]
+        self._stage_writer.write_batch(pa.RecordBatch.from_arrays([_array(c) for c in columns], schema=STAGED_SCHEMA))
 
     def precommit(self) -> TxnHandle:
         """Flush everything, capture producer id and epoch, close the staged copy.

@@ -1,0 +1,173 @@
+"""Kafka throughput: onceflow against plain confluent-kafka, side by side, in one process.
+
+    python benchmarks/kafka_throughput.py [--records N] [--value-bytes B] [--partitions P] [--rounds R]
+
+Uses the broker ``onceflow.settings.kafka_broker()`` names: the embedded one
+started by ``onceflow services up``, or ONCEFLOW_KAFKA_BOOTSTRAP (+
+ONCEFLOW_KAFKA_CONFIG). Two comparisons, each run alternately R times and
+reported as the median:
+
+1. write: a plain transactional producer (init, begin, produce, flush,
+   commit) against onceflow's pre-commit (TransactionalSplitWriter with its
+   staged copy) plus commit from the handle (KafkaSinkParticipant.commit:
+   EndTxn from another client, then verification by reading).
+2. read: a plain read_committed consumer (assign, consume to the end,
+   touch each value) against ``read_range`` (Arrow record batches of key,
+   value, headers, partition, offset, timestamp) over the same records.
+
+Targets: write ratio >= 0.8, read ratio >= 0.7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from onceflow import settings
+from onceflow.kafka.offsets import KafkaOffsetSource
+from onceflow.kafka.reader import read_range
+from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
+from onceflow.kafka.writer import TransactionalSplitWriter, staged_uri
+from onceflow.protocol.participant import Vote
+from onceflow.protocol.plan import OffsetRange
+
+PRODUCER_TUNING = {"linger.ms": 20, "queue.buffering.max.messages": 500_000}
+
+
+def create_topic(config: dict, partitions: int) -> str:
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(config)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    time.sleep(0.5)
+    return topic
+
+
+def make_batch(records: int, value_bytes: int) -> pa.RecordBatch:
+    keys = [f"key-{i:010d}".encode() for i in range(records)]
+    pad = b"x" * max(0, value_bytes - 16)
+    values = [f"{i:016d}".encode() + pad for i in range(records)]
+    return pa.RecordBatch.from_pydict({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())})
+
+
+def raw_write(config: dict, topic: str, batch: pa.RecordBatch) -> float:
+    keys = batch.column("key").to_pylist()
+    values = batch.column("value").to_pylist()
+    started = time.perf_counter()
+    producer = Producer({**config, "transactional.id": f"raw-{uuid.uuid4().hex[:8]}", **PRODUCER_TUNING})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    produce, poll = producer.produce, producer.poll
+    for k, v in zip(keys, values):
+        while True:
+            try:
+                produce(topic, v, k)
+                break
+            except BufferError:
+                poll(0.05)
+    producer.flush(60)
+    producer.commit_transaction(60)
+    return time.perf_counter() - started
+
+
+def onceflow_write(config: dict, topic: str, batch: pa.RecordBatch, staging: str) -> float:
+    pipeline = f"bench-{uuid.uuid4().hex[:6]}"
+    started = time.perf_counter()
+    writer = TransactionalSplitWriter(
+        config, pipeline, "out", "0000000001", 0, topic, staged_uri(staging, pipeline, "out", "0000000001", 0, 0),
+        producer_overrides=PRODUCER_TUNING,
+    )
+    writer.begin()
+    writer.write_batch(batch)
+    handle = writer.precommit()
+    writer.abandon()
+    participant = KafkaSinkParticipant("out", pipeline, config, staging_root=staging)
+    result = participant.commit(Vote("out", 1, 0, vote_payload([handle]), records=handle.records))
+    elapsed = time.perf_counter() - started
+    if not result.ok:
+        raise SystemExit(f"onceflow commit failed: {result.detail}")
+    return elapsed
+
+
+def raw_read(config: dict, ranges: list[OffsetRange]) -> tuple[float, int]:
+    started = time.perf_counter()
+    consumer = Consumer({**config, "group.id": "bench-raw", "isolation.level": "read_committed",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
+    done, count, size = set(), 0, 0
+    while len(done) < len(ranges):
+        for m in consumer.consume(10_000, 0.2):
+            if m.error() is not None:
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    done.add(m.partition())
+                continue
+            size += len(m.value())
+            count += 1
+    consumer.close()
+    return time.perf_counter() - started, count
+
+
+def onceflow_read(config: dict, ranges: list[OffsetRange]) -> tuple[float, int]:
+    started = time.perf_counter()
+    count = 0
+    for rng in ranges:
+        for batch in read_range(config, rng):
+            count += batch.num_rows
+    return time.perf_counter() - started, count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    broker = settings.kafka_broker()
+    config = broker.config()
+    print(f"broker: {broker.name} at {broker.bootstrap}; {args.records} records of {args.value_bytes} B, "
+          f"{args.partitions} partitions, {args.rounds} rounds")
+    batch = make_batch(args.records, args.value_bytes)
+    write_raw, write_of, read_raw, read_of = [], [], [], []
+    with tempfile.TemporaryDirectory() as staging:
+        for _ in range(args.rounds):
+            topic = create_topic(config, args.partitions)
+            write_raw.append(raw_write(config, topic, batch))
+            topic = create_topic(config, args.partitions)
+            write_of.append(onceflow_write(config, topic, batch, staging))
+            with KafkaOffsetSource(config) as source:
+                ranges = [OffsetRange(topic, p, 0, source.last_stable(topic, p)) for p in source.partitions(topic)]
+            seconds, n_raw = raw_read(config, ranges)
+            read_raw.append(seconds)
+            seconds, n_of = onceflow_read(config, ranges)
+            read_of.append(seconds)
+            if n_raw != args.records or n_of != args.records:
+                raise SystemExit(f"read {n_raw} (raw) / {n_of} (onceflow) records, wrote {args.records}")
+
+    def rate(seconds: list[float]) -> float:
+        return args.records / statistics.median(seconds)
+
+    rows = [
+        ("write: raw transactional producer", rate(write_raw), None),
+        ("write: onceflow pre-commit + commit", rate(write_of), rate(write_of) / rate(write_raw)),
+        ("read: raw read_committed consumer", rate(read_raw), None),
+        ("read: onceflow read_range (Arrow)", rate(read_of), rate(read_of) / rate(read_raw)),
+    ]
+    for name, per_s, ratio in rows:
+        print(f"{name:40s} {per_s:12,.0f} rec/s" + (f"   ratio {ratio:.2f}" if ratio is not None else ""))
+    write_ratio, read_ratio = rows[1][2], rows[3][2]
+    print(f"targets: write >= 0.80 ({'met' if write_ratio >= 0.8 else 'MISSED'}), "
+          f"read >= 0.70 ({'met' if read_ratio >= 0.7 else 'MISSED'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

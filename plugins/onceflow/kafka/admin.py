@@ -1,0 +1,27 @@
+"""Topic administration the demo, tests and tooling need (not the protocol)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def ensure_topics(config: Mapping[str, Any], names: Iterable[str], partitions: int = 2, timeout_s: float = 30.0) -> list[str]:
+    """Create the topics that do not exist yet; returns the ones created. Idempotent."""
+    admin = AdminClient(dict(config))
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    wanted = [n for n in dict.fromkeys(names) if n not in existing]
+    if not wanted:
+        return []
+    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in wanted], operation_timeout=timeout_s)
+    created = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout_s)
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    return created

@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+import pytest
+
+from onceflow.local_airflow import AirflowHarnessError
+
 
 def test_a_successful_run_has_its_effect_and_every_state(local_airflow, tmp_path):
     output = tmp_path / "effect.json"
@@ -34,3 +38,8 @@ def test_a_failed_run_exits_nonzero_and_its_one_failed_task_runs(local_airflow, 
     assert rollback.read_text() == result.run_id
     assert not output.exists()
     assert "conf asked produce to fail" in result.log_file.read_text()
+
+
+def test_an_unknown_dag_fails_fast_naming_the_dag_and_the_folder(local_airflow):
+    with pytest.raises(AirflowHarnessError, match=r"'no_such_dag' defined by a file under .*tests/local_airflow/dags"):
+        local_airflow.dags_test("no_such_dag", timeout=120)

@@ -45,6 +45,10 @@ from .rest import AirflowApi
 # Start order: the scheduler and dag-processor need nothing from the API, so
 # they import Airflow while the API server starts; the API is awaited last.
 COMPONENTS = ("dag-processor", "scheduler", "api-server")
+# The api-server reads task logs from the shared log folder; the scheduler's
+# log server ("serve-logs") would be one more process listening on every
+# interface, for nothing.
+_COMPONENT_ARGS = {"scheduler": ("--skip-serve-logs",)}
 _CONN_ID = re.compile(r"^[A-Za-z0-9_]+$")
 _TAIL_LINES = 40
 
@@ -179,7 +183,7 @@ class LocalAirflow:
                 "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
                 "AIRFLOW__DAG_PROCESSOR__PRINT_STATS_INTERVAL": "600",
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-                # The scheduler forks a log server ("serve-logs") on this port.
+                # Log servers (not started, see _COMPONENT_ARGS) would listen here, not on 8793.
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_server_port),
                 "PYSPARK_PYTHON": sys.executable,
                 "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -233,7 +237,8 @@ class LocalAirflow:
         """Run one DAG run in-process with ``airflow dags test`` and read back its states.
 
         Does not raise when the run fails (a failed run is a result); raises
-        AirflowHarnessError when it does not finish within ``timeout``.
+        AirflowHarnessError when it does not finish within ``timeout`` or
+        creates no run at all (unknown DAG id, a DAG file that does not import).
         """
         db = MetadataDb(self.sql_alchemy_conn)
         before = db.last_run_pk(dag_id)
@@ -270,6 +275,12 @@ class LocalAirflow:
             output = log.read()
         seconds = time.monotonic() - started
         run_id = db.newest_run_after(dag_id, before)
+        if run_id is None and returncode != 0:
+            raise AirflowHarnessError(
+                f"airflow dags test {dag_id} exited {returncode} without creating a run: is {dag_id!r} "
+                f"defined by a file under {self.dags_folder}, and does that file import cleanly? "
+                f"Full output in {log_file}; last lines:\n{_tail(output)}"
+            )
         states = db.run_states(dag_id, run_id) if run_id else None
         return DagsTestResult(
             dag_id=dag_id,
@@ -314,7 +325,7 @@ class LocalAirflow:
                 remaining = max(deadline - time.monotonic(), 1.0)
                 try:
                     pid = proc.start(
-                        [str(_airflow_cli()), component],
+                        [str(_airflow_cli()), component, *_COMPONENT_ARGS.get(component, ())],
                         port={"api-server": self.api_port, "scheduler": self.log_server_port}.get(component, 0),
                         ready=(lambda: api.health() is not None) if component == "api-server" else (lambda: True),
                         env=env,

@@ -78,6 +78,10 @@ class HadoopStorage(RenamingStorage):
                 return None
             raise
 
+    def exists(self, path: str) -> bool:
+        fs, p = self._fs_path(path)
+        return bool(fs.exists(p))
+
     def list_dir(self, path: str) -> dict[str, int | None]:
         fs, p = self._fs_path(path)
         if not fs.exists(p):

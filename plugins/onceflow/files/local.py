@@ -49,6 +49,9 @@ class LocalStorage(RenamingStorage):
         except FileNotFoundError:
             return None
 
+    def exists(self, path: str) -> bool:
+        return local_path(path).exists()
+
     def list_dir(self, path: str) -> dict[str, int | None]:
         try:
             entries = list(os.scandir(local_path(path)))

@@ -81,9 +81,9 @@ class RenamingStorage(Storage):
     def rename(self, src: str, dst: str) -> None:
         """Atomically move ``src`` to ``dst``, which must not exist."""
 
+    @abstractmethod
     def exists(self, path: str) -> bool:
-        parent, _, name = path.rstrip("/").rpartition("/")
-        return name in self.list_dir(parent)
+        """Is there a file or directory at ``path``?"""
 
     def publish(self, staged_dir: str, target_dir: str, names: Iterable[str]) -> None:
         wanted = set(names)

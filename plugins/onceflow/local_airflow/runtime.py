@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ..services.process import MARKER_VAR, _die_with_parent, pick_port
 from .errors import AirflowHarnessError
@@ -324,21 +324,37 @@ class LocalAirflow:
                     continue
                 remaining = max(deadline - time.monotonic(), 1.0)
                 try:
-                    pid = proc.start(
+                    proc.start(
                         [str(_airflow_cli()), component, *_COMPONENT_ARGS.get(component, ())],
                         port={"api-server": self.api_port, "scheduler": self.log_server_port}.get(component, 0),
-                        ready=(lambda: api.health() is not None) if component == "api-server" else (lambda: True),
+                        ready=self._recording_session(proc, api.health if component == "api-server" else None),
                         env=env,
                         timeout=remaining,
                         die_with_parent=True,
                     )
-                    self._record_session(pid)
                 except Exception as exc:
                     self.stop(grace=2)
                     raise AirflowHarnessError(
                         f"Airflow {component} did not start under {self.home}: {exc}"
                     ) from exc
             self._wait_healthy(api, deadline)
+
+    def _recording_session(self, proc: AirflowProcess, check: Callable[[], object] | None) -> Callable[[], bool]:
+        """A readiness probe that first records the new process's session.
+
+        ManagedProcess calls it once the PID file exists, so even a component
+        that dies during start-up has its session recorded for stop().
+        """
+        recorded = False
+
+        def ready() -> bool:
+            nonlocal recorded
+            if not recorded:
+                self._record_session(int(proc.pid_file.read_text()))
+                recorded = True
+            return check is None or bool(check())
+
+        return ready
 
     def _wait_healthy(self, api: AirflowApi, deadline: float) -> None:
         health: dict = {}

@@ -19,6 +19,7 @@ import pytest
 from onceflow.local_airflow import LocalAirflow
 
 DAGS = Path(__file__).resolve().parent / "dags"
+PROBE_HOST = "probe-host.invalid"
 HOMES = Path(__file__).resolve().parents[2] / ".onceflow" / "test" / "local-airflow"
 
 
@@ -44,6 +45,7 @@ def airflow_homes() -> Path:
 @pytest.fixture(scope="session")
 def local_airflow(airflow_homes: Path) -> LocalAirflow:
     airflow = LocalAirflow(airflow_homes / "shared", DAGS)
+    airflow.set_connection("harness_probe", {"conn_type": "generic", "host": PROBE_HOST})
     airflow.migrate()
     yield airflow
     airflow.stop(grace=2)

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from onceflow.local_airflow import AirflowHarnessError
+from tests.local_airflow.conftest import PROBE_HOST
 
 
 def test_a_successful_run_has_its_effect_and_every_state(local_airflow, tmp_path):
@@ -19,7 +20,7 @@ def test_a_successful_run_has_its_effect_and_every_state(local_airflow, tmp_path
     assert result.succeeded, result.describe()
     assert result.tasks == {"produce": "success", "write_effect": "success", "on_failure": "skipped"}
     # The XCom from produce reached write_effect, in the run Airflow recorded.
-    assert json.loads(output.read_text()) == {"run_id": result.run_id, "rows": 7}
+    assert json.loads(output.read_text()) == {"run_id": result.run_id, "rows": 7, "conn_host": PROBE_HOST}
     assert not rollback.exists()
 
 

@@ -7,10 +7,10 @@ so keep it last.
 from __future__ import annotations
 
 import json
-import os
 
 from onceflow.local_airflow import LocalAirflow
 from onceflow.services.process import port_is_free
+from tests.local_airflow.conftest import PROBE_HOST
 
 DAG = "harness_probe"
 
@@ -27,7 +27,7 @@ def test_a_run_triggered_over_rest_with_conf_succeeds_and_has_its_effect(airflow
             "write_effect": "success",
             "on_failure": "skipped",
         }
-    assert json.loads(output.read_text()) == {"run_id": run_id, "rows": 5}
+    assert json.loads(output.read_text()) == {"run_id": run_id, "rows": 5, "conn_host": PROBE_HOST}
     # The metadata DB, read directly, agrees with the API.
     states = airflow_server.run_states(DAG, run_id)
     assert states.state == "success" and states.tasks["write_effect"] == "success"
@@ -60,7 +60,7 @@ def test_a_failed_rest_run_runs_its_one_failed_task_says_why_and_succeeds_once_c
             "write_effect": "success",
             "on_failure": "success",
         }
-    assert json.loads(output.read_text()) == {"run_id": run_id, "rows": 3}
+    assert json.loads(output.read_text()) == {"run_id": run_id, "rows": 3, "conn_host": PROBE_HOST}
 
 
 def test_another_instance_finds_the_servers_and_its_stop_leaves_no_process_behind(airflow_server):

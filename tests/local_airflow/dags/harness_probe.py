@@ -5,7 +5,8 @@ Shaped like a onceflow batch (DESIGN.md section 1)::
     produce ──► write_effect      (all_success, like commit)
          └────► on_failure        (one_failed, like rollback)
 
-``produce`` pushes an XCom; ``write_effect`` writes it, with the run id, to
+``produce`` pushes an XCom (with the host of connection ``harness_probe``,
+which the tests define as an ``AIRFLOW_CONN_`` variable); ``write_effect`` writes it, with the run id, to
 ``dag_run.conf["output_path"]`` (the effect the tests check). ``on_failure``
 writes ``conf["rollback_path"]``. ``conf["fail"]`` names a task that must
 raise, until the file ``conf["heal_path"]`` exists (so a cleared run can
@@ -20,7 +21,7 @@ import json
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import dag, get_current_context, task
+from airflow.sdk import Connection, dag, get_current_context, task
 
 
 def _conf() -> dict:
@@ -44,7 +45,7 @@ def harness_probe():
     @task
     def produce() -> dict:
         _fail_if_asked("produce")
-        return {"rows": int(_conf().get("rows", 3))}
+        return {"rows": int(_conf().get("rows", 3)), "conn_host": Connection.get("harness_probe").host}
 
     @task
     def write_effect(payload: dict) -> str:

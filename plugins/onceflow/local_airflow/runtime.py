@@ -9,6 +9,7 @@ Layout of ``home``::
     logs/                     task logs
     api-server/ scheduler/ dag-processor/
                               one ManagedProcess directory each: pid, port, service.log
+    sessions                  session ids of started components (see _sessions)
     dags-test/                full output of every ``dags_test`` call
 
 Why the environment looks the way it does (ENVIRONMENT.md has the measurements):
@@ -18,6 +19,9 @@ Why the environment looks the way it does (ENVIRONMENT.md has the measurements):
 - ``[core] parallelism=4``: the default forks 32 idle LocalExecutor workers.
 - ``[dag_processor] refresh_interval=2``: a new DAG file is seen in seconds,
   not the default 5 minutes.
+- Free ports for the API and any log server, never 8080/8793: other
+  Airflows (other test sessions) may run on the same machine.
+- The caller's own ``AIRFLOW_*`` variables are dropped: this home is hermetic.
 - The simple auth manager with everyone admin: a local, loopback-only API.
 - ``PYSPARK_PYTHON``: Spark's Python workers must be this venv's Python.
 """

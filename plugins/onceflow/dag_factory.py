@@ -142,6 +142,8 @@ def pipeline_dag(
         )
         commit = CommitBatchOperator(task_id="commit", outlets=outputs(spec, warehouse), trigger_rule=TriggerRule.ALL_SUCCESS, **common)
         rollback = RollbackBatchOperator(task_id="rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=3, **common)
-        plan >> spark >> commit
-        [spark, commit] >> rollback
+        # commit and rollback are both leaves, as in DESIGN.md: the run's state
+        # is then failed whenever the batch did not commit (a rollback that
+        # succeeds must not turn a failed batch into a successful run).
+        plan >> spark >> [commit, rollback]
     return dag

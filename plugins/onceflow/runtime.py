@@ -10,6 +10,7 @@ driver (attempts and votes) and by the CLI (status, audit).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -57,6 +58,53 @@ class Deployment:
             )
         s3 = settings.s3_endpoint() if warehouse.startswith(("s3://", "s3a://")) else None
         return cls(warehouse, settings.kafka_broker(), s3)
+
+
+    def to_option(self) -> str:
+        """This deployment without its secrets, for Spark data source options
+        (options show up in query plans). ``from_option`` adds the secrets
+        back from the worker's environment."""
+        from .kafka.config import is_secret
+
+        return json.dumps(
+            {
+                "warehouse": self.warehouse,
+                "kafka": {
+                    "bootstrap": self.kafka.bootstrap,
+                    "client_config": {k: v for k, v in self.kafka.client_config.items() if not is_secret(k)},
+                },
+                "s3": None if self.s3 is None else {"endpoint_url": self.s3.endpoint_url, "region": self.s3.region},
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_option(cls, text: str) -> "Deployment":
+        """Spark executor / Python worker: the deployment from ``to_option``,
+        secrets from ``ONCEFLOW_KAFKA_CONFIG`` and the AWS variables."""
+        from . import settings
+        from .kafka.config import is_secret
+
+        raw = json.loads(text)
+        env_kafka = json.loads(os.environ.get("ONCEFLOW_KAFKA_CONFIG") or "{}")
+        client_config = {**raw["kafka"]["client_config"], **{k: v for k, v in env_kafka.items() if is_secret(k)}}
+        s3 = None
+        if raw["s3"]:
+            s3 = S3Endpoint(
+                raw["s3"]["endpoint_url"],
+                os.environ.get("AWS_ACCESS_KEY_ID", ""),
+                os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+                raw["s3"]["region"],
+            )
+            if not (s3.access_key and s3.secret_key):
+                try:
+                    s3 = settings.s3_endpoint()  # the embedded stack (local runs)
+                except settings.ConfigurationError:
+                    raise settings.ConfigurationError(
+                        f"the warehouse {raw['warehouse']} is on S3 but this Spark worker has no AWS_ACCESS_KEY_ID / "
+                        "AWS_SECRET_ACCESS_KEY: pass them to executors (spark.executorEnv.*)"
+                    ) from None
+        return cls(raw["warehouse"], KafkaBroker("external", raw["kafka"]["bootstrap"], client_config), s3)
 
 
 def arrow_filesystem(uri: str, s3: S3Endpoint | None):
@@ -110,6 +158,14 @@ class PipelineRuntime:
         if self.deployment.warehouse.startswith(("s3://", "s3a://")):
             return S3Storage.for_endpoint(self.deployment.s3)
         return storage_for(self.deployment.warehouse)
+
+    def file_storage_options(self) -> dict[str, str]:
+        """``s3.*`` options for the file data source: endpoint and region only.
+        Credentials reach executors through the standard AWS variables, never
+        through options (options show up in query plans)."""
+        if not self.deployment.on_s3:
+            return {}
+        return {"s3.endpoint_url": self.deployment.s3.endpoint_url, "s3.region": self.deployment.s3.region}
 
     def arrow_filesystem(self):
         return arrow_filesystem(self.deployment.warehouse, self.deployment.s3)[0]

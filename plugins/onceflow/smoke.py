@@ -26,12 +26,11 @@ class KafkaRoundTrip:
 def kafka_round_trip(broker: KafkaBroker, records: int = 10, partitions: int = 2, timeout: float = 30.0) -> KafkaRoundTrip:
     """One committed and one aborted transaction, then a read_committed read."""
     from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from .kafka.admin import ensure_topics
 
     topic = f"smoke-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient(broker.config())
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(timeout)
+    ensure_topics(broker.config(), [topic], partitions, timeout)
     producer = Producer(broker.config(**{"transactional.id": f"onceflow-smoke-{topic}"}))
     producer.init_transactions(timeout)
     committed = [f"committed-{i}".encode() for i in range(records)]

@@ -90,6 +90,21 @@ class PipelineSpec:
                 return sink
         raise KeyError(f"pipeline {self.name!r} has no sink {name!r}")
 
+    def to_json(self) -> str:
+        """Plain data: travels to Spark workers as a data source option."""
+        import json
+        from dataclasses import asdict
+
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "PipelineSpec":
+        import json
+
+        raw = json.loads(text)
+        raw["sinks"] = tuple(SinkSpec(**s) for s in raw["sinks"])
+        return cls(**raw)
+
     def transform_function(self) -> Callable:
         module, _, attr = self.transform.partition(":")
         try:

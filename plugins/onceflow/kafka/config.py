@@ -26,9 +26,13 @@ def base_config(source: KafkaBroker | Mapping[str, Any]) -> dict[str, Any]:
     return config
 
 
+def is_secret(key: str) -> bool:
+    return any(m in key.lower() for m in _SECRET_MARKERS)
+
+
 def redact(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy safe to log: values of secret-looking keys are replaced."""
-    return {k: (REDACTED if any(m in k.lower() for m in _SECRET_MARKERS) else v) for k, v in config.items()}
+    return {k: (REDACTED if is_secret(k) else v) for k, v in config.items()}
 
 
 def _refuse(config: Mapping[str, Any], key: str, allowed: set[str], why: str) -> None:

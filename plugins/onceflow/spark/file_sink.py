@@ -42,7 +42,7 @@ from ..files.storage import storage_for
 from .vote_handoff import VOTE_PATH_OPTION, record_vote
 
 FORMAT = "onceflow_files"
-REQUIRED = ("sink", "path", "batch_seq", "attempt", VOTE_PATH_OPTION)
+REQUIRED = ("sink", "path", "batch_seq", "attempt")
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,9 @@ class FilesWriteOptions:
         missing = [k for k in REQUIRED if not opts.get(k)]
         if missing:
             raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}; set them with .option(name, value)")
+        if not opts.get("spec") and not opts.get(VOTE_PATH_OPTION):
+            raise ValueError(f"{FORMAT}: give option 'spec' (the pipeline's PipelineSpec.to_json(): the vote goes to "
+                             f"its ledger) or '{VOTE_PATH_OPTION}' (the vote is written there)")
         ints = {}
         for key in ("batch_seq", "attempt"):
             try:

@@ -33,7 +33,7 @@ from typing import Iterator, Mapping
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
 FORMAT = "onceflow_kafka"
-REQUIRED = ("pipeline", "sink", "topic", "batch_seq", "attempt", "transactional_ids", "staging_root")
+REQUIRED = ("spec", "deployment", "sink", "topic", "batch_seq", "attempt", "transactional_ids", "staging_root")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class HandleMessage(WriterCommitMessage):
 
 @dataclass(frozen=True)
 class KafkaWriteOptions:
+    spec_json: str
+    deployment: str
     pipeline: str
     sink: str
     topic: str
@@ -61,8 +63,10 @@ class KafkaWriteOptions:
         missing = [k for k in REQUIRED if not opts.get(k)]
         if missing:
             raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}; set them with .option(name, value)")
+        from ..spec import PipelineSpec
+
         return cls(
-            opts["pipeline"], opts["sink"], opts["topic"], int(opts["batch_seq"]), int(opts["attempt"]),
+            opts["spec"], opts["deployment"], PipelineSpec.from_json(opts["spec"]).name, opts["sink"], opts["topic"], int(opts["batch_seq"]), int(opts["attempt"]),
             tuple(json.loads(opts["transactional_ids"])), opts["staging_root"],
         )
 
@@ -75,13 +79,12 @@ class KafkaSplitWriter(DataSourceArrowWriter):
         """Executor: pre-commit this task attempt's split; the transaction stays open."""
         from pyspark import TaskContext
 
-        from .. import settings
         from ..kafka.writer import TransactionalSplitWriter, staged_uri
-        from ..runtime import arrow_filesystem
+        from ..runtime import Deployment, arrow_filesystem
 
         opts = self.options
-        on_s3 = opts.staging_root.startswith(("s3://", "s3a://"))
-        filesystem, root = arrow_filesystem(opts.staging_root, settings.s3_endpoint() if on_s3 else None)
+        deployment = Deployment.from_option(opts.deployment)
+        filesystem, root = arrow_filesystem(opts.staging_root, deployment.s3)
         split = TaskContext.get().partitionId()
         if split >= len(opts.transactional_ids):
             raise ValueError(
@@ -90,7 +93,7 @@ class KafkaSplitWriter(DataSourceArrowWriter):
             )
         attempt_tag = f"{opts.attempt}-{TaskContext.get().attemptNumber()}"
         writer = TransactionalSplitWriter(
-            settings.kafka_broker().config(), opts.pipeline, opts.sink, opts.batch_id, split, opts.topic,
+            deployment.kafka.config(), opts.pipeline, opts.sink, opts.batch_id, split, opts.topic,
             staged_uri(root, opts.pipeline, opts.sink, opts.batch_id, split, attempt_tag),
             filesystem=filesystem,
         )
@@ -118,15 +121,15 @@ class KafkaSplitWriter(DataSourceArrowWriter):
         handles = [TxnHandle.from_dict(m.handle) for m in messages if m is not None]
         vote = Vote(self.options.sink, self.options.batch_seq, self.options.attempt, vote_payload(handles),
                     records=sum(h.records for h in handles))
-        record_vote_in_ledger(self.options.pipeline, vote)
+        record_vote_in_ledger(self.options.spec_json, self.options.deployment, vote)
 
     def abort(self, messages: list[HandleMessage | None]) -> None:
         """Python worker, when the job fails: end what was opened, fence the rest."""
-        from .. import settings
         from ..kafka.fencing import fence_transactional_ids
+        from ..runtime import Deployment
 
-        ids = set(self.options.transactional_ids)
-        fence_transactional_ids(settings.kafka_broker().config(), sorted(ids))
+        config = Deployment.from_option(self.options.deployment).kafka.config()
+        fence_transactional_ids(config, sorted(set(self.options.transactional_ids)))
 
 
 class OnceflowKafkaDataSource(DataSource):

@@ -16,9 +16,9 @@ Usage::
           .option("ranges", json.dumps([r.to_dict() for r in plan.ranges]))
           .load())
 
-Client settings come from the executor's environment (``onceflow.settings``:
-``ONCEFLOW_KAFKA_BOOTSTRAP`` / ``ONCEFLOW_KAFKA_CONFIG``, or the embedded
-stack), never from options, so no secret ends up in a query plan.
+Client settings come from the ``deployment`` option
+(``Deployment.to_option()``: no secrets) plus secrets from the executor's
+environment, so no secret ends up in a query plan.
 """
 
 from __future__ import annotations
@@ -38,6 +38,20 @@ SCHEMA = (
     "topic string, partition int, offset long, timestamp timestamp"
 )
 DEFAULT_SPLIT = 250_000
+_HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
+# Exactly what Spark expects for SCHEMA (list items are named "element";
+# timestamps are UTC microseconds).
+ARROW_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", pa.list_(pa.field("element", _HEADER))),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -46,8 +60,9 @@ class RangePartition(InputPartition):
 
 
 class KafkaRangeReader(DataSourceReader):
-    def __init__(self, ranges: list[OffsetRange], max_records_per_split: int):
+    def __init__(self, ranges: list[OffsetRange], max_records_per_split: int, deployment: str):
         self.ranges = ranges
+        self.deployment = deployment
         self.max_records_per_split = max_records_per_split
 
     def partitions(self) -> list[RangePartition]:
@@ -65,17 +80,18 @@ class KafkaRangeReader(DataSourceReader):
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         if not partition.range:
             return
-        from .. import settings
         from ..kafka.reader import read_range
+        from ..runtime import Deployment
 
         rng = OffsetRange.from_dict(partition.range)
-        config = settings.kafka_broker().config()
+        config = Deployment.from_option(self.deployment).kafka.config()
         for batch in read_range(config, rng):
             topic = pa.array([rng.topic] * batch.num_rows, pa.string())
             yield pa.RecordBatch.from_arrays(
-                [batch.column("key"), batch.column("value"), batch.column("headers"), topic,
-                 batch.column("partition"), batch.column("offset"), batch.column("timestamp").cast(pa.timestamp("us"))],
-                names=["key", "value", "headers", "topic", "partition", "offset", "timestamp"],
+                [batch.column("key"), batch.column("value"), batch.column("headers").cast(ARROW_SCHEMA.field("headers").type),
+                 topic, batch.column("partition"), batch.column("offset"),
+                 batch.column("timestamp").cast(ARROW_SCHEMA.field("timestamp").type)],
+                schema=ARROW_SCHEMA,
             )
 
 
@@ -89,11 +105,13 @@ class KafkaRangeDataSource(DataSource):
 
     def reader(self, schema) -> KafkaRangeReader:
         raw = self.options.get("ranges")
-        if not raw:
-            raise ValueError(f"{FORMAT}: option 'ranges' is missing: pass the plan's ranges as JSON")
+        deployment = self.options.get("deployment")
+        if not raw or not deployment:
+            raise ValueError(f"{FORMAT}: options 'ranges' (the plan's ranges as JSON) and 'deployment' "
+                             "(Deployment.to_option()) are required")
         ranges = [OffsetRange.from_dict(r) for r in json.loads(raw)]
         split = int(self.options.get("max_records_per_split", DEFAULT_SPLIT))
-        return KafkaRangeReader(ranges, split)
+        return KafkaRangeReader(ranges, split, deployment)
 
 
 def register(spark) -> None:

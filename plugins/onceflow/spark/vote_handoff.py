@@ -34,7 +34,14 @@ def vote_from_dict(raw: Mapping[str, Any]) -> Vote:
 def record_vote(options: Mapping[str, str], vote: Vote) -> None:
     """Make ``vote`` durable. Runs in the Python worker of the data source's commit.
 
+    With a ``spec`` option (what ``onceflow.spark.batch_job`` passes) the vote
+    goes to the pipeline's ledger; otherwise to the ``vote_path`` option.
     Refuses to overwrite a recorded vote: one batch attempt votes once."""
+    if options.get("spec"):
+        from .ledger_votes import record_vote_in_ledger
+
+        record_vote_in_ledger(options["spec"], options["deployment"], vote)
+        return
     path = options.get(VOTE_PATH_OPTION)
     if not path:
         raise ValueError(f"writer option {VOTE_PATH_OPTION!r} is not set: the job has nowhere to record the vote "

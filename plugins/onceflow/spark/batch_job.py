@@ -1,0 +1,92 @@
+"""Pre-commit every output of one batch attempt (Spark driver).
+
+Call sequence::
+
+    plan    = coordinator.plan(seq)               the immutable plan (I6)
+    attempt = coordinator.begin_attempt(seq)      fences every older attempt (I5)
+    records = format("onceflow_kafka_range")      exactly the planned ranges, cached once
+    outputs = spec.transform(records, batch_id)   {sink name: DataFrame}
+    per sink, repartitioned to the plan's splits:
+        files -> format("onceflow_files")         staged Parquet; vote -> ledger
+        kafka -> format("onceflow_kafka")         open transactions; vote -> ledger
+
+Nothing here commits: the Airflow commit task does, from the votes. A job
+that dies leaves staging and open transactions that the rollback task (or
+the next run's recovery) aborts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from .. import faults
+from ..spec import FILES
+
+log = logging.getLogger(__name__)
+
+JOB_AFTER_ATTEMPT = faults.declare("job.after_attempt", "Spark job: attempt claimed, nothing written yet")
+JOB_BETWEEN_OUTPUTS = faults.declare("job.between_outputs", "Spark job: one output pre-committed and voted, the next not")
+JOB_AFTER_VOTES = faults.declare("job.after_votes", "Spark job: every output pre-committed and voted, job not yet exited")
+
+
+@dataclass(frozen=True)
+class JobResult:
+    batch_seq: int
+    attempt: int
+    input_records: int
+    outputs: tuple[str, ...]
+
+
+def register_data_sources(spark) -> None:
+    from . import file_sink, kafka_sink, kafka_source
+
+    for module in (kafka_source, kafka_sink, file_sink):
+        module.register(spark)
+
+
+def run_batch(spark, runtime, seq: int) -> JobResult:
+    coordinator = runtime.coordinator
+    spec = runtime.spec
+    plan = coordinator.plan(seq)
+    attempt = coordinator.begin_attempt(seq)
+    log.info("batch %s of %s: attempt %d, %d records planned", plan.batch_id, spec.name, attempt, plan.records)
+    faults.fault_point(JOB_AFTER_ATTEMPT)
+    register_data_sources(spark)
+    deployment = runtime.deployment.to_option()
+
+    records = (
+        spark.read.format("onceflow_kafka_range")
+        .option("ranges", json.dumps([r.to_dict() for r in plan.ranges]))
+        .option("deployment", deployment)
+        .load()
+        .cache()
+    )
+    input_records = records.count()
+    outputs = spec.transform_function()(records, plan.batch_id)
+    missing = sorted({s.name for s in spec.sinks} - outputs.keys())
+    if missing:
+        raise ValueError(f"transform {spec.transform} returned no DataFrame for sink(s) {missing} of pipeline {spec.name!r}")
+
+    for i, sink in enumerate(spec.sinks):
+        if i:
+            faults.fault_point(JOB_BETWEEN_OUTPUTS)
+        splits = plan.sink(sink.name).splits
+        frame = outputs[sink.name].repartition(splits)
+        options = {"spec": spec.to_json(), "deployment": deployment, "sink": sink.name, "batch_seq": str(seq), "attempt": str(attempt)}
+        if sink.kind == FILES:
+            options["path"] = runtime.sink_uri(sink.name)
+            options.update(runtime.file_storage_options())
+            frame.write.format("onceflow_files").mode("append").options(**options).save()
+        else:
+            options.update(
+                topic=sink.target,
+                transactional_ids=json.dumps(list(plan.sink(sink.name).transactional_ids)),
+                staging_root=runtime.deployment.warehouse,
+            )
+            frame.write.format("onceflow_kafka").mode("append").options(**options).save()
+        log.info("batch %s: %s pre-committed and voted", plan.batch_id, sink.name)
+    faults.fault_point(JOB_AFTER_VOTES)
+    records.unpersist()
+    return JobResult(seq, attempt, input_records, tuple(s.name for s in spec.sinks))

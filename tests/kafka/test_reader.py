@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from onceflow.kafka.offsets import KafkaOffsetSource
-from onceflow.kafka.reader import SCHEMA, RangeReadError, read_range, split_range
+from onceflow.kafka.reader import SCHEMA, RangeReader, RangeReadError, read_range, split_range
 from onceflow.protocol.plan import OffsetRange
 from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS, LSO_FROM_LIST_OFFSETS
 from tests.kafka.helpers import create_topic, produce_txn
@@ -57,6 +57,9 @@ def test_sub_ranges_together_read_the_whole_range_once(kafka_broker, interleaved
     parts = split_range(whole, 4)
     assert [(p.start, p.end) for p in parts] == [(0, 4), (4, 8), (8, 12), (12, 16), (16, 18)]
     assert sum((_values(config, p, batch_size=2) for p in parts), []) == _values(config, whole)
+    with RangeReader(config, timeout_s=5) as reader:  # one consumer reading range after range
+        rows = [v for p in parts for b in reader.read(p, batch_size=3) for v in b.column("value").to_pylist()]
+    assert rows == _values(config, whole)
 
 
 def test_committed_records_of_a_range_arrive_with_key_headers_and_timestamp(kafka_broker):

@@ -35,7 +35,7 @@ from .config import base_config, producer_config
 from .fencing import FencingError, fence_transactional_ids
 from .ids import repair_id, transactional_id
 from .txn_protocol import Action, EndTxnReply, end_txn
-from .visibility import SplitView, State, confirm_aborted, observe
+from .visibility import Observer, SplitView, State, confirm_aborted, observe
 from .writer import REPAIR_HEADER, TxnHandle, _as_uri, open_staged, record_headers, staging_dir
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # the writer's producer default
@@ -95,28 +95,29 @@ class KafkaSinkParticipant:
         """Before the decision: can every handle of this vote still be committed?"""
         problems = []
         now_ms = int(time.time() * 1000)
-        for h in handles_of(vote):
-            where = f"batch {h.batch_id} split {h.split} ({h.transactional_id})"
-            if (h.pipeline, h.sink) != (self.pipeline, self.name) or h.transactional_id != transactional_id(
-                h.pipeline, h.sink, h.split
-            ):
-                problems.append(f"{where}: handle does not belong to sink {self.name} of {self.pipeline}")
-                continue
-            if not h.partitions:
-                continue
-            age = now_ms - h.first_write_ms
-            if age > self.max_vote_age_ms:
-                problems.append(
-                    f"{where}: transaction is {age} ms old, over {self.safety_fraction} of transaction.timeout.ms "
-                    f"({self.transaction_timeout_ms}); abort and re-run the batch (offsets did not move, nothing is lost)"
-                )
-                continue
-            if not self._staged_exists(h):
-                problems.append(f"{where}: staged copy {h.staged_uri} is missing, a broker abort could not be repaired")
-                continue
-            view = observe(self.config, h, self.timeout_s)
-            if view.state is not State.OPEN:
-                problems.append(f"{where}: transaction is no longer open ({view.state.value}: {view.describe()})")
+        with Observer(self.config, self.timeout_s) as obs:
+            for h in handles_of(vote):
+                where = f"batch {h.batch_id} split {h.split} ({h.transactional_id})"
+                if (h.pipeline, h.sink) != (self.pipeline, self.name) or h.transactional_id != transactional_id(
+                    h.pipeline, h.sink, h.split
+                ):
+                    problems.append(f"{where}: handle does not belong to sink {self.name} of {self.pipeline}")
+                    continue
+                if not h.partitions:
+                    continue
+                age = now_ms - h.first_write_ms
+                if age > self.max_vote_age_ms:
+                    problems.append(
+                        f"{where}: transaction is {age} ms old, over {self.safety_fraction} of transaction.timeout.ms "
+                        f"({self.transaction_timeout_ms}); abort and re-run the batch (offsets did not move, nothing is lost)"
+                    )
+                    continue
+                if not self._staged_exists(h):
+                    problems.append(f"{where}: staged copy {h.staged_uri} is missing, a broker abort could not be repaired")
+                    continue
+                view = obs.observe(h)
+                if view.state is not State.OPEN:
+                    problems.append(f"{where}: transaction is no longer open ({view.state.value}: {view.describe()})")
         if problems:
             return Result(Outcome.FAILED, "; ".join(problems))
         return Result(Outcome.DONE, f"{len(handles_of(vote))} transaction(s) open and young enough")
@@ -132,15 +133,16 @@ class KafkaSinkParticipant:
         are committed too.
         """
         handles = handles_of(vote)
-        before = {i: self._observe(h) for i, h in enumerate(handles) if h.partitions}
-        replies = {
-            i: end_txn(self.config, handles[i].transactional_id, handles[i].producer_id, handles[i].epoch, commit=True, timeout_s=self.timeout_s)
-            for i, view in before.items()
-            if view.state is State.OPEN
-        }
-        return _worst([self._settle(h, before.get(i), replies.get(i)) for i, h in enumerate(handles)])
+        with Observer(self.config, self.timeout_s) as obs:
+            before = {i: self._observe(obs, h) for i, h in enumerate(handles) if h.partitions}
+            replies = {
+                i: end_txn(self.config, handles[i].transactional_id, handles[i].producer_id, handles[i].epoch, commit=True, timeout_s=self.timeout_s)
+                for i, view in before.items()
+                if view.state is State.OPEN
+            }
+            return _worst([self._settle(obs, h, before.get(i), replies.get(i)) for i, h in enumerate(handles)])
 
-    def _settle(self, h: TxnHandle, before: SplitView | None, reply: EndTxnReply | None) -> Result:
+    def _settle(self, obs: Observer, h: TxnHandle, before: SplitView | None, reply: EndTxnReply | None) -> Result:
         where = f"batch {h.batch_id} split {h.split} ({h.transactional_id}) on {h.topic}"
         if before is None:
             return Result(Outcome.ALREADY_DONE, f"{where}: wrote nothing")
@@ -151,16 +153,16 @@ class KafkaSinkParticipant:
         if before.state is State.INCONSISTENT:
             return self._inconsistent(where, before)
         if before.state is State.ABORTED:
-            return self._repair(h, where)
+            return self._repair(obs, h, where)
         if reply.action is Action.RETRY:
             return Result(Outcome.RETRY_LATER, f"{where}: EndTxn(commit) answered {reply}")
         if reply.action is Action.FAIL:
             return Result(Outcome.FAILED, f"{where}: EndTxn(commit) answered {reply}; fix the cause and re-run commit")
-        after = self._observe_until_settled(h)
+        after = self._observe_until_settled(obs, h)
         if after.state is State.COMMITTED:
             return Result(Outcome.DONE, f"{where}: committed ({reply.error_name}), {h.records} records visible")
         if after.state is State.ABORTED:
-            return self._repair(h, where)
+            return self._repair(obs, h, where)
         if after.state is State.UNKNOWN:
             return self._unknown(where, after)
         if after.state is State.OPEN:
@@ -172,16 +174,16 @@ class KafkaSinkParticipant:
             )
         return self._inconsistent(where, after)
 
-    def _observe_until_settled(self, h: TxnHandle) -> SplitView:
+    def _observe_until_settled(self, obs: Observer, h: TxnHandle) -> SplitView:
         deadline = time.monotonic() + self.timeout_s
         while True:
-            view = self._observe(h)
+            view = self._observe(obs, h)
             if view.state is not State.OPEN or time.monotonic() > deadline:
                 return view
             time.sleep(0.05)
 
-    def _observe(self, h: TxnHandle) -> SplitView:
-        return confirm_aborted(self.config, h, observe(self.config, h, self.timeout_s), self.timeout_s)
+    def _observe(self, obs: Observer, h: TxnHandle) -> SplitView:
+        return confirm_aborted(obs, h, obs.observe(h))
 
     def _unknown(self, where: str, view: SplitView) -> Result:
         return Result(
@@ -197,7 +199,7 @@ class KafkaSinkParticipant:
             "before re-running",
         )
 
-    def _repair(self, h: TxnHandle, where: str) -> Result:
+    def _repair(self, obs: Observer, h: TxnHandle, where: str) -> Result:
         """Re-publish the staged copy in a fresh transaction under the repair id, once."""
         if not self._staged_exists(h):
             return Result(
@@ -209,7 +211,7 @@ class KafkaSinkParticipant:
         producer = Producer(producer_config(self.config, rid, **{"linger.ms": 20}))
         try:
             producer.init_transactions(self.timeout_s)  # fences other repairers, aborts a half-done repair
-            again = self._observe(h)
+            again = self._observe(obs, h)
             if again.state is State.REPAIRED:
                 return Result(Outcome.ALREADY_DONE, f"{where}: repaired earlier")
             if again.state is State.UNKNOWN:
@@ -232,7 +234,7 @@ class KafkaSinkParticipant:
             return Result(Outcome.RETRY_LATER, f"{where}: repair under {rid} did not complete: {exc.args[0]}")
         finally:
             producer.flush(0)
-        after = self._observe_until_settled(h)
+        after = self._observe_until_settled(obs, h)
         if after.state is State.REPAIRED:
             return Result(Outcome.DONE, f"{where}: transaction was aborted by the broker; repaired from the staged copy ({h.records} records)")
         if after.state is State.UNKNOWN:

@@ -74,39 +74,69 @@ class SplitView:
 
 
 def observe(config: Mapping[str, Any], handle: TxnHandle, timeout_s: float = 30.0, from_start: bool = False) -> SplitView:
-    """Scan each partition the split wrote to; see the module docstring for the states.
+    """One scan with a consumer of its own; see ``Observer.observe``."""
+    with Observer(config, timeout_s) as observer:
+        return observer.observe(handle, from_start)
 
-    ``from_start`` scans from each partition's earliest offset instead of the
-    split's first offset: use it to confirm ABORTED before acting on it (see
-    ``confirm_aborted``).
-    """
-    if not handle.partitions:
-        return SplitView(State.COMMITTED, ())
-    batch_header = (BATCH_HEADER, handle.batch_id.encode())
-    split_header = (SPLIT_HEADER, str(handle.split).encode())
-    samples: list[str] = []
-    consumer = Consumer(
-        consumer_config(
-            config,
-            "onceflow-visibility",
-            **{
-                "enable.partition.eof": True,
-                "fetch.wait.max.ms": 50,
-                "statistics.interval.ms": 100,
-                "stats_cb": samples.append,
-                # Usually one record per partition settles it: do not prefetch whole partitions.
-                "max.partition.fetch.bytes": 262_144,
-                "queued.min.messages": 10_000,
-            },
+
+class Observer:
+    """One read_committed consumer, reused for the scans of one commit (its start-up costs most)."""
+
+    def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0):
+        self.timeout_s = timeout_s
+        self._samples: list[str] = []
+        self._consumer = Consumer(
+            consumer_config(
+                config,
+                "onceflow-visibility",
+                **{
+                    "enable.partition.eof": True,
+                    "fetch.wait.max.ms": 50,
+                    "statistics.interval.ms": 100,
+                    "stats_cb": self._samples.append,
+                    # Usually one record per partition settles it: do not prefetch whole partitions.
+                    "max.partition.fetch.bytes": 262_144,
+                    "queued.min.messages": 10_000,
+                },
+            )
         )
-    )
-    pending = {p: w for p, w in handle.partitions.items()}
-    counts = {p: [0, 0] for p in handle.partitions}
-    stopped: dict[int, tuple[int, bool]] = {}
-    try:
+
+    def __enter__(self) -> "Observer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def observe(self, handle: TxnHandle, from_start: bool = False) -> SplitView:
+        """Scan each partition the split wrote to; see the module docstring for the states.
+
+        ``from_start`` scans from each partition's earliest offset instead of
+        the split's first offset: use it to confirm ABORTED before acting on
+        it (see ``confirm_aborted``).
+        """
+        if not handle.partitions:
+            return SplitView(State.COMMITTED, ())
+        try:
+            return self._scan(handle, from_start)
+        finally:
+            self._consumer.unassign()
+
+    def _scan(self, handle: TxnHandle, from_start: bool) -> SplitView:
+        consumer, samples, timeout_s = self._consumer, self._samples, self.timeout_s
+        batch_header = (BATCH_HEADER, handle.batch_id.encode())
+        split_header = (SPLIT_HEADER, str(handle.split).encode())
+        pending = {p: w for p, w in handle.partitions.items()}
+        counts = {p: [0, 0] for p in handle.partitions}
+        stopped: dict[int, tuple[int, bool]] = {}
         consumer.assign(
             [TopicPartition(handle.topic, p, OFFSET_BEGINNING if from_start else w.first_offset) for p, w in pending.items()]
         )
+        # A sample already generated may carry the previous scan's stable offsets: skip one.
+        samples.clear()
+        stale_samples = 1
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline:
             messages = consumer.consume(num_messages=1_000, timeout=0.02)
@@ -137,7 +167,7 @@ def observe(config: Mapping[str, Any], handle: TxnHandle, timeout_s: float = 30.
                     stopped[p] = (m.offset() + 1, False)
                     del pending[p]
                     consumer.incremental_unassign([TopicPartition(handle.topic, p)])
-            if samples and not messages:
+            if len(samples) > stale_samples and not messages:
                 # No EOF comes while the fetch offset is past the last stable offset (an open
                 # transaction before it): the LSO the broker reports with each fetch tells.
                 for p, stable in _stable_offsets(samples[-1], handle.topic).items():
@@ -145,16 +175,15 @@ def observe(config: Mapping[str, Any], handle: TxnHandle, timeout_s: float = 30.
                         stopped[p] = (stable, True)
                         del pending[p]
                 samples.clear()
+                stale_samples = 0
         for p in pending:  # no EOF and no progress: the broker is unreachable or stuck
             position = consumer.position([TopicPartition(handle.topic, p)])[0].offset
             stopped[p] = (position, False)
-    finally:
-        consumer.close()
-    views = tuple(
-        PartitionView(p, w.count, counts[p][0], counts[p][1], stopped[p][0], stopped[p][1], p not in pending)
-        for p, w in sorted(handle.partitions.items())
-    )
-    return SplitView(_state(views), views)
+        views = tuple(
+            PartitionView(p, w.count, counts[p][0], counts[p][1], stopped[p][0], stopped[p][1], p not in pending)
+            for p, w in sorted(handle.partitions.items())
+        )
+        return SplitView(_state(views), views)
 
 
 def _stable_offsets(sample: str, topic: str) -> dict[int, int]:
@@ -177,7 +206,7 @@ def _state(views: tuple[PartitionView, ...]) -> State:
     return State.ABORTED
 
 
-def confirm_aborted(config: Mapping[str, Any], handle: TxnHandle, view: SplitView, timeout_s: float = 30.0) -> SplitView:
+def confirm_aborted(observer: Observer, handle: TxnHandle, view: SplitView) -> SplitView:
     """Re-observe an ABORTED view from each partition's start before anyone repairs on it.
 
     noida-db includes in a read_committed fetch the aborted transactions of a
@@ -190,4 +219,4 @@ def confirm_aborted(config: Mapping[str, Any], handle: TxnHandle, view: SplitVie
     """
     if view.state is not State.ABORTED:
         return view
-    return observe(config, handle, timeout_s, from_start=True)
+    return observer.observe(handle, from_start=True)

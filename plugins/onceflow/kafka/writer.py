@@ -145,7 +145,7 @@ class TransactionalSplitWriter:
         )
         self._stats: list[str] = []
         overrides = {
-            "statistics.interval.ms": 100,
+            "statistics.interval.ms": 50,
             "stats_cb": self._stats.append,
             "linger.ms": 20,
             "queue.buffering.max.messages": 500_000,

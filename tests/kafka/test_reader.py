@@ -92,3 +92,15 @@ def test_split_range_rejects_nonsense():
     with pytest.raises(ValueError):
         split_range(OffsetRange("t", 0, 0, 10), 0)
     assert split_range(OffsetRange("t", 0, 5, 5), 3) == []
+
+
+def test_a_range_starting_after_an_aborted_transaction_still_sees_the_same_producers_commits(kafka_broker):
+    from onceflow.kafka.capabilities import FETCH_AFTER_ABORT_SEES_LATER_COMMITS
+
+    require(kafka_broker, FETCH_AFTER_ABORT_SEES_LATER_COMMITS)
+    config = kafka_broker.config()
+    topic = create_topic(config, partitions=1, prefix="afterabort")
+    txn_id = f"same-{topic}"
+    produce_txn(config, topic, [b"aborted"] * 3, 0, False, txn_id=txn_id)  # offsets 0-2, abort marker 3
+    produce_txn(config, topic, [b"c0", b"c1"], 0, True, txn_id=txn_id)  # offsets 4-5, commit marker 6
+    assert _values(config, OffsetRange(topic, 0, 4, 7)) == [b"c0", b"c1"]

@@ -1,27 +1,22 @@
-"""Spark driver entry point: pre-commit every output of one batch attempt.
+"""Spark driver entry point: pre-commit every output of one batch.
 
     spark-submit --py-files onceflow.zip spark_jobs/run_batch.py \\
-        --pipeline clickstream --batch 7 --attempt 1 --warehouse s3://bucket/wh \\
-        [--input clicks.parquet --skip-kafka-outputs]
+        --pipeline clickstream --batch 7 [--spec my_pipelines.module:SPEC]
 
-Call sequence (Spark driver; executors only run the data sources' writes)::
+Run by the DAG's ``spark`` task (SparkSubmitOperator), with the deployment in
+the environment: ``ONCEFLOW_WAREHOUSE``, ``ONCEFLOW_KAFKA_BOOTSTRAP`` /
+``ONCEFLOW_KAFKA_CONFIG`` and, for an S3 warehouse, ``ONCEFLOW_S3_ENDPOINT``
+plus the standard ``AWS_*`` variables. In cluster mode pass the same
+variables to executors (``spark.executorEnv.*``); only secrets travel that
+way, everything else reaches executors as data source options.
 
-    load the PipelineSpec (registry or --spec module[:attr])
-    attempt   <- --attempt      TODO(coordinator): runtime.coordinator.begin_attempt(seq)
-    records   <- --input file   TODO(kafka): the Kafka range reader data source over the
-                                plan's ranges (plan = runtime.coordinator.plan(seq))
-    outputs   <- spec.transform(records, batch_id)   one DataFrame per sink
-    per files sink:  write format("onceflow_files") -> staged Parquet + vote (record_vote)
-    per kafka sink:  TODO(kafka): the Kafka sink data source -> open txns + vote
-
-The job never commits anything: the Airflow commit task does, from the
-votes. A failed job leaves staging that the rollback task deletes.
-
-spark-submit must ship the onceflow package to executors: ``--py-files``
-with a zip of ``plugins/onceflow`` (the DAG factory builds it), in local and
-cluster mode alike. Settings for S3 come from ``ONCEFLOW_S3_ENDPOINT`` and
-the standard ``AWS_*`` variables (executors need them too: in cluster mode
-pass them as ``spark.executorEnv.*``).
+What it does (``onceflow.spark.batch_job``): claim the next attempt of the
+batch (fencing older ones), read exactly the planned Kafka ranges, run the
+pipeline's transform, pre-commit each output and record the votes in the
+ledger. It never commits: the Airflow commit task does. Exit codes: 0 all
+outputs voted; 2 configuration error (message names the setting); 3 the
+batch is already decided (a zombie or late retry: nothing was written);
+anything else: the job failed and the rollback task will clean up.
 """
 
 from __future__ import annotations
@@ -29,28 +24,20 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
+import logging
 import sys
 from typing import Sequence
 
-from onceflow.files import layout
 from onceflow.settings import ConfigurationError
-from onceflow.spec import FILES, KAFKA, PipelineSpec
+from onceflow.spec import PipelineSpec
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="run_batch.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pipeline", required=True, help="pipeline name (onceflow.pipelines.REGISTRY)")
+    parser.add_argument("--pipeline", required=True, help="pipeline name (onceflow.pipelines.REGISTRY, or --spec)")
     parser.add_argument("--batch", required=True, type=int, help="batch sequence number (from the plan task)")
-    parser.add_argument("--attempt", type=int, help="batch attempt number (until the coordinator hands it out)")
     parser.add_argument("--spec", help="module[:attr] holding the PipelineSpec, for pipelines not in the registry")
-    parser.add_argument("--warehouse", default=os.environ.get("ONCEFLOW_WAREHOUSE"),
-                        help="root of file outputs (default: $ONCEFLOW_WAREHOUSE)")
-    parser.add_argument("--ledger-root", help="where votes are recorded (default: the warehouse)")
-    parser.add_argument("--input", help="TEMPORARY: a Parquet/JSON file of Kafka records to use as the batch input")
-    parser.add_argument("--input-format", default="parquet", choices=("parquet", "json"))
-    parser.add_argument("--skip-kafka-outputs", action="store_true",
-                        help="pre-commit file outputs only (the Kafka sink data source is not wired yet)")
+    parser.add_argument("--warehouse", help="warehouse URI (default: $ONCEFLOW_WAREHOUSE)")
     parser.add_argument("--master", help="Spark master when not run by spark-submit (e.g. local[2])")
     return parser.parse_args(argv)
 
@@ -70,37 +57,6 @@ def load_spec(name: str, spec_location: str | None) -> PipelineSpec:
                              "that defines the spec (module or module:attribute), or omit --spec for registered pipelines")
 
 
-def vote_path(ledger_root: str, pipeline: str, batch_seq: int, attempt: int, sink: str) -> str:
-    """TODO(ledger): goes away when record_vote hands votes to the coordinator."""
-    return layout.join(ledger_root, "_votes", pipeline, layout.batch_id(batch_seq), str(attempt), f"{sink}.json")
-
-
-def storage_options(uri: str) -> dict[str, str]:
-    """Writer options that let executors reach the storage; secrets stay in the environment."""
-    endpoint = os.environ.get("ONCEFLOW_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
-    if uri.startswith(("s3://", "s3a://")) and endpoint:
-        return {"s3.endpoint_url": endpoint}
-    return {}
-
-
-def check_args(args: argparse.Namespace, spec: PipelineSpec) -> None:
-    """Everything that can be wrong before Spark starts, with the fix."""
-    if args.attempt is None:
-        raise ConfigurationError("--attempt is required until the coordinator hands out attempts "
-                                 "(TODO(coordinator): begin_attempt)")
-    if not args.warehouse:
-        raise ConfigurationError("no warehouse: pass --warehouse (file:///path, s3://bucket/prefix, hdfs://...) "
-                                 "or set ONCEFLOW_WAREHOUSE")
-    if args.input is None:
-        raise ConfigurationError("no input: the Kafka range reader is not wired yet (TODO(kafka)); "
-                                 "pass --input <file of Kafka records>")
-    kafka_sinks = [s.name for s in spec.sinks if s.kind == KAFKA]
-    if kafka_sinks and not args.skip_kafka_outputs:
-        raise ConfigurationError(f"pipeline {spec.name!r} has Kafka outputs {kafka_sinks}, and the Kafka sink data "
-                                 "source is not wired yet (TODO(kafka)); pass --skip-kafka-outputs to pre-commit "
-                                 "the file outputs only. Never run such a batch to COMMIT: its Kafka output would be lost")
-
-
 def spark_session(master: str | None):
     if master:
         from onceflow.spark_session import local_spark
@@ -111,63 +67,28 @@ def spark_session(master: str | None):
     return SparkSession.builder.getOrCreate()
 
 
-def read_input(spark, path: str, fmt: str):
-    """TODO(kafka): replace with the Kafka range reader data source over the plan's ranges."""
-    return spark.read.format(fmt).load(path)
-
-
-def precommit_files(df, spec: PipelineSpec, sink_name: str, args: argparse.Namespace) -> str:
-    """Stage ``df`` through the onceflow_files data source; returns where the vote is."""
-    from onceflow.spark.file_sink import FORMAT
-
-    sink_uri = layout.join(args.warehouse, spec.sink(sink_name).target)
-    vote_uri = vote_path(args.ledger_root or args.warehouse, spec.name, args.batch, args.attempt, sink_name)
-    options = {"sink": sink_name, "path": sink_uri, "batch_seq": str(args.batch), "attempt": str(args.attempt),
-               "vote_path": vote_uri, **storage_options(sink_uri)}
-    df.write.format(FORMAT).mode("append").options(**options).save()
-    return vote_uri
-
-
-def precommit_kafka(df, spec: PipelineSpec, sink_name: str, args: argparse.Namespace) -> str:
-    """TODO(kafka): write ``df`` (key, value) through the Kafka sink data source: one open
-    transaction per split with the plan's derived transactional id, vote = the handles."""
-    raise NotImplementedError(f"Kafka output {sink_name!r} of {spec.name!r}: the Kafka sink data source is not wired yet")
-
-
-def run(args: argparse.Namespace) -> dict[str, str]:
-    spec = load_spec(args.pipeline, args.spec)
-    check_args(args, spec)
-    spark = spark_session(args.master)
-    from onceflow.spark.file_sink import register
-
-    register(spark)
-    batch_id = layout.batch_id(args.batch)
-    records = read_input(spark, args.input, args.input_format).persist()  # read once, used by every output
-    try:
-        outputs = spec.transform_function()(records, batch_id)
-        expected = {s.name for s in spec.sinks}
-        if set(outputs) != expected:
-            raise ConfigurationError(f"transform {spec.transform} returned outputs {sorted(outputs)}, "
-                                     f"pipeline {spec.name!r} declares sinks {sorted(expected)}: make them match")
-        votes = {}
-        for sink in spec.sinks:
-            if sink.kind == FILES:
-                votes[sink.name] = precommit_files(outputs[sink.name], spec, sink.name, args)
-            elif not args.skip_kafka_outputs:
-                votes[sink.name] = precommit_kafka(outputs[sink.name], spec, sink.name, args)
-        return votes
-    finally:
-        records.unpersist()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
+    from onceflow.protocol.states import IllegalTransition
+    from onceflow.runtime import Deployment, PipelineRuntime
+    from onceflow.spark.batch_job import run_batch
+
     try:
-        votes = run(args)
+        spec = load_spec(args.pipeline, args.spec)
+        deployment = Deployment.from_environment(args.warehouse)
     except ConfigurationError as exc:
         print(f"run_batch: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({"pipeline": args.pipeline, "batch": args.batch, "attempt": args.attempt, "votes": votes}))
+    spark = spark_session(args.master)
+    runtime = PipelineRuntime(spec, deployment, identity=f"spark-driver:{spec.name}:{args.batch}", spark=spark)
+    try:
+        result = run_batch(spark, runtime, args.batch)
+    except IllegalTransition as exc:
+        print(f"run_batch: {exc}", file=sys.stderr)
+        return 3
+    print(json.dumps({"pipeline": spec.name, "batch": result.batch_seq, "attempt": result.attempt,
+                      "input_records": result.input_records, "outputs": list(result.outputs)}))
     return 0
 
 

@@ -24,6 +24,9 @@ from .settings import ConfigurationError
 from .spec import FILES, KAFKA, PipelineSpec
 
 
+RUN_LOOKBACK = 100
+
+
 @dataclass(frozen=True)
 class Deployment:
     warehouse: str
@@ -185,6 +188,7 @@ class PipelineRuntime:
                     self.deployment.kafka.config(),
                     staging_root=self.kafka_staging_root,
                     filesystem=self.arrow_filesystem(),
+                    transaction_timeout_ms=sink.transaction_timeout_ms,
                 )
         return result
 
@@ -193,6 +197,20 @@ class PipelineRuntime:
         from .protocol.coordinator import Coordinator
 
         return Coordinator(self.ledger_storage, self.spec.name, self.participants(), identity=self.identity)
+
+    def batch_of_run(self, run_id: str, lookback: int = RUN_LOOKBACK):
+        """Status of the newest batch an Airflow run planned, or None.
+
+        Plans carry their run id; the newest ``lookback`` batches are searched
+        (a cleared run older than that is planned as a new batch: never a
+        duplicate, because planning starts where the last commit ended)."""
+        coordinator = self.coordinator
+        latest = coordinator.latest_seq()
+        for seq in range(latest, max(0, latest - lookback), -1):
+            plan = coordinator.ledger.read_plan(seq)
+            if plan is not None and plan.params.get("run_id") == run_id:
+                return coordinator.describe(seq)
+        return None
 
     def mirror_offsets(self, plan) -> None:
         """After a commit: the input consumer group's offsets become the batch's

@@ -38,6 +38,11 @@ class SinkSpec:
     target: str
     splits: int = 2
     key_column: str | None = None
+    # Kafka sinks: the producers' transaction.timeout.ms. A pre-committed
+    # transaction must outlive the gap between the Spark job and the commit
+    # task; votes older than half of it are refused (aborted and re-run).
+    # 15 min is Apache Kafka's default transaction.max.timeout.ms.
+    transaction_timeout_ms: int = 900_000
 
     def __post_init__(self) -> None:
         _check_name("sink name", self.name)

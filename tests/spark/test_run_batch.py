@@ -1,88 +1,97 @@
-"""spark_jobs/run_batch.py: the job entry point pre-commits the file output of
-the clickstream pipeline through the onceflow_files data source."""
+"""spark_jobs/run_batch.py: the spark-submit entry point of a batch."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
-from onceflow.files import FileSink, committed_files, read_committed
-from onceflow.pipelines.clickstream_data import as_kafka_records, generate
-from onceflow.protocol.participant import Outcome
-from onceflow.spark.vote_handoff import read_recorded_vote
+from onceflow.pipelines.clickstream import CLICKSTREAM
+from onceflow.settings import ConfigurationError
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "spark_jobs" / "run_batch.py"
 
 
-def load_run_batch():
+@pytest.fixture(scope="module")
+def run_batch():
     spec = importlib.util.spec_from_file_location("run_batch", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-@pytest.fixture(scope="module")
-def clicks(tmp_path_factory):
-    records = generate(2000, seed=11, malformed_ratio=0.1)
-    path = tmp_path_factory.mktemp("input") / "clicks.parquet"
-    pq.write_table(as_kafka_records(records), path)
-    return path, sum(r.reason is None for r in records)
+def test_the_spec_is_found_by_module_or_registry(run_batch):
+    assert run_batch.load_spec("clickstream", None) is CLICKSTREAM
+    assert run_batch.load_spec("clickstream", "onceflow.pipelines.clickstream") is CLICKSTREAM
+    assert run_batch.load_spec("clickstream", "onceflow.pipelines.clickstream:CLICKSTREAM") is CLICKSTREAM
 
 
-def args_for(warehouse: Path, clicks_path: Path, *extra: str) -> list[str]:
-    return ["--pipeline", "clickstream", "--batch", "12", "--attempt", "2", "--warehouse", str(warehouse),
-            "--input", str(clicks_path), *extra]
+@pytest.mark.parametrize(
+    "name, location, message",
+    [
+        # onceflow.spec defines the class, not a pipeline: a DAG must pass the defining module.
+        ("clickstream", "onceflow.spec", "no PipelineSpec named 'clickstream'"),
+        ("other", None, "no pipeline named 'other'"),
+    ],
+)
+def test_a_wrong_spec_fails_fast_naming_the_fix(run_batch, name, location, message):
+    with pytest.raises(ConfigurationError, match=message):
+        run_batch.load_spec(name, location)
 
 
-def check_committed_counts(warehouse: Path, vote_path: str, valid: int) -> None:
-    vote = read_recorded_vote(vote_path)
-    assert (vote.participant, vote.batch_seq, vote.attempt) == ("page_minute_counts", 12, 2)
-    sink_uri = str(warehouse / "clickstream" / "page_minute_counts")
-    assert committed_files(sink_uri) == []
-    assert FileSink("page_minute_counts", sink_uri).commit(vote).outcome is Outcome.DONE
-    table = read_committed(sink_uri)
-    assert sum(table["views"].to_pylist()) == valid  # every valid event counted once
-    assert set(table["batch_id"].to_pylist()) == {"0000000012"}
+def test_no_warehouse_exits_2_before_spark_starts(run_batch, monkeypatch, capsys):
+    monkeypatch.delenv("ONCEFLOW_WAREHOUSE", raising=False)
+    assert run_batch.main(["--pipeline", "clickstream", "--batch", "1"]) == 2
+    assert "ONCEFLOW_WAREHOUSE" in capsys.readouterr().err
 
 
-def test_the_job_stages_the_file_output_and_records_its_vote(spark, clicks, tmp_path):
-    run_batch = load_run_batch()
-    clicks_path, valid = clicks
-    warehouse = tmp_path / "wh"
-    votes = run_batch.run(run_batch.parse_args(args_for(warehouse, clicks_path, "--skip-kafka-outputs")))
-    assert set(votes) == {"page_minute_counts"}
-    check_committed_counts(warehouse, votes["page_minute_counts"], valid)
+@pytest.mark.slow  # planning on a real broker, then a spark-submit process: about a minute
+def test_spark_submit_pre_commits_a_planned_batch_that_then_commits_exactly_once(kafka_broker, tmp_path):
+    from onceflow.audit.clickstream_audit import audit_clickstream
+    from onceflow.kafka.admin import ensure_topics
+    from onceflow.runtime import Deployment, PipelineRuntime
+    from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
+    from tests.spark.test_batch_job import produce, unique_clickstream
+    from tests.support import require
 
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    spec = unique_clickstream(uuid.uuid4().hex[:8])
+    ensure_topics(kafka_broker.config(), [spec.topics[0], *(s.target for s in spec.sinks if s.kind == "kafka")])
+    warehouse = f"file://{tmp_path}/warehouse"
+    runtime = PipelineRuntime(spec, Deployment(warehouse, kafka_broker))
+    produced = produce(kafka_broker, spec.topics[0], 600, seed=3)
+    with runtime.offset_source() as source:
+        plan = runtime.coordinator.plan_next(source, runtime.plan_config(), run_id="run-1")
 
-def test_kafka_outputs_without_their_data_source_fail_fast(clicks, tmp_path, capsys):
-    run_batch = load_run_batch()
-    assert run_batch.main(args_for(tmp_path / "wh", clicks[0])) == 2
-    err = capsys.readouterr().err
-    assert "clicks_enriched" in err and "--skip-kafka-outputs" in err
-    assert not (tmp_path / "wh").exists()
-
-
-@pytest.mark.slow  # a spark-submit process of its own: about 40 s
-def test_spark_submit_ships_the_library_and_runs_the_job(clicks, tmp_path):
-    import shutil
-
-    clicks_path, valid = clicks
+    # The spec lives in a module of its own, as a user's pipeline would.
+    (tmp_path / "my_pipelines.py").write_text(
+        f"from onceflow.spec import PipelineSpec\nSPEC = PipelineSpec.from_json({spec.to_json()!r})\n")
     archive = shutil.make_archive(str(tmp_path / "onceflow"), "zip", root_dir=ROOT / "plugins", base_dir="onceflow")
-    warehouse = tmp_path / "wh"
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", ONCEFLOW_WAREHOUSE=warehouse,
+               ONCEFLOW_KAFKA_BOOTSTRAP=kafka_broker.bootstrap, ONCEFLOW_KAFKA_CONFIG=json.dumps(kafka_broker.client_config),
+               PYTHONPATH=str(tmp_path))
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]", "--py-files", archive,
-         "--conf", "spark.ui.enabled=false", str(SCRIPT), *args_for(warehouse, clicks_path, "--skip-kafka-outputs")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+         "--conf", "spark.ui.enabled=false", str(SCRIPT),
+         "--pipeline", spec.name, "--batch", str(plan.batch_seq), "--spec", "my_pipelines:SPEC"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    check_committed_counts(warehouse, summary["votes"]["page_minute_counts"], valid)
+    summary = [line for line in proc.stdout.splitlines() if line.startswith('{"')]
+    assert summary, proc.stdout[-2000:]
+    result = json.loads(summary[-1])
+    assert (result["batch"], result["input_records"]) == (plan.batch_seq, plan.records)
+    assert plan.records == produced  # 300 per partition: one batch takes them all
+
+    assert runtime.coordinator.commit(plan.batch_seq).state.value == "committed"
+    report = audit_clickstream(runtime)
+    assert report.ok, report.summary()
+    assert report.input_records == produced and report.valid + report.malformed == produced

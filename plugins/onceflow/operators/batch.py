@@ -93,7 +93,7 @@ class PlanBatchOperator(_BatchOperator):
         coordinator = runtime.coordinator
         run_id = context["run_id"]
         params = {k: v for k, v in (context.get("params") or {}).items() if v is not None}
-        done = coordinator.batch_of_run(run_id)
+        done = runtime.batch_of_run(run_id)
         if done is not None and done.state is BatchState.COMMITTED:
             raise AirflowSkipException(
                 f"batch {done.batch_id} of {self.pipeline.name} (this run's) is already committed: nothing to do"

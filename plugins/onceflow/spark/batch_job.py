@@ -84,6 +84,7 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
                 topic=sink.target,
                 transactional_ids=json.dumps(list(plan.sink(sink.name).transactional_ids)),
                 staging_root=runtime.deployment.warehouse,
+                transaction_timeout_ms=str(sink.transaction_timeout_ms),
             )
             frame.write.format("onceflow_kafka").mode("append").options(**options).save()
         log.info("batch %s: %s pre-committed and voted", plan.batch_id, sink.name)

@@ -52,6 +52,7 @@ class KafkaWriteOptions:
     attempt: int
     transactional_ids: tuple[str, ...]
     staging_root: str
+    transaction_timeout_ms: int
 
     @property
     def batch_id(self) -> str:
@@ -68,6 +69,7 @@ class KafkaWriteOptions:
         return cls(
             opts["spec"], opts["deployment"], PipelineSpec.from_json(opts["spec"]).name, opts["sink"], opts["topic"], int(opts["batch_seq"]), int(opts["attempt"]),
             tuple(json.loads(opts["transactional_ids"])), opts["staging_root"],
+            int(opts.get("transaction_timeout_ms", 900_000)),
         )
 
 
@@ -96,6 +98,7 @@ class KafkaSplitWriter(DataSourceArrowWriter):
             deployment.kafka.config(), opts.pipeline, opts.sink, opts.batch_id, split, opts.topic,
             staged_uri(root, opts.pipeline, opts.sink, opts.batch_id, split, attempt_tag),
             filesystem=filesystem,
+            producer_overrides={"transaction.timeout.ms": opts.transaction_timeout_ms},
         )
         if writer.txn_id != opts.transactional_ids[split]:
             raise ValueError(

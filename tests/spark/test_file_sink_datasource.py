@@ -91,8 +91,11 @@ def test_overwrite_mode_and_missing_options_fail_fast(spark, tmp_path):
     df = spark.range(3)
     with pytest.raises(Exception, match="mode\\('append'\\)"):
         df.write.format(FORMAT).mode("overwrite").option("sink", "x").save(str(tmp_path))
-    with pytest.raises(Exception, match="missing option\\(s\\) batch_seq, attempt, vote_path"):
+    with pytest.raises(Exception, match="missing option\\(s\\) batch_seq, attempt"):
         df.write.format(FORMAT).mode("append").option("sink", "x").option("path", str(tmp_path)).save()
+    with pytest.raises(Exception, match="give option 'spec'.*or 'vote_path'"):
+        (df.write.format(FORMAT).mode("append").option("sink", "x").option("path", str(tmp_path))
+           .option("batch_seq", "1").option("attempt", "1").save())
 
 
 @pytest.mark.slow  # its own Spark process: about 40 s on 2 busy cores

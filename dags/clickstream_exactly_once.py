@@ -1,4 +1,4 @@
-"""The example pipeline: click events from Kafka topic ``clicks`` become
+"""An Airflow DAG (built by onceflow's DAG factory) for the example pipeline: click events from Kafka topic ``clicks`` become
 per-page minute counts (Parquet), enriched events (``clicks_enriched``) and
 dead letters (``clicks_dead_letter``), each input record exactly once.
 

@@ -37,6 +37,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pipeline", required=True, help="pipeline name (onceflow.pipelines.REGISTRY, or --spec)")
     parser.add_argument("--batch", required=True, type=int, help="batch sequence number (from the plan task)")
     parser.add_argument("--spec", help="module[:attr] holding the PipelineSpec, for pipelines not in the registry")
+    parser.add_argument("--spec-json", help="the PipelineSpec itself (PipelineSpec.to_json()); what the DAG factory passes")
     parser.add_argument("--warehouse", help="warehouse URI (default: $ONCEFLOW_WAREHOUSE)")
     parser.add_argument("--master", help="Spark master when not run by spark-submit (e.g. local[2])")
     return parser.parse_args(argv)
@@ -75,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from onceflow.spark.batch_job import run_batch
 
     try:
-        spec = load_spec(args.pipeline, args.spec)
+        spec = PipelineSpec.from_json(args.spec_json) if args.spec_json else load_spec(args.pipeline, args.spec)
+        if spec.name != args.pipeline:
+            raise ConfigurationError(f"--spec-json describes pipeline {spec.name!r}, not --pipeline {args.pipeline!r}")
         deployment = Deployment.from_environment(args.warehouse)
     except ConfigurationError as exc:
         print(f"run_batch: {exc}", file=sys.stderr)

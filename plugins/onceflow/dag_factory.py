@@ -134,7 +134,7 @@ def pipeline_dag(
             application_args=[
                 "--pipeline", spec.name,
                 "--batch", "{{ ti.xcom_pull(task_ids='plan')['batch_seq'] }}",
-                "--spec", f"{type(spec).__module__}",
+                "--spec-json", spec.to_json(),
             ],
             conf={"spark.ui.enabled": "false", "spark.pyspark.python": sys.executable, **(spark_conf or {})},
             env_vars=_spark_env(kafka_conn_id, aws_conn_id, warehouse),

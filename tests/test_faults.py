@@ -34,6 +34,16 @@ def test_raise_fires_once_on_the_chosen_hit():
     assert faults.armed() == {}
 
 
+def test_any_point_fires_on_the_nth_step_reached():
+    other = faults.declare("test.other", "used by tests/test_faults.py only")
+    faults.arm(faults.ANY, "raise", hits=3)
+    faults.fault_point(POINT)
+    faults.fault_point(other)
+    with pytest.raises(faults.InjectedFault) as err:
+        faults.fault_point(other)
+    assert err.value.point == other and faults.armed() == {}
+
+
 def test_env_spec_is_parsed_and_checked():
     import onceflow.protocol.coordinator  # noqa: F401  (declares its points)
 
@@ -41,6 +51,7 @@ def test_env_spec_is_parsed_and_checked():
         "ledger.decision.after_write": ("crash", 1),
         "commit.between_effects": ("raise", 2),
     }
+    assert faults.parse("*=crash@7") == {"*": ("crash", 7)}
     with pytest.raises(ConfigurationError, match="unknown fault point 'ledger.decison.after_write'; known points: .*ledger.decision.after_write"):
         faults.parse("ledger.decison.after_write=crash")
     with pytest.raises(ConfigurationError, match="must be 'crash' or 'raise'"):

@@ -15,7 +15,10 @@ environment::
 ``crash`` ends the process at once with ``os._exit(137)`` (what a SIGKILL or
 an OOM kill looks like to the rest of the system: no ``finally``, no
 ``atexit``); ``raise`` raises ``InjectedFault``. An armed point fires once,
-on its ``hits``-th hit counted from arming, then disarms.
+on its ``hits``-th hit counted from arming, then disarms. The name ``*``
+(``ANY``) matches every point: ``arm("*", "crash", hits=7)`` fails at the
+seventh step reached, whichever it is, which spreads chaos runs evenly over
+the steps an operation really takes.
 
 Every point is declared with ``declare()`` at import time by the module that
 uses it, so ``ALL_POINTS`` lists them for chaos tooling that picks at random,
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 ENV_VAR = "ONCEFLOW_FAULTS"
 CRASH_EXIT_CODE = 137
 ACTIONS = ("crash", "raise")
+ANY = "*"
 
 # name -> one-line description; filled by declare() at import time.
 ALL_POINTS: dict[str, str] = {}
@@ -65,7 +69,7 @@ def declare(name: str, description: str) -> str:
 def _check(name: str, action: str, hits: int, source: str) -> None:
     from .settings import ConfigurationError
 
-    if name not in ALL_POINTS:
+    if name != ANY and name not in ALL_POINTS:
         known = ", ".join(sorted(ALL_POINTS)) or "(none declared yet)"
         raise ConfigurationError(f"{source}: unknown fault point {name!r}; known points: {known}")
     if action not in ACTIONS:
@@ -138,13 +142,18 @@ def fault_point(name: str) -> None:
     """Fire if ``name`` is armed and this is the chosen hit; otherwise do nothing."""
     _load_env()
     with _lock:
-        armed_point = _armed.get(name)
-        if armed_point is None:
+        fired = None
+        for key in (name, ANY):
+            armed_point = _armed.get(key)
+            if armed_point is None:
+                continue
+            armed_point.seen += 1
+            if armed_point.seen >= armed_point.hits and fired is None:
+                del _armed[key]
+                fired = armed_point
+        if fired is None:
             return
-        armed_point.seen += 1
-        if armed_point.seen < armed_point.hits:
-            return
-        del _armed[name]
+        armed_point = fired
     if armed_point.action == "crash":
         os.write(2, f"onceflow: injected crash at fault point {name!r}\n".encode())
         os._exit(CRASH_EXIT_CODE)

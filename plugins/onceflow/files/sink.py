@@ -111,9 +111,10 @@ class FileSink:
                           f"handed to file sink {self.name} at {self.sink_uri}: wrong participant")
         try:
             return step(vote, [FileEntry.from_dict(f) for f in vote.payload.get("files", ())])
-        except MissingStagedFile as exc:
+        except MissingStagedFile as exc:  # raised by publish, i.e. after the COMMIT decision
             return Result(Outcome.FAILED, f"{self._what(vote.batch_seq)} attempt {vote.attempt}: staged file "
-                          f"lost: {exc}. Nothing was made visible; abort the batch and re-run it")
+                          f"lost: {exc}. Nothing of the batch was made visible, and its COMMIT cannot be "
+                          "completed: restore the file and retry the commit, or investigate the storage (I7)")
         except Exception as exc:
             return self._error(vote.batch_seq, exc)
 

@@ -10,7 +10,13 @@ run at a time, Asset events per output on commit. Deployment settings come
 from arguments or, when omitted, from the environment at parse time:
 ``ONCEFLOW_WAREHOUSE`` (required), ``ONCEFLOW_SPARK_CONN`` (default
 ``onceflow_spark``), ``ONCEFLOW_KAFKA_CONN`` (``onceflow_kafka``),
-``ONCEFLOW_S3_CONN`` (``onceflow_s3``).
+``ONCEFLOW_S3_CONN`` (``onceflow_s3``), ``ONCEFLOW_SCHEDULE`` (a cron
+expression, or ``none`` for triggered runs only; default: the spec's).
+
+Fault injection (tests, chaos runs): ``ONCEFLOW_FAULTS`` (see faults.py)
+arms the Airflow tasks and, passed on, the Spark driver, where the ``job.*``
+points are. Spark's Python workers do not get it: they declare no ``job.*``
+point, and faults.py rejects names a process does not declare.
 """
 
 from __future__ import annotations
@@ -106,9 +112,12 @@ def pipeline_dag(
     spark_conn_id = spark_conn_id or os.environ.get("ONCEFLOW_SPARK_CONN", "onceflow_spark")
     common = dict(pipeline=spec, warehouse=warehouse, kafka_conn_id=kafka_conn_id, aws_conn_id=aws_conn_id)
 
+    if schedule == "spec":
+        schedule = os.environ.get("ONCEFLOW_SCHEDULE") or spec.schedule
+        schedule = None if schedule.lower() == "none" else schedule
     with DAG(
         dag_id=dag_id or spec.name,
-        schedule=spec.schedule if schedule == "spec" else schedule,
+        schedule=schedule,
         start_date=start_date,
         catchup=False,
         max_active_runs=1,  # batches are sequential by construction (I1)
@@ -136,7 +145,14 @@ def pipeline_dag(
                 "--batch", "{{ ti.xcom_pull(task_ids='plan')['batch_seq'] }}",
                 "--spec-json", spec.to_json(),
             ],
-            conf={"spark.ui.enabled": "false", "spark.pyspark.python": sys.executable, **(spark_conf or {})},
+            conf={
+                "spark.ui.enabled": "false",
+                "spark.pyspark.python": sys.executable,
+                # Python workers would inherit the driver's armed faults and
+                # reject names only the driver declares (job.*).
+                "spark.executorEnv.ONCEFLOW_FAULTS": "",
+                **(spark_conf or {}),
+            },
             env_vars=_spark_env(kafka_conn_id, aws_conn_id, warehouse),
             spark_binary=str(Path(sys.executable).parent / "spark-submit"),
         )

@@ -1,10 +1,14 @@
 """End-to-end fixtures: the clickstream DAG in a real Airflow against a fresh
-broker per test (the DAG's topic names are fixed, so tests must not share one)."""
+broker per test (the DAG's topic names are fixed, so tests must not share one).
+
+The DAG is built with ``ONCEFLOW_SCHEDULE=none``: a running scheduler must not
+start cron runs of its own between the runs a test triggers."""
 
 from __future__ import annotations
 
+import time
 import uuid
-from pathlib import Path
+from contextlib import contextmanager
 
 import pytest
 from confluent_kafka import Producer
@@ -36,6 +40,46 @@ class ClickstreamWorld:
         producer.flush(30)
         return len(records)
 
+    @contextmanager
+    def faults(self, spec: str):
+        """Arm ``ONCEFLOW_FAULTS=spec`` for the Airflow processes started inside
+        the block (each ``dags_test`` is one; a running server keeps its env)."""
+        env = self.airflow.extra_env
+        self.airflow.extra_env = {**env, "ONCEFLOW_FAULTS": spec}
+        try:
+            yield
+        finally:
+            self.airflow.extra_env = env
+
+    def visible(self, topic: str, timeout_s: float = 30.0) -> int:
+        """Records a plain read_committed consumer (what a downstream user runs) sees in ``topic``."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        consumer = Consumer(
+            self.broker.config(
+                **{"group.id": f"e2e-{uuid.uuid4().hex[:6]}", "isolation.level": "read_committed",
+                   "enable.auto.commit": False, "enable.partition.eof": True}
+            )
+        )
+        try:
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+            at_end, seen, deadline = set(), 0, time.monotonic() + timeout_s
+            while len(at_end) < len(partitions):
+                assert time.monotonic() < deadline, f"{topic}: no end of partition within {timeout_s} s"
+                msg = consumer.poll(1.0)
+                if msg is None:
+                    continue
+                if msg.error() is None:
+                    seen += 1
+                elif msg.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+                else:
+                    raise AssertionError(f"reading {topic}: {msg.error()}")
+            return seen
+        finally:
+            consumer.close()
+
     def audit(self):
         from onceflow.audit.clickstream_audit import audit_clickstream
 
@@ -54,6 +98,6 @@ def fresh_broker():
 @pytest.fixture
 def world(fresh_broker, tmp_path) -> ClickstreamWorld:
     warehouse = f"file://{tmp_path}/warehouse"
-    airflow = onceflow_airflow(tmp_path / "airflow", fresh_broker, warehouse)
+    airflow = onceflow_airflow(tmp_path / "airflow", fresh_broker, warehouse, extra_env={"ONCEFLOW_SCHEDULE": "none"})
     airflow.migrate()
     return ClickstreamWorld(fresh_broker, warehouse, airflow)

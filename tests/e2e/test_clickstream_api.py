@@ -1,0 +1,77 @@
+"""The clickstream DAG in a running Airflow (api-server + scheduler +
+dag-processor), driven over the REST API as an operator would: a triggered
+run with conf, the downstream DAG fed by its Asset event, and a cleared
+committed run that must change nothing. One server session for all three
+(starting Airflow costs ~30 s)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from onceflow.local_airflow.metadata import MetadataDb
+from onceflow.protocol.states import BatchState
+
+DAG_ID = "clickstream_exactly_once"
+REPORT_DAG_ID = "clickstream_page_report"
+PER_PARTITION = 150
+
+
+def _wait_for_new_try(api, run_id: str, task_id: str, after_try: int, timeout: float = 300.0) -> dict:
+    """The task instance once a try newer than ``after_try`` has finished."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ti = next(t for t in api.task_instances(DAG_ID, run_id) if t["task_id"] == task_id)
+        if ti["try_number"] > after_try and ti["state"] in ("success", "failed", "skipped", "upstream_failed"):
+            return ti
+        assert time.monotonic() < deadline, f"{task_id} of {run_id} did not run again: {ti}"
+        time.sleep(1)
+
+
+def _wait_for_first_run(world, dag_id: str, timeout: float = 180.0) -> str:
+    db = MetadataDb(world.airflow.sql_alchemy_conn)
+    deadline = time.monotonic() + timeout
+    while (run_id := db.newest_run_after(dag_id, 0)) is None:
+        assert time.monotonic() < deadline, f"no run of {dag_id} within {timeout:.0f} s"
+        time.sleep(1)
+    return run_id
+
+
+@pytest.mark.slow
+def test_a_triggered_run_commits_feeds_the_downstream_dag_and_clearing_it_changes_nothing(world):
+    world.produce(4 * PER_PARTITION, seed=4)  # 2 partitions: half of each is left for a later batch
+    with world.airflow, world.airflow.api() as api:
+        api.wait_for_dag(DAG_ID, timeout=180)
+        api.wait_for_dag(REPORT_DAG_ID, timeout=180)
+        api.unpause(REPORT_DAG_ID)
+        api.unpause(DAG_ID)
+
+        # 4: a run triggered with conf
+        run_id = api.trigger(DAG_ID, conf={"max_records_per_partition": PER_PARTITION})
+        assert api.wait_for_run(DAG_ID, run_id, timeout=600) == "success", api.explain(DAG_ID, run_id)
+        assert api.task_states(DAG_ID, run_id) == {
+            "plan": "success", "spark": "success", "commit": "success", "rollback": "skipped"
+        }
+        batch = world.runtime.batch_of_run(run_id)
+        assert batch is not None and batch.batch_seq == 1 and batch.state is BatchState.COMMITTED, batch
+        assert [r.size for r in batch.plan.ranges] == [PER_PARTITION, PER_PARTITION], batch.plan.ranges
+        report = world.audit()
+        assert report.ok and report.committed_batches == 1 and report.input_records == 2 * PER_PARTITION, report.summary()
+
+        # 5: the commit's Asset event runs the downstream DAG on committed data
+        report_run = _wait_for_first_run(world, REPORT_DAG_ID)
+        assert api.wait_for_run(REPORT_DAG_ID, report_run, timeout=300) == "success", api.explain(REPORT_DAG_ID, report_run)
+
+        # 3: clearing the committed run is a no-op that says so
+        plan_try = next(t for t in api.task_instances(DAG_ID, run_id) if t["task_id"] == "plan")["try_number"]
+        api.clear_run(DAG_ID, run_id)
+        plan = _wait_for_new_try(api, run_id, "plan", plan_try)
+        assert api.wait_for_run(DAG_ID, run_id, timeout=300) == "success", api.explain(DAG_ID, run_id)
+        assert plan["state"] == "skipped", api.explain(DAG_ID, run_id)
+        assert "already committed" in api.task_log(DAG_ID, run_id, "plan", plan["try_number"])
+        assert api.task_states(DAG_ID, run_id) == {
+            "plan": "skipped", "spark": "skipped", "commit": "skipped", "rollback": "skipped"
+        }
+        assert world.runtime.coordinator.latest_seq() == 1  # no new batch
+        assert world.audit().to_dict() == report.to_dict()

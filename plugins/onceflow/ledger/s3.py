@@ -11,6 +11,7 @@ back the winner and compares (the same bytes mean "ours").
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import urlparse
 
@@ -75,7 +76,7 @@ class S3LedgerStorage:
     def create(self, key: str, data: bytes) -> bool:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        for _ in range(_CONFLICT_RETRIES):
+        for retry in range(_CONFLICT_RETRIES):
             try:
                 self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*")
                 return True
@@ -85,6 +86,7 @@ class S3LedgerStorage:
                 if code == "PreconditionFailed" or status == 412:
                     return False
                 if code == "ConditionalRequestConflict" or status == 409:
+                    time.sleep(0.05 * 2**retry)
                     continue
                 raise self._unavailable(key, exc) from exc
             except BotoCoreError as exc:

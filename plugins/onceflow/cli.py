@@ -3,7 +3,12 @@
     onceflow services up [--broker noida|tansu]   start the embedded stack
     onceflow services down                        stop it
     onceflow services status [--json]             what runs, where
-    onceflow demo                                 the end-to-end demo
+    onceflow demo [--warehouse URI]               the end-to-end demo through Airflow
+    onceflow status --pipeline P [--json]         batches, newest first
+    onceflow audit --pipeline P [--json]          count every input record in every output
+
+status and audit find the deployment in the environment: ONCEFLOW_WAREHOUSE
+(or --warehouse), and Kafka/S3 as `onceflow services` describes.
 """
 
 from __future__ import annotations
@@ -43,7 +48,38 @@ def _services(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(broker=args.broker, keep_running=args.keep_running)
+    return run_demo(broker=args.broker, warehouse=args.warehouse, keep_running=args.keep_running)
+
+
+def _runtime(args: argparse.Namespace):
+    from .pipelines import get_pipeline
+    from .runtime import Deployment, PipelineRuntime
+
+    return PipelineRuntime(get_pipeline(args.pipeline), Deployment.from_environment(args.warehouse), identity="onceflow-cli")
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .status import batch_rows, format_rows
+
+    rows = batch_rows(_runtime(args).coordinator, limit=args.limit)
+    print(json.dumps(rows, indent=2) if args.json else format_rows(rows))
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from .audit.clickstream_audit import audit_clickstream
+
+    if args.pipeline != "clickstream":
+        raise settings.ConfigurationError(
+            f"no audit is defined for pipeline {args.pipeline!r}: onceflow audit knows the clickstream example"
+        )
+    runtime = _runtime(args)
+    broker = settings.kafka_broker()
+    from .services.kafka_broker import HIDES_ABORTED_RECORDS
+
+    report = audit_clickstream(runtime, hides_aborted=broker.has(HIDES_ABORTED_RECORDS))
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
+    return 0 if report.ok else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the demo end to end on the embedded stack")
     demo.add_argument("--broker", choices=BROKERS, default="noida")
     demo.add_argument("--keep-running", action="store_true", help="leave the stack up afterwards")
+    demo.add_argument("--warehouse", help="where outputs and the ledger go (default: a local directory; "
+                      "s3://bucket/prefix uses the embedded S3 endpoint)")
     demo.set_defaults(func=_demo)
+
+    for name, func, text in (("status", _status, "batches of a pipeline, newest first"),
+                             ("audit", _audit, "check every output against the input (exit 0 only when exactly once)")):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--pipeline", required=True)
+        cmd.add_argument("--warehouse", help="default: $ONCEFLOW_WAREHOUSE")
+        cmd.add_argument("--json", action="store_true")
+        if name == "status":
+            cmd.add_argument("--limit", type=int, default=20, help="newest N batches (default 20)")
+        cmd.set_defaults(func=func)
     return parser
 
 

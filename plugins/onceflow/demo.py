@@ -1,56 +1,103 @@
-"""``onceflow demo``: what `make demo` runs.
+"""``onceflow demo``: the clickstream pipeline end to end, through Airflow.
 
-Until the example pipeline lands, the demo starts the embedded stack, does a
-round trip through every service and stops the stack again.
+What `make demo` runs. On a clean embedded stack of its own (under
+``<ONCEFLOW_HOME>/demo``) it:
+
+1. starts Kafka and S3, creates the topics and produces click events, some
+   of them malformed;
+2. runs batches of the ``clickstream_exactly_once`` DAG with ``airflow dags
+   test`` (Airflow itself runs plan, spark-submit, commit / rollback);
+3. injects a failure after pre-commit into one batch's Spark job, so the
+   rollback task aborts it, and the next run re-reads the same records;
+4. audits every output against the input and prints a summary.
+
+Exit code 0 only when the audit finds every input record exactly once.
 """
 
 from __future__ import annotations
 
-import tempfile
+import shutil
 import time
 from pathlib import Path
 
 from . import settings
 from .services.stack import EmbeddedStack
-from .smoke import kafka_round_trip, s3_round_trip, spark_parquet_round_trip
+
+DAG_ID = "clickstream_exactly_once"
+EVENTS = 3000
+MALFORMED_RATIO = 0.05
+RECORDS_PER_PARTITION = 600  # per batch: 3000 events over 2 partitions -> 3 batches
+FAULT = "job.after_votes=raise"
 
 
-def run_demo(broker: str = "noida", keep_running: bool = False) -> int:
-    stack = EmbeddedStack(settings.onceflow_home())
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: bool = False) -> int:
+    from confluent_kafka import Producer
+
+    from .airflow_env import onceflow_airflow
+    from .audit.clickstream_audit import audit_clickstream
+    from .kafka.admin import ensure_topics
+    from .pipelines.clickstream import CLICKSTREAM
+    from .pipelines.clickstream_data import generate
+    from .runtime import Deployment, PipelineRuntime
+
     started = time.monotonic()
-    already_up = stack.info() is not None
+    home = settings.onceflow_home() / "demo"
+    stack = EmbeddedStack(home / "stack")
+    stack.down()
+    shutil.rmtree(home, ignore_errors=True)  # every demo starts from nothing
     info = stack.up(broker=broker)
-    print(f"[stack] kafka ({info.kafka.name}) on {info.kafka.bootstrap}, S3 on {info.s3.endpoint_url}")
-    failures = 0
+    _say(f"[stack]   kafka ({info.kafka.name}) on {info.kafka.bootstrap}, S3 on {info.s3.endpoint_url}; state in {home}")
     try:
-        kafka = kafka_round_trip(info.kafka)
-        ok = sorted(kafka.read_committed_values) == sorted(kafka.committed_values)
-        failures += not ok
-        print(
-            f"[kafka] topic {kafka.topic}: committed {len(kafka.committed_values)} records in one transaction, "
-            f"aborted {len(kafka.aborted_values)} in another; read_committed consumer read "
-            f"{len(kafka.read_committed_values)} -> {'OK' if ok else 'MISMATCH'}"
-        )
-        s3 = s3_round_trip(info.s3)
-        ok = s3.read_back == b"first" and s3.second_conditional_put_status == 412
-        failures += not ok
-        print(
-            f"[s3] s3://{s3.bucket}/{s3.key}: create-if-absent wrote it, a second one got HTTP "
-            f"{s3.second_conditional_put_status}, read back {s3.read_back!r} -> {'OK' if ok else 'MISMATCH'}"
-        )
-        from .spark_session import local_spark
+        if warehouse is None:
+            warehouse = f"file://{home / 'warehouse'}"
+        s3 = info.s3 if warehouse.startswith(("s3://", "s3a://")) else None
+        if s3 is not None:
+            s3.client().create_bucket(Bucket=warehouse.split("://", 1)[1].split("/", 1)[0])
+        runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, info.kafka, s3))
 
-        spark = local_spark("onceflow-demo")
-        try:
-            with tempfile.TemporaryDirectory(prefix="onceflow-demo-") as tmp:
-                written, read = spark_parquet_round_trip(spark, Path(tmp) / "out.parquet")
-        finally:
-            spark.stop()
-        failures += written != read
-        print(f"[spark] local Spark wrote {written} rows of Parquet; pyarrow read {read} -> {'OK' if written == read else 'MISMATCH'}")
+        topics = ["clicks", *(s.target for s in CLICKSTREAM.sinks if s.kind == "kafka")]
+        ensure_topics(info.kafka.config(), topics, partitions=2)
+        producer = Producer(info.kafka.config())
+        events = generate(EVENTS, seed=2026, malformed_ratio=MALFORMED_RATIO)
+        for i, record in enumerate(events):
+            producer.produce("clicks", key=record.key, value=record.value, partition=i % 2)
+        producer.flush(30)
+        malformed = sum(r.reason is not None for r in events)
+        _say(f"[input]   produced {len(events)} click events to 'clicks' ({malformed} malformed on purpose)")
+
+        airflow = onceflow_airflow(home / "airflow", info.kafka, warehouse, s3)
+        airflow.migrate()
+        faulty = onceflow_airflow(home / "airflow", info.kafka, warehouse, s3, extra_env={"ONCEFLOW_FAULTS": FAULT})
+        _say(f"[airflow] home {home / 'airflow'}; warehouse {warehouse}")
+
+        conf = {"max_records_per_partition": RECORDS_PER_PARTITION}
+        # 1500 records per partition, 600 per partition and batch: the retry
+        # re-reads the aborted batch's ranges, the last run takes the rest.
+        runs = [("normal", airflow), ("fault", faulty), ("retry", airflow), ("normal", airflow)]
+        for n, (kind, instance) in enumerate(runs, 1):
+            result = instance.dags_test(DAG_ID, conf=conf, timeout=900)
+            batch = runtime.coordinator.describe()
+            what = f"batch {batch.batch_id}: {batch.plan.records} records, {batch.state.value}" if batch else "no batch"
+            if batch and batch.plan.replay_of:
+                what += f" (replays aborted batch {batch.plan.replay_of:010d})"
+            _say(f"[run {n}]   {kind:<6} {result.run_state or 'no run'} in {result.seconds:.0f} s — {what}; tasks {result.tasks}")
+            expected_ok = kind != "fault"
+            if result.succeeded != expected_ok:
+                _say(f"[run {n}]   unexpected outcome: {result.describe()}")
+                return 1
+
+        report = audit_clickstream(runtime)
+        _say(report.summary())
+        _say(f"[demo]    {'exactly once: every input record counted once in every output' if report.ok else 'EXACTLY-ONCE VIOLATED'}"
+             f" ({time.monotonic() - started:.0f} s). Re-check any time with:\n"
+             f"          ONCEFLOW_HOME={home / 'stack'} ONCEFLOW_WAREHOUSE={warehouse} .venv/bin/onceflow audit --pipeline clickstream"
+             + ("" if keep_running else "  (after `make demo ... --keep-running`)"))
+        return 0 if report.ok else 1
     finally:
-        if not (keep_running or already_up):
+        if not keep_running:
             stack.down()
-            print("[stack] stopped")
-    print(f"[demo] {'passed' if not failures else f'{failures} check(s) FAILED'} in {time.monotonic() - started:.1f} s")
-    return 1 if failures else 0
+            _say("[stack]   stopped")

@@ -95,7 +95,7 @@ def test_split_range_rejects_nonsense():
 
 
 def test_a_range_starting_after_an_aborted_transaction_still_sees_the_same_producers_commits(kafka_broker):
-    from onceflow.kafka.capabilities import FETCH_AFTER_ABORT_SEES_LATER_COMMITS
+    from onceflow.services.kafka_broker import FETCH_AFTER_ABORT_SEES_LATER_COMMITS
 
     require(kafka_broker, FETCH_AFTER_ABORT_SEES_LATER_COMMITS)
     config = kafka_broker.config()

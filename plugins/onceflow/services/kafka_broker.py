@@ -29,6 +29,17 @@ STALE_EPOCH_ERRORS = "EndTxn with a stale epoch answers PRODUCER_FENCED/INVALID_
 # of a committed transaction loses those acknowledged records (a SIGTERM'd
 # restart keeps them). Chaos runs restart noida with SIGTERM for that reason.
 SURVIVES_SIGKILL = "acknowledged records survive SIGKILL of the broker"
+# Measured on noida-db 0.2.3 (Apache Kafka has all three):
+# - a read_committed fetch that starts after the abort marker of producer P
+#   still returns P's later committed records (noida drops them: the client
+#   sees the ended aborted transaction in the fetch response);
+FETCH_AFTER_ABORT_SEES_LATER_COMMITS = "read_committed from mid-log still sees a producer's commits after its abort"
+# - EndTxn with a wrong producer id leaves the open transaction committable
+#   (noida answers NONE and wedges it: neither the right handle nor a fence ends it);
+WRONG_PID_END_TXN_IS_HARMLESS = "EndTxn with a wrong producer id leaves the transaction intact"
+# - a transaction of a few hundred thousand records per partition commits and
+#   stays readable (noida stops serving fetches for such a partition).
+LARGE_TRANSACTIONS = "transactions of 250,000+ records per partition commit and stay readable"
 
 APACHE_KAFKA = frozenset(
     {
@@ -40,12 +51,16 @@ APACHE_KAFKA = frozenset(
         DESCRIBE_TRANSACTIONS,
         STALE_EPOCH_ERRORS,
         SURVIVES_SIGKILL,
+        FETCH_AFTER_ABORT_SEES_LATER_COMMITS,
+        WRONG_PID_END_TXN_IS_HARMLESS,
+        LARGE_TRANSACTIONS,
     }
 )
 CAPABILITIES: dict[str, frozenset[str]] = {
     "noida": frozenset(
         {HIDES_ABORTED_RECORDS, LSO_FROM_LIST_OFFSETS, REINIT_HIDES_ABORTED, DESCRIBE_TRANSACTIONS, STALE_EPOCH_ERRORS}
     ),
+    # Tansu: ENVIRONMENT.md's table; the three noida findings were not measured on it.
     "tansu": frozenset({KEEPS_OPEN_TXNS_ON_RESTART, SURVIVES_SIGKILL}),
     # An external cluster named by ONCEFLOW_KAFKA_BOOTSTRAP is taken to be Apache Kafka.
     "external": APACHE_KAFKA,

@@ -2,13 +2,13 @@
 dag-processor), driven over the REST API as an operator would: a triggered
 run with conf, the downstream DAG fed by its Asset event, and a cleared
 committed run that must change nothing. One server session for all three
-(starting Airflow costs ~30 s)."""
+(starting Airflow costs ~30 s). Not marked slow: it is the suite's one
+end-to-end proof that a run commits exactly once (~6 min on 2 loaded cores).
+The fault scenarios (test_clickstream_dag.py) are slow: two runs each."""
 
 from __future__ import annotations
 
 import time
-
-import pytest
 
 from onceflow.local_airflow.metadata import MetadataDb
 from onceflow.protocol.states import BatchState
@@ -38,7 +38,6 @@ def _wait_for_first_run(world, dag_id: str, timeout: float = 180.0) -> str:
     return run_id
 
 
-@pytest.mark.slow
 def test_a_triggered_run_commits_feeds_the_downstream_dag_and_clearing_it_changes_nothing(world):
     world.produce(4 * PER_PARTITION, seed=4)  # 2 partitions: half of each is left for a later batch
     with world.airflow, world.airflow.api() as api:

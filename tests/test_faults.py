@@ -78,3 +78,24 @@ def test_env_armed_crash_kills_the_process_with_137():
     proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
     assert proc.returncode == faults.CRASH_EXIT_CODE
     assert "survived" not in proc.stdout and "injected crash at fault point 'commit.between_effects'" in proc.stderr
+
+
+def test_a_point_armed_by_environment_may_be_declared_by_a_module_this_process_never_imported():
+    """ONCEFLOW_FAULTS reaches Airflow tasks, the Spark driver and Spark's
+    workers alike; each must accept names only another one declares."""
+    import subprocess
+    import sys
+
+    code = (
+        "from onceflow.protocol import coordinator\n"  # not batch_job, which declares job.*
+        "from onceflow import faults\n"
+        "faults.fault_point('commit.effect.before')\n"
+        "print('ok')\n"
+    )
+    env = {**__import__("os").environ, "ONCEFLOW_FAULTS": "job.after_votes=raise"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+    bad = subprocess.run([sys.executable, "-c", code], env={**env, "ONCEFLOW_FAULTS": "job.after_vots=raise"},
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "unknown fault point 'job.after_vots'" in bad.stderr

@@ -14,9 +14,7 @@ from arguments or, when omitted, from the environment at parse time:
 expression, or ``none`` for triggered runs only; default: the spec's).
 
 Fault injection (tests, chaos runs): ``ONCEFLOW_FAULTS`` (see faults.py)
-arms the Airflow tasks and, passed on, the Spark driver, where the ``job.*``
-points are. Spark's Python workers do not get it: they declare no ``job.*``
-point, and faults.py rejects names a process does not declare.
+arms the Airflow tasks and, passed on, the Spark job (driver and workers).
 """
 
 from __future__ import annotations
@@ -148,9 +146,6 @@ def pipeline_dag(
             conf={
                 "spark.ui.enabled": "false",
                 "spark.pyspark.python": sys.executable,
-                # Python workers would inherit the driver's armed faults and
-                # reject names only the driver declares (job.*).
-                "spark.executorEnv.ONCEFLOW_FAULTS": "",
                 **(spark_conf or {}),
             },
             env_vars=_spark_env(kafka_conn_id, aws_conn_id, warehouse),

@@ -38,6 +38,25 @@ ANY = "*"
 
 # name -> one-line description; filled by declare() at import time.
 ALL_POINTS: dict[str, str] = {}
+# Every module that declares points. ONCEFLOW_FAULTS reaches processes that
+# import different parts of onceflow (an Airflow task, the Spark driver, a
+# Spark Python worker), so names are checked against all of them, not only
+# against what this process happens to have imported.
+DECLARING_MODULES = (
+    "onceflow.ledger.ledger",
+    "onceflow.protocol.coordinator",
+    "onceflow.files.sink",
+    "onceflow.spark.batch_job",
+)
+
+
+def declare_all() -> dict[str, str]:
+    """Import every declaring module; returns ALL_POINTS (for chaos tooling)."""
+    import importlib
+
+    for module in DECLARING_MODULES:
+        importlib.import_module(module)
+    return ALL_POINTS
 
 
 class InjectedFault(RuntimeError):
@@ -69,6 +88,8 @@ def declare(name: str, description: str) -> str:
 def _check(name: str, action: str, hits: int, source: str) -> None:
     from .settings import ConfigurationError
 
+    if name != ANY and name not in ALL_POINTS:
+        declare_all()
     if name != ANY and name not in ALL_POINTS:
         known = ", ".join(sorted(ALL_POINTS)) or "(none declared yet)"
         raise ConfigurationError(f"{source}: unknown fault point {name!r}; known points: {known}")

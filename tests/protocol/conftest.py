@@ -1,14 +1,3 @@
-import pytest
+"""The protocol runs on every ledger backend: the same fixtures as tests/ledger."""
 
-from tests.ledger.backends import BACKENDS, storage_factory
-
-
-@pytest.fixture(params=BACKENDS)
-def new_storage(request, tmp_path):
-    """Callable returning a fresh storage on each of local, hadoop (file://), s3 (moto)."""
-    return storage_factory(request, request.param, tmp_path)
-
-
-@pytest.fixture
-def storage(new_storage):
-    return new_storage()
+from tests.ledger.conftest import new_storage, storage  # noqa: F401  (pytest fixtures)

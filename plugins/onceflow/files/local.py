@@ -9,26 +9,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
 from urllib.parse import urlparse
 
+from ..localfs import create_file_if_absent, fsync_dir
 from .storage import RenamingStorage
 
 
 def local_path(uri: str) -> Path:
     parsed = urlparse(uri)
     return Path(parsed.path if parsed.scheme == "file" else uri)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class LocalStorage(RenamingStorage):
@@ -66,21 +58,7 @@ class LocalStorage(RenamingStorage):
             return None
 
     def create_if_absent(self, path: str, data: bytes) -> bool:
-        target = local_path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "xb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        try:
-            os.link(tmp, target)
-        except FileExistsError:
-            return False
-        finally:
-            tmp.unlink()
-        _fsync_dir(target.parent)
-        return True
+        return create_file_if_absent(local_path(path), data)
 
     def delete(self, path: str) -> None:
         local_path(path).unlink(missing_ok=True)
@@ -101,4 +79,4 @@ class LocalStorage(RenamingStorage):
         if target.exists():  # os.rename would silently replace an empty directory
             raise FileExistsError(f"cannot rename {source} to {target}: it exists")
         os.rename(source, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)

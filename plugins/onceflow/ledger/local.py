@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import errno
 import os
-import tempfile
 from pathlib import Path
 
+from ..localfs import TMP_PREFIX, create_file_if_absent, replace_file
 from .errors import LedgerUnavailable
 from .storage import check_key
 
-_TMP_PREFIX = ".tmp-"
 
 
 class LocalLedgerStorage:
@@ -38,49 +37,15 @@ class LocalLedgerStorage:
             f"Check that {self.root} exists on a local disk and is writable by this user, then retry the task."
         )
 
-    def _write_temp(self, directory: Path, data: bytes) -> str:
-        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        return tmp
-
-    @staticmethod
-    def _fsync_dir(directory: Path) -> None:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
     def create(self, key: str, data: bytes) -> bool:
-        path = self._path(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._write_temp(path.parent, data)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
-            except OSError as exc:
-                if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-                    raise LedgerUnavailable(
-                        f"the filesystem holding {self.root} does not support hard links, which the ledger needs "
-                        f"for atomic create-if-absent ({exc.strerror}). Put the ledger on a local disk, HDFS or S3."
-                    ) from exc
-                raise
-            finally:
-                os.unlink(tmp)
-            self._fsync_dir(path.parent)
-            return True
-        except LedgerUnavailable:
-            raise
+            return create_file_if_absent(self._path(key), data)
         except OSError as exc:
+            if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise LedgerUnavailable(
+                    f"the filesystem holding {self.root} does not support hard links, which the ledger needs "
+                    f"for atomic create-if-absent ({exc.strerror}). Put the ledger on a local disk, HDFS or S3."
+                ) from exc
             raise self._unavailable(key, exc) from exc
 
     def read(self, key: str) -> bytes | None:
@@ -94,12 +59,8 @@ class LocalLedgerStorage:
             raise self._unavailable(key, exc) from exc
 
     def overwrite(self, key: str, data: bytes) -> None:
-        path = self._path(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._write_temp(path.parent, data)
-            os.replace(tmp, path)
-            self._fsync_dir(path.parent)
+            replace_file(self._path(key), data)
         except OSError as exc:
             raise self._unavailable(key, exc) from exc
 
@@ -108,6 +69,6 @@ class LocalLedgerStorage:
         keys: list[str] = []
         for dirpath, _dirs, files in os.walk(base):
             for name in files:
-                if not name.startswith(_TMP_PREFIX):
+                if not name.startswith(TMP_PREFIX):
                     keys.append(Path(dirpath, name).relative_to(self.root).as_posix())
         return sorted(keys)

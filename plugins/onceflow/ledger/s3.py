@@ -29,14 +29,7 @@ def _client_from(s3: Any):
     if s3 is None:
         return boto3.client("s3", config=config)
     if hasattr(s3, "endpoint_url") and hasattr(s3, "access_key"):  # onceflow S3Endpoint
-        return boto3.client(
-            "s3",
-            endpoint_url=s3.endpoint_url,
-            aws_access_key_id=s3.access_key,
-            aws_secret_access_key=s3.secret_key,
-            region_name=s3.region,
-            config=config,
-        )
+        return s3.client(config=config)
     return s3  # a boto3 S3 client
 
 

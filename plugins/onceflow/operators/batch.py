@@ -30,13 +30,6 @@ from airflow.sdk import BaseOperator
 
 from ..protocol.states import BatchState
 from ..spec import PipelineSpec
-from ..spark import batch_job  # noqa: F401  declares the job.* fault points (see below)
-
-# ONCEFLOW_FAULTS reaches these tasks and the Spark driver alike (the DAG
-# factory passes it on), and faults.py rejects any armed name the process
-# has not declared: importing batch_job (light: no pyspark) declares the
-# driver's job.* points here too, so "job.after_votes=raise" does not fail
-# the plan task.
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ class S3Endpoint:
     secret_key: str = SECRET_KEY
     region: str = REGION
 
-    def client(self):
+    def client(self, config=None):
+        """A boto3 S3 client for this endpoint (``config``: a botocore Config)."""
         import boto3
 
         return boto3.client(
@@ -33,6 +34,7 @@ class S3Endpoint:
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
             region_name=self.region,
+            config=config,
         )
 
     def env(self) -> dict[str, str]:

@@ -212,6 +212,18 @@ class PipelineRuntime:
                 return coordinator.describe(seq)
         return None
 
+    def after_commit(self, plan) -> None:
+        """Once a batch is COMMITTED: mirror its input offsets to the consumer
+        group, then drop the Kafka sinks' staged copies (kept only to repair a
+        transaction the broker aborted before the commit). Idempotent; run by
+        the commit task, by a rollback that finished a commit, and by the next
+        plan task for a batch its recovery committed."""
+        self.mirror_offsets(plan)
+        for participant in self.coordinator.participants.values():
+            discard = getattr(participant, "discard_staging", None)
+            if discard is not None:
+                discard(plan)
+
     def mirror_offsets(self, plan) -> None:
         """After a commit: the input consumer group's offsets become the batch's
         range ends, so lag tools show the truth. Forward-only and idempotent."""

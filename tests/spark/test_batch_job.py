@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -66,11 +67,23 @@ def test_two_batches_commit_exactly_once(spark, pipeline, kafka_broker):
         result = run_batch(spark, pipeline, plan.batch_seq)
         assert result.input_records == plan.records
         status = coordinator.commit(plan.batch_seq)
-        pipeline.mirror_offsets(plan)
+        staged = Path(pipeline.kafka_staging_root) / "_onceflow" / pipeline.spec.name / "kafka-staging"
+        assert any(p.is_file() for p in staged.rglob("*")), "pre-commit keeps a copy of the Kafka output for repair"
+        pipeline.after_commit(plan)
         assert status.state.value == "committed"
         sizes.append(plan.records)
     # 500 records per partition, at most 400 per partition and batch.
     assert sizes == [800, 200]
+
+    # The consumer group mirrors the committed ends; staged Kafka copies are gone.
+    from confluent_kafka import Consumer, TopicPartition
+
+    group = Consumer(kafka_broker.config(**{"group.id": pipeline.spec.group_id}))
+    committed = group.committed([TopicPartition(pipeline.spec.topics[0], p) for p in (0, 1)], timeout=30)
+    group.close()
+    assert [tp.offset for tp in committed] == [500, 500]
+    staging = Path(pipeline.kafka_staging_root) / "_onceflow" / pipeline.spec.name / "kafka-staging"
+    assert not any(p.is_file() for p in staging.rglob("*")), list(staging.rglob("*"))
 
     report = audit_clickstream(pipeline)
     assert report.ok, report.summary()

@@ -102,6 +102,12 @@ class PlanBatchOperator(_BatchOperator):
             raise AirflowSkipException(message)
         with runtime.offset_source() as source:
             plan = coordinator.plan_next(source, runtime.plan_config(params), run_id=run_id)
+        if plan.batch_seq > 1:
+            # plan_next first recovered the previous batch: if that finished a
+            # commit some earlier task could not, finish its aftermath too.
+            previous = coordinator.describe(plan.batch_seq - 1)
+            if previous is not None and previous.state is BatchState.COMMITTED:
+                runtime.after_commit(previous.plan)
         ranges = [r.to_dict() for r in plan.ranges]
         log.info(
             "batch %s of %s: %d records in %d partition ranges%s: %s",
@@ -121,7 +127,7 @@ class CommitBatchOperator(_BatchOperator):
         runtime = self.runtime(context)
         seq = self.planned_seq(context)
         status = runtime.coordinator.commit(seq)
-        runtime.mirror_offsets(status.plan)
+        runtime.after_commit(status.plan)
         votes = {name: vote.records for name, vote in status.votes.items()}
         log.info("batch %s of %s is %s; records per output: %s", status.batch_id, self.pipeline.name, status.state.value, votes)
         return {"batch_seq": seq, "state": status.state.value, "records": votes}
@@ -144,6 +150,6 @@ class RollbackBatchOperator(_BatchOperator):
         reason = f"a task upstream of rollback failed in Airflow run {context['run_id']}"
         status = runtime.coordinator.rollback(seq, reason=reason)
         if status.state is BatchState.COMMITTED:
-            runtime.mirror_offsets(status.plan)
+            runtime.after_commit(status.plan)
         log.info("batch %s of %s is %s", status.batch_id, self.pipeline.name, status.state.value)
         return {"batch_seq": seq, "state": status.state.value}

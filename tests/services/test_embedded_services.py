@@ -46,15 +46,27 @@ def test_spark_python_workers_run_the_venv_python(spark):
     assert executables == {sys.executable}
 
 
-def test_airflow_home_is_migrated_and_finds_no_import_errors(airflow_home):
+def test_airflow_parses_the_project_dags_and_a_missing_warehouse_is_named(airflow_home):
     airflow = str(Path(sys.executable).parent / "airflow")
-    out = subprocess.run(
-        [airflow, "dags", "list-import-errors", "--output", "json"],
-        env=airflow_home, capture_output=True, text=True, timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
+
+    def dags_list(**env):
+        return subprocess.run(
+            [airflow, "dags", "list", "--local", "--output", "json"],
+            env={**airflow_home, **env}, capture_output=True, text=True, timeout=300,
+        )
+
+    ok = dags_list(ONCEFLOW_WAREHOUSE="file:///tmp/onceflow-parse-check")
+    assert ok.returncode == 0, ok.stderr
     # Airflow prints log lines to stdout before the JSON document.
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    dags = {d["dag_id"] for d in json.loads(ok.stdout.strip().splitlines()[-1])}
+    assert {"clickstream_exactly_once", "clickstream_page_report"} <= dags
+
+    env = {k: v for k, v in airflow_home.items() if k != "ONCEFLOW_WAREHOUSE"}
+    errors = subprocess.run(
+        [airflow, "dags", "list-import-errors", "--local", "--output", "json"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert "ONCEFLOW_WAREHOUSE" in errors.stdout + errors.stderr
 
 
 @pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])

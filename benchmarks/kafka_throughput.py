@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             write_of.append(total)
             commit_of.append(commit)
             with KafkaOffsetSource(config) as source:
-                ranges = [OffsetRange(topic, p, 0, source.last_stable(topic, p)) for p in source.partitions(topic)]
+                stable = source.last_stable_offsets(source.partitions([topic]))
+                ranges = [OffsetRange(topic, tp.partition, 0, end) for tp, end in stable.items()]
             seconds, n_raw = raw_read(config, ranges)
             read_raw.append(seconds)
             seconds, _ = raw_read(config, ranges, all_fields=True)

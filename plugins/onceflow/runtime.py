@@ -234,9 +234,11 @@ class PipelineRuntime:
         if not result.ok:
             raise RetryLater(f"batch {plan.batch_id} of {self.spec.name} is committed, but {result.detail}; retry the task")
 
-    def offset_source(self) -> "KafkaPlanningSource":
+    def offset_source(self):
         """The input log as planning sees it; use as a context manager."""
-        return KafkaPlanningSource(self.deployment.kafka.config())
+        from .kafka.offsets import KafkaOffsetSource
+
+        return KafkaOffsetSource(self.deployment.kafka.config())
 
     def plan_config(self, params: Mapping[str, Any] | None = None) -> PlanConfig:
         from .kafka.ids import transactional_id
@@ -257,32 +259,3 @@ class PipelineRuntime:
 def kafka_sink_topics(spec: PipelineSpec) -> dict[str, str]:
     return {s.name: s.target for s in spec.sinks if s.kind == KAFKA}
 
-
-class KafkaPlanningSource:
-    """``protocol.planning.OffsetSource`` over ``kafka.offsets.KafkaOffsetSource``
-    (Airflow worker, plan task)."""
-
-    def __init__(self, config: Mapping[str, Any]):
-        from .kafka.offsets import KafkaOffsetSource
-
-        self._source = KafkaOffsetSource(config)
-
-    def __enter__(self) -> "KafkaPlanningSource":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._source.close()
-
-    def partitions(self, topics):
-        from .protocol.planning import TopicPartition
-
-        return [TopicPartition(t, p) for t in topics for p in self._source.partitions(t)]
-
-    def earliest_offsets(self, partitions):
-        return {tp: self._source.earliest(tp.topic, tp.partition) for tp in partitions}
-
-    def last_stable_offsets(self, partitions):
-        return {tp: self._source.last_stable(tp.topic, tp.partition) for tp in partitions}
-
-    def offsets_for_timestamp(self, partitions, timestamp_ms: int):
-        return {tp: self._source.offset_for_time(tp.topic, tp.partition, timestamp_ms) for tp in partitions}

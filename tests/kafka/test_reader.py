@@ -83,7 +83,7 @@ def test_a_range_past_the_last_stable_offset_fails_naming_the_range(kafka_broker
     topic = create_topic(config, partitions=1, prefix="pastlso")
     produce_txn(config, topic, [b"x"], 0, True)
     with KafkaOffsetSource(config) as source:
-        stable = source.last_stable(topic, 0)
+        (stable,) = source.last_stable_offsets(source.partitions([topic])).values()
     with pytest.raises(RangeReadError, match=rf"{topic}\[0\] \[0, {stable + 5}\)"):
         list(read_range(config, OffsetRange(topic, 0, 0, stable + 5), timeout_s=2))
 

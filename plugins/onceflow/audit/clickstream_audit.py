@@ -146,7 +146,9 @@ def _topic_ranges(config, topic: str) -> list[OffsetRange]:
     from ..kafka.offsets import KafkaOffsetSource
 
     with KafkaOffsetSource(config) as source:
-        return [OffsetRange(topic, p, source.earliest(topic, p), source.last_stable(topic, p)) for p in source.partitions(topic)]
+        partitions = source.partitions([topic])
+        earliest, stable = source.earliest_offsets(partitions), source.last_stable_offsets(partitions)
+        return [OffsetRange(topic, tp.partition, earliest[tp], stable[tp]) for tp in partitions]
 
 
 def _committed_offsets(statuses, sink: str) -> set[tuple[int, int]]:

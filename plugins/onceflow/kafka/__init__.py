@@ -2,7 +2,7 @@
 
 Call sequence of one batch, and where each step runs::
 
-    offsets.KafkaOffsetSource / offsets.plan_ranges   plan task (Airflow worker)
+    offsets.KafkaOffsetSource         plan task (Airflow worker): protocol.planning's OffsetSource
     reader.split_range, reader.read_range              Spark executors
     writer.TransactionalSplitWriter                    Spark executors (pre-commit)
         -> TxnHandle, recorded in the vote

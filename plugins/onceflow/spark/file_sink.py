@@ -25,7 +25,8 @@ Usage::
     (df.write.format("onceflow_files").mode("append")
        .option("sink", "page_minute_counts").option("path", uri)
        .option("batch_seq", "7").option("attempt", "1")
-       .option("vote_path", vote_uri).save())
+       .option("spec", spec.to_json()).option("deployment", deployment.to_option())  # vote -> ledger
+       .save())                                  # (or .option("vote_path", uri) outside a pipeline)
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ The data source's ``commit(messages)`` runs in a Python worker, not in the
 driver's process (ENVIRONMENT.md), so the vote cannot travel back through
 driver memory: it must be written somewhere durable from that worker.
 
-For now ``record_vote`` writes the vote as JSON to the ``vote_path`` writer
-option (create-if-absent, any storage kind). TODO(ledger): record the vote
-in the ledger through the coordinator instead; this module is the only
-place to change.
+With the ``spec`` and ``deployment`` options (what ``onceflow.spark.batch_job``
+passes) ``record_vote`` records the vote in the pipeline's ledger through the
+coordinator, which refuses a zombie attempt's vote. Without them, it writes
+the vote as JSON to the ``vote_path`` option (create-if-absent): for using
+the data source on its own, outside a pipeline.
 """
 
 from __future__ import annotations

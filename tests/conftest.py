@@ -108,7 +108,7 @@ class _Brokers:
     def restart(self, name: str, kill: bool = False) -> KafkaBroker:
         broker, proc = self.running[name]
         if proc is None:
-            pytest.skip("cannot restart an external broker")
+            pytest.skip(reason="cannot restart an external broker")
         port = proc.port()
         proc.stop(grace=0 if kill else 10)
         s3 = self.request.getfixturevalue("s3_endpoint") if name == "tansu" else None

@@ -13,4 +13,4 @@ def require(broker: KafkaBroker, capability: str) -> None:
     A test that a broker cannot support is skipped with that reason, never
     weakened (ENVIRONMENT.md)."""
     if not broker.has(capability):
-        pytest.skip(f"{broker.name} lacks: {capability}")
+        pytest.skip(reason=f"{broker.name} lacks: {capability}")

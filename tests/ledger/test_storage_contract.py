@@ -55,7 +55,7 @@ def test_describe_names_the_full_location(storage: LedgerStorage):
 
 def test_racing_creates_have_exactly_one_winner(storage: LedgerStorage):
     if isinstance(storage, HadoopLedgerStorage):
-        pytest.skip("Hadoop's file:// FileSystem checks-then-renames: create-if-absent is atomic only on HDFS")
+        pytest.skip(reason="Hadoop's file:// FileSystem checks-then-renames: create-if-absent is atomic only on HDFS")
     for round_ in range(5):
         key = f"race/{round_}/decision.json"
         barrier = threading.Barrier(6)

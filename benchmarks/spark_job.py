@@ -45,20 +45,9 @@ PRODUCER_TUNING = {"linger.ms": 20, "queue.buffering.max.messages": 500_000}
 
 
 def produce_events(config: dict, topic: str, events: int, partitions: int) -> None:
-    from confluent_kafka import Producer
+    from onceflow.pipelines.clickstream_data import generate, produce
 
-    from onceflow.pipelines.clickstream_data import generate
-
-    producer = Producer({**config, **PRODUCER_TUNING})
-    for i, r in enumerate(generate(events, seed=1)):
-        while True:
-            try:
-                producer.produce(topic, key=r.key, value=r.value, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.1)
-    if producer.flush(120):
-        raise RuntimeError(f"{topic}: events still unsent after 120 s")
+    produce({**config, **PRODUCER_TUNING}, topic, generate(events, seed=1), partitions)
 
 
 def job_spec(tag: str, input_topic: str, splits: int):

@@ -35,14 +35,12 @@ def _say(text: str) -> None:
 
 
 def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: bool = False) -> int:
-    from confluent_kafka import Producer
-
     from .airflow_env import onceflow_airflow
     from .audit.clickstream_audit import audit_clickstream
     from .kafka.admin import ensure_topics
     from .pipelines.clickstream import CLICKSTREAM
-    from .pipelines.clickstream_data import generate
-    from .runtime import Deployment, PipelineRuntime
+    from .pipelines.clickstream_data import generate, produce
+    from .runtime import Deployment, PipelineRuntime, is_s3_uri
 
     started = time.monotonic()
     home = settings.onceflow_home() / "demo"
@@ -54,18 +52,15 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
     try:
         if warehouse is None:
             warehouse = f"file://{home / 'warehouse'}"
-        s3 = info.s3 if warehouse.startswith(("s3://", "s3a://")) else None
+        s3 = info.s3 if is_s3_uri(warehouse) else None
         if s3 is not None:
             s3.client().create_bucket(Bucket=warehouse.split("://", 1)[1].split("/", 1)[0])
         runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, info.kafka, s3))
 
         topics = ["clicks", *(s.target for s in CLICKSTREAM.sinks if s.kind == "kafka")]
         ensure_topics(info.kafka.config(), topics, partitions=2)
-        producer = Producer(info.kafka.config())
         events = generate(EVENTS, seed=2026, malformed_ratio=MALFORMED_RATIO)
-        for i, record in enumerate(events):
-            producer.produce("clicks", key=record.key, value=record.value, partition=i % 2)
-        producer.flush(30)
+        produce(info.kafka.config(), "clicks", events)
         malformed = sum(r.reason is not None for r in events)
         _say(f"[input]   produced {len(events)} click events to 'clicks' ({malformed} malformed on purpose)")
 

@@ -11,12 +11,11 @@ import uuid
 from contextlib import contextmanager
 
 import pytest
-from confluent_kafka import Producer
 
 from onceflow.airflow_env import onceflow_airflow
 from onceflow.kafka.admin import ensure_topics
 from onceflow.pipelines.clickstream import CLICKSTREAM
-from onceflow.pipelines.clickstream_data import generate
+from onceflow.pipelines.clickstream_data import generate, produce
 from onceflow.runtime import Deployment, PipelineRuntime
 from onceflow.services.kafka_broker import start_broker
 from onceflow.services.process import ManagedProcess
@@ -33,12 +32,7 @@ class ClickstreamWorld:
         self.runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, broker, s3))
 
     def produce(self, n: int, seed: int = 0, malformed_ratio: float = 0.1) -> int:
-        producer = Producer(self.broker.config())
-        records = generate(n, seed=seed, malformed_ratio=malformed_ratio)
-        for i, r in enumerate(records):
-            producer.produce("clicks", key=r.key, value=r.value, partition=i % 2)
-        producer.flush(30)
-        return len(records)
+        return produce(self.broker.config(), "clicks", generate(n, seed=seed, malformed_ratio=malformed_ratio))
 
     @contextmanager
     def faults(self, spec: str):

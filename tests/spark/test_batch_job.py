@@ -11,12 +11,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from onceflow.audit.clickstream_audit import audit_clickstream
 from onceflow.kafka.admin import ensure_topics
 from onceflow.pipelines.clickstream import CLICKSTREAM
-from onceflow.pipelines.clickstream_data import generate
+from onceflow.pipelines.clickstream_data import generate, produce as produce_clicks
 from onceflow.runtime import Deployment, PipelineRuntime
 from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
 from onceflow.spark.batch_job import run_batch
@@ -39,12 +38,7 @@ def unique_clickstream(tag: str):
 
 
 def produce(broker, topic: str, n: int, seed: int) -> int:
-    producer = Producer(broker.config())
-    records = generate(n, seed=seed, malformed_ratio=0.1)
-    for i, r in enumerate(records):
-        producer.produce(topic, key=r.key, value=r.value, partition=i % 2)
-    producer.flush(30)
-    return len(records)
+    return produce_clicks(broker.config(), topic, generate(n, seed=seed, malformed_ratio=0.1))
 
 
 @pytest.fixture

@@ -95,3 +95,24 @@ def as_kafka_records(records: list[ClickRecord], topic: str = "clicks", partitio
             "timestamp": pa.array([START_MS + i for i in range(len(records))], pa.timestamp("ms", tz="UTC")),
         }
     )
+
+
+def produce(config: dict, topic: str, records: list[ClickRecord], partitions: int = 2, flush_timeout_s: float = 120.0) -> int:
+    """Send ``records`` to ``topic`` round-robin over ``partitions`` (record i to
+    partition i % partitions, as ``as_kafka_records`` lays them out), with a
+    plain producer: the demo's, tests' and benchmarks' upstream. Returns the
+    count; raises if any record is still unsent after ``flush_timeout_s``."""
+    from confluent_kafka import Producer
+
+    producer = Producer(dict(config))
+    for i, r in enumerate(records):
+        while True:
+            try:
+                producer.produce(topic, key=r.key, value=r.value, partition=i % partitions)
+                break
+            except BufferError:  # local queue full: let deliveries drain
+                producer.poll(0.1)
+    unsent = producer.flush(flush_timeout_s)
+    if unsent:
+        raise RuntimeError(f"{topic}: {unsent} records still unsent after {flush_timeout_s:.0f} s")
+    return len(records)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .settings import ConfigurationError
+from .runtime import is_s3_uri
 from .spec import FILES, PipelineSpec
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +69,7 @@ def _spark_env(kafka_conn_id: str, aws_conn_id: str, warehouse: str) -> dict[str
         "ONCEFLOW_WAREHOUSE": warehouse,
         "ONCEFLOW_FAULTS": os.environ.get("ONCEFLOW_FAULTS", ""),
     }
-    if warehouse.startswith(("s3://", "s3a://")):
+    if is_s3_uri(warehouse):
         env.update(
             {
                 "ONCEFLOW_S3_ENDPOINT": "{{ conn.%s.extra_dejson.get('endpoint_url', '') }}" % aws_conn_id,

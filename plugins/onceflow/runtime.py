@@ -27,6 +27,10 @@ from .spec import FILES, KAFKA, PipelineSpec
 RUN_LOOKBACK = 100
 
 
+def is_s3_uri(uri: str) -> bool:
+    return uri.startswith(("s3://", "s3a://"))
+
+
 @dataclass(frozen=True)
 class Deployment:
     warehouse: str
@@ -35,7 +39,7 @@ class Deployment:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "warehouse", self.warehouse.rstrip("/"))
-        if self.warehouse.startswith(("s3://", "s3a://")) and self.s3 is None:
+        if self.on_s3 and self.s3 is None:
             raise ConfigurationError(
                 f"warehouse {self.warehouse} is on S3 but no S3 endpoint is configured: set the aws "
                 "connection (Airflow) or ONCEFLOW_S3_ENDPOINT and AWS_* variables"
@@ -46,7 +50,7 @@ class Deployment:
 
     @property
     def on_s3(self) -> bool:
-        return self.warehouse.startswith(("s3://", "s3a://"))
+        return is_s3_uri(self.warehouse)
 
     @classmethod
     def from_environment(cls, warehouse: str | None = None) -> "Deployment":
@@ -59,7 +63,7 @@ class Deployment:
             raise ConfigurationError(
                 "ONCEFLOW_WAREHOUSE is not set: export the warehouse URI (file:///path, s3://bucket/prefix or hdfs://...)"
             )
-        s3 = settings.s3_endpoint() if warehouse.startswith(("s3://", "s3a://")) else None
+        s3 = settings.s3_endpoint() if is_s3_uri(warehouse) else None
         return cls(warehouse, settings.kafka_broker(), s3)
 
 
@@ -115,7 +119,7 @@ def arrow_filesystem(uri: str, s3: S3Endpoint | None):
     anything else as pyarrow infers it. S3 paths are ``bucket/key``."""
     from pyarrow import fs
 
-    if uri.startswith(("s3://", "s3a://")):
+    if is_s3_uri(uri):
         if s3 is None:
             raise ConfigurationError(f"{uri} is on S3 but no S3 endpoint is configured (ONCEFLOW_S3_ENDPOINT)")
         scheme, _, host = s3.endpoint_url.partition("://")
@@ -158,7 +162,7 @@ class PipelineRuntime:
         from .files.s3 import S3Storage
         from .files.storage import storage_for
 
-        if self.deployment.warehouse.startswith(("s3://", "s3a://")):
+        if self.deployment.on_s3:
             return S3Storage.for_endpoint(self.deployment.s3)
         return storage_for(self.deployment.warehouse)
 

@@ -29,6 +29,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from ..protocol.states import BatchState
+from ..runtime import is_s3_uri
 from ..spec import PipelineSpec
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class _BatchOperator(BaseOperator):
         from ..runtime import Deployment, PipelineRuntime
 
         s3 = None
-        if self.warehouse.startswith(("s3://", "s3a://")):
+        if is_s3_uri(self.warehouse):
             s3 = S3ConnectionHook(self.aws_conn_id).endpoint()
         deployment = Deployment(self.warehouse, KafkaConfigHook(self.kafka_conn_id).broker(), s3)
         ti = context["ti"]

@@ -99,3 +99,30 @@ def test_a_point_armed_by_environment_may_be_declared_by_a_module_this_process_n
     bad = subprocess.run([sys.executable, "-c", code], env={**env, "ONCEFLOW_FAULTS": "job.after_vots=raise"},
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "unknown fault point 'job.after_vots'" in bad.stderr
+
+
+def test_a_run_param_arms_faults_only_where_the_workers_opted_in(monkeypatch):
+    monkeypatch.delenv(faults.RUN_PARAM_GUARD, raising=False)
+    with pytest.raises(ConfigurationError, match=f"{faults.RUN_PARAM_GUARD}={faults.RUN_PARAM_GUARD_VALUE}"):
+        faults.arm_run_param(f"{POINT}=raise")
+    assert faults.armed() == {}
+    faults.arm_run_param(None)  # no param: nothing to check, nothing armed
+
+    monkeypatch.setenv(faults.RUN_PARAM_GUARD, faults.RUN_PARAM_GUARD_VALUE)
+    faults.arm_run_param(f"{POINT}=raise@2")
+    assert faults.armed() == {POINT: "raise@2"}
+    with pytest.raises(ConfigurationError, match="unknown fault point"):
+        faults.arm_run_param("no.such.point=crash")
+
+
+def test_a_fired_point_is_logged_before_it_fires(monkeypatch, tmp_path):
+    log = tmp_path / "fired.log"
+    monkeypatch.setenv(faults.FIRED_LOG_VAR, str(log))
+    faults.arm(POINT, "raise", hits=2)
+    faults.fault_point(POINT)
+    assert not log.exists()  # reached but not fired: nothing logged
+    with pytest.raises(faults.InjectedFault):
+        faults.fault_point(POINT)
+    import os
+
+    assert log.read_text() == f"{POINT} raise {os.getpid()}\n"

@@ -6,6 +6,8 @@
     onceflow demo [--warehouse URI]               the end-to-end demo through Airflow
     onceflow status --pipeline P [--json]         batches, newest first
     onceflow audit --pipeline P [--json]          count every input record in every output
+    onceflow chaos --batches N --seed S [--broker B|all] [--warehouse file|s3|all] [--json]
+                                                  faulted batches through Airflow, then an audit
 
 status and audit find the deployment in the environment: ONCEFLOW_WAREHOUSE
 (or --warehouse), and Kafka/S3 as `onceflow services` describes.
@@ -82,6 +84,26 @@ def _audit(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _chaos(args: argparse.Namespace) -> int:
+    from .chaos.figures import combined
+    from .chaos.runner import WAREHOUSES, run_matrix
+
+    brokers = BROKERS if args.broker == "all" else (args.broker,)
+    warehouses = WAREHOUSES if args.warehouse == "all" else (args.warehouse,)
+    say = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (lambda text: print(text, flush=True))
+    results = run_matrix(args.batches, args.seed, brokers, warehouses, say=say,
+                         records_per_partition=args.records_per_partition)
+    total = combined(results)
+    if args.json:
+        print(json.dumps(total, indent=2))
+    else:
+        print(f"[chaos]   all: {'OK' if total['ok'] else 'FAILED'} — {total['faulted_batches']} faulted batches of "
+              f"{total['batches_run']}, faults {total['faults_injected']}, {total['batches_aborted']} aborted, "
+              f"{total['batches_recovered']} recovered, duplicates {total['duplicates']}, missing {total['missing']}, "
+              f"{total['wall_time_s']:.0f} s")
+    return 0 if total["ok"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onceflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--warehouse", help="where outputs and the ledger go (default: a local directory; "
                       "s3://bucket/prefix uses the embedded S3 endpoint)")
     demo.set_defaults(func=_demo)
+
+    chaos = sub.add_parser("chaos", help="faulted batches of the example pipeline through Airflow, then an audit")
+    chaos.add_argument("--batches", type=int, required=True, help="faulted batches in all (split over the combinations)")
+    chaos.add_argument("--seed", type=int, required=True, help="the same seed asks for the same faults in the same order")
+    chaos.add_argument("--broker", choices=[*BROKERS, "all"], default="noida")
+    chaos.add_argument("--warehouse", choices=["file", "s3", "all"], default="file",
+                       help="file: a local directory; s3: the embedded S3 behind a fault-injecting proxy")
+    chaos.add_argument("--records-per-partition", type=int, default=100, help="input records per partition and batch")
+    chaos.add_argument("--json", action="store_true", help="figures as JSON on stdout (progress on stderr)")
+    chaos.set_defaults(func=_chaos)
 
     for name, func, text in (("status", _status, "batches of a pipeline, newest first"),
                              ("audit", _audit, "check every output against the input (exit 0 only when exactly once)")):

@@ -15,6 +15,8 @@ expression, or ``none`` for triggered runs only; default: the spec's).
 
 Fault injection (tests, chaos runs): ``ONCEFLOW_FAULTS`` (see faults.py)
 arms the Airflow tasks and, passed on, the Spark job (driver and workers).
+The run param ``faults`` does the same for one DAG run, only on workers that
+set ``ONCEFLOW_FAULT_INJECTION=enabled`` (a test deployment's opt-in).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from . import faults
 from .settings import ConfigurationError
 from .runtime import is_s3_uri
 from .spec import FILES, PipelineSpec
@@ -50,13 +53,28 @@ def outputs(spec: PipelineSpec, warehouse: str) -> list:
 
 
 def library_zip() -> str:
-    """The onceflow package as a zip for spark-submit --py-files (built once per parse)."""
+    """The onceflow package as a zip for spark-submit --py-files (at DAG parse time).
+
+    Named by a hash of the package's files and published with an atomic
+    rename: every task process re-parses the DAG, and a spark-submit reading
+    the zip must never see one that another parse is rewriting."""
+    import hashlib
     import shutil
     import tempfile
 
-    target = Path(tempfile.gettempdir()) / f"onceflow-lib-{os.getuid()}"
-    archive = shutil.make_archive(str(target), "zip", root_dir=PROJECT_ROOT / "plugins", base_dir="onceflow")
-    return archive
+    package = PROJECT_ROOT / "plugins" / "onceflow"
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    target = Path(tempfile.gettempdir()) / f"onceflow-lib-{os.getuid()}-{digest.hexdigest()[:16]}.zip"
+    if not target.exists():
+        scratch = Path(tempfile.mkdtemp(prefix="onceflow-lib-"))
+        try:
+            built = shutil.make_archive(str(scratch / "lib"), "zip", root_dir=PROJECT_ROOT / "plugins", base_dir="onceflow")
+            os.replace(built, target)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return str(target)
 
 
 def _spark_env(kafka_conn_id: str, aws_conn_id: str, warehouse: str) -> dict[str, str]:
@@ -67,7 +85,9 @@ def _spark_env(kafka_conn_id: str, aws_conn_id: str, warehouse: str) -> dict[str
         "ONCEFLOW_KAFKA_BOOTSTRAP": "{{ conn.%s.extra_dejson['bootstrap.servers'] }}" % kafka_conn_id,
         "ONCEFLOW_KAFKA_CONFIG": "{{ conn.%s.extra }}" % kafka_conn_id,
         "ONCEFLOW_WAREHOUSE": warehouse,
-        "ONCEFLOW_FAULTS": os.environ.get("ONCEFLOW_FAULTS", ""),
+        "ONCEFLOW_FAULTS": ",".join(
+            filter(None, [os.environ.get(faults.ENV_VAR, ""), "{{ params.%s or '' }}" % faults.RUN_PARAM if faults.run_param_allowed() else ""])
+        ),
     }
     if is_s3_uri(warehouse):
         env.update(
@@ -125,7 +145,13 @@ def pipeline_dag(
             "max_records_per_partition": Param(
                 spec.max_records_per_partition, type=["null", "integer"], minimum=1,
                 description="Upper bound of records read per input partition in this batch",
-            )
+            ),
+            faults.RUN_PARAM: Param(
+                None, type=["null", "string"],
+                description=f"Test deployments only: faults to inject in this run ({faults.ENV_VAR} syntax, "
+                f"e.g. ledger.decision.after_write=crash); refused unless the workers set "
+                f"{faults.RUN_PARAM_GUARD}={faults.RUN_PARAM_GUARD_VALUE}",
+            ),
         },
         tags=["onceflow", "exactly-once"],
         doc_md=f"Exactly-once pipeline `{spec.name}`: {', '.join(spec.topics)} → "

@@ -12,6 +12,9 @@ environment::
 
     ONCEFLOW_FAULTS="ledger.decision.after_write=crash,commit.between_effects=raise@2"
 
+or for one Airflow DAG run, through its ``faults`` run param (same syntax;
+honoured only on workers that set ``ONCEFLOW_FAULT_INJECTION=enabled``).
+
 ``crash`` ends the process at once with ``os._exit(137)`` (what a SIGKILL or
 an OOM kill looks like to the rest of the system: no ``finally``, no
 ``atexit``); ``raise`` raises ``InjectedFault``. An armed point fires once,
@@ -32,6 +35,15 @@ import threading
 from dataclasses import dataclass
 
 ENV_VAR = "ONCEFLOW_FAULTS"
+# Airflow run param ``faults`` (same syntax) arms one DAG run's tasks and
+# Spark job; honoured only where the workers opt in with this variable, so a
+# production deployment cannot be crashed by a run's conf.
+RUN_PARAM = "faults"
+RUN_PARAM_GUARD = "ONCEFLOW_FAULT_INJECTION"
+RUN_PARAM_GUARD_VALUE = "enabled"
+# When set, every fault that fires appends one line to this file first
+# (chaos runs count what was really injected, not what was asked for).
+FIRED_LOG_VAR = "ONCEFLOW_FAULTS_FIRED_LOG"
 CRASH_EXIT_CODE = 137
 ACTIONS = ("crash", "raise")
 ANY = "*"
@@ -47,6 +59,8 @@ DECLARING_MODULES = (
     "onceflow.protocol.coordinator",
     "onceflow.files.sink",
     "onceflow.spark.batch_job",
+    "onceflow.kafka.sink",
+    "onceflow.kafka.writer",
 )
 
 
@@ -143,6 +157,31 @@ def parse(spec: str) -> dict[str, tuple[str, int]]:
     return result
 
 
+def run_param_allowed() -> bool:
+    return os.environ.get(RUN_PARAM_GUARD) == RUN_PARAM_GUARD_VALUE
+
+
+def arm_run_param(spec: str | None) -> None:
+    """Airflow worker: arm the DAG run's ``faults`` param (``ONCEFLOW_FAULTS`` syntax).
+
+    Refused, naming the setting, unless the worker's environment sets
+    ``ONCEFLOW_FAULT_INJECTION=enabled``."""
+    from .settings import ConfigurationError
+
+    if not spec:
+        return
+    if not run_param_allowed():
+        raise ConfigurationError(
+            f"this DAG run asks for injected faults (run param {RUN_PARAM!r}={spec!r}) but fault injection is "
+            f"disabled on this worker: set {RUN_PARAM_GUARD}={RUN_PARAM_GUARD_VALUE} in the Airflow workers' "
+            "environment of a test deployment, or trigger the run without that param"
+        )
+    _load_env()
+    for name, (action, hits) in parse(spec).items():
+        with _lock:
+            _armed[name] = _Armed(action, hits)
+
+
 def _load_env() -> None:
     # Lazily, on the first hit: by then every module that declares points
     # the process uses has been imported, so names can be checked.
@@ -175,6 +214,10 @@ def fault_point(name: str) -> None:
         if fired is None:
             return
         armed_point = fired
+    fired_log = os.environ.get(FIRED_LOG_VAR)
+    if fired_log:
+        with open(fired_log, "a") as log:  # one short append: whole lines even across processes
+            log.write(f"{name} {armed_point.action} {os.getpid()}\n")
     if armed_point.action == "crash":
         os.write(2, f"onceflow: injected crash at fault point {name!r}\n".encode())
         os._exit(CRASH_EXIT_CODE)

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pyarrow.fs as pafs
 from confluent_kafka import KafkaException, Producer
 
+from .. import faults
 from ..protocol.participant import Outcome, Result, Vote
 from ..protocol.plan import Plan
 from .config import base_config, producer_config
@@ -37,6 +38,8 @@ from .ids import repair_id, transactional_id
 from .txn_protocol import Action, EndTxnReply, end_txn
 from .visibility import Observer, SplitView, State, confirm_aborted, observe
 from .writer import REPAIR_HEADER, TxnHandle, _as_uri, open_staged, record_headers, staging_dir
+
+AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit: EndTxn sent for every split, nothing verified yet")
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # the writer's producer default
 DEFAULT_SAFETY_FRACTION = 0.5
@@ -140,6 +143,7 @@ class KafkaSinkParticipant:
                 for i, view in before.items()
                 if view.state is State.OPEN
             }
+            faults.fault_point(AFTER_END_TXN)
             return _worst([self._settle(obs, h, before.get(i), replies.get(i)) for i, h in enumerate(handles)])
 
     def _settle(self, obs: Observer, h: TxnHandle, before: SplitView | None, reply: EndTxnReply | None) -> Result:

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from confluent_kafka import KafkaException, Producer
 
+from .. import faults
 from .config import producer_config
 from .ids import transactional_id
 from .reader import HEADERS_TYPE
@@ -48,6 +49,7 @@ STAGED_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE)]
 )
 _STAGE_CHUNK = 50_000
+AFTER_FLUSH = faults.declare("kafka.precommit.after_flush", "Kafka split writer: records flushed in the open transaction, staged copy not closed, no handle yet")
 
 
 class PreCommitError(RuntimeError):
@@ -279,6 +281,7 @@ class TransactionalSplitWriter:
         missing = set(self._counts) - set(self._first)
         if missing:
             raise PreCommitError(f"{self._name()}: no delivery report for partitions {sorted(missing)}")
+        faults.fault_point(AFTER_FLUSH)
         self._flush_stage(final=True)
         return TxnHandle(
             pipeline=self.pipeline,

@@ -56,10 +56,14 @@ class _BatchOperator(BaseOperator):
         self.plan_task_id = plan_task_id
 
     def runtime(self, context):
+        """Every task starts here: arm the run's injected faults (test
+        deployments only), then build the runtime from the connections."""
+        from .. import faults
         from ..hooks.kafka import KafkaConfigHook
         from ..hooks.s3 import S3ConnectionHook
         from ..runtime import Deployment, PipelineRuntime
 
+        faults.arm_run_param((context.get("params") or {}).get(faults.RUN_PARAM))
         s3 = None
         if is_s3_uri(self.warehouse):
             s3 = S3ConnectionHook(self.aws_conn_id).endpoint()

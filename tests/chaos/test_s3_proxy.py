@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError, HTTPClientError
 from pyarrow import fs
 
 from onceflow.chaos.s3_proxy import S3_FAULT_KINDS, FaultEvent, S3FaultProxy, S3FaultRates
+from onceflow.services.process import pick_port
 from onceflow.services.s3 import S3Endpoint
 
 pytestmark = pytest.mark.chaos
@@ -221,6 +222,25 @@ def test_retries_absorb_a_fifth_of_requests_failing_from_concurrent_clients(s3_e
     assert counts["upstream_errors"] == 0
 
 
+def test_pyarrow_retries_absorb_a_fifth_of_requests_failing(s3_endpoint, s3_bucket):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rates = S3FaultRates(**{kind: 0.04 for kind in S3_FAULT_KINDS})
+    tables = {f"pq/{i}.parquet": pa.table({"n": range(i, i + 50_000)}) for i in range(6)}
+    # pyarrow writes these small files one request at a time, so the seed fixes which requests fail:
+    # seed 1 resets a multipart upload's creation (after it took effect), resets another request
+    # before it is forwarded, and fails two with 500.
+    with S3FaultProxy(s3_endpoint.endpoint_url, seed=1, rates=rates, slow_s=(0.01, 0.05)) as proxy:
+        arrow = pyarrow_through(proxy, s3_endpoint)  # pyarrow's default: AWS standard retries, 3 attempts
+        for key, table in tables.items():
+            pq.write_table(table, f"{s3_bucket}/{key}", filesystem=arrow)
+        injected = {event.kind for event in proxy.events()}
+    assert {"s3_reset_after", "s3_reset_before", "s3_error_500"} <= injected
+    for key, table in tables.items():
+        assert pq.read_table(pa.BufferReader(stored(s3_endpoint, s3_bucket, key))).equals(table)
+
+
 def test_the_same_seed_gives_the_same_faults_for_the_same_requests(s3_endpoint, s3_bucket):
     rates = S3FaultRates(**{kind: 0.1 for kind in S3_FAULT_KINDS})
 
@@ -239,3 +259,13 @@ def test_the_same_seed_gives_the_same_faults_for_the_same_requests(s3_endpoint, 
     assert len({kind for _, kind in first}) >= 3
     assert fault_sequence(11) == first
     assert fault_sequence(12) != first
+
+
+def test_an_unreachable_endpoint_is_a_502_counted_apart_from_injected_faults(s3_endpoint):
+    nobody_listens = f"http://127.0.0.1:{pick_port(None)}"
+    with S3FaultProxy(nobody_listens, seed=1) as proxy:
+        with pytest.raises(ClientError) as failed:
+            through(proxy, s3_endpoint, NO_RETRIES).list_buckets()
+        assert failed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 502
+        assert failed.value.response["Error"]["Code"] == "BadGateway"
+        assert proxy.counts()["upstream_errors"] == 1 and proxy.events() == []

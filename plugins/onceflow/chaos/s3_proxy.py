@@ -210,17 +210,19 @@ class S3FaultProxy:
         self.stop()
 
     # -- per request (handler threads) --------------------------------------
-    def _decide(self, method: str, path: str) -> tuple[str | None, float]:
+    def _decide(self, method: str, path: str) -> tuple[int, str | None, float]:
+        """(request number, fault kind or None, slow delay) for the request arriving now."""
         with self._lock:
             # Always two draws, so the stream stays aligned whatever the rates.
             draw = self._random.random()
             delay = self._random.uniform(*self.slow_s)
             self._counts[REQUESTS] += 1
+            number = self._counts[REQUESTS]
             kind = self._rates.pick(draw)
             if kind is not None:
                 self._counts[kind] += 1
-                self._events.append(FaultEvent(self._counts[REQUESTS], method, path, kind))
-            return kind, delay
+                self._events.append(FaultEvent(number, method, path, kind))
+            return number, kind, delay
 
     def _count_upstream_error(self) -> None:
         with self._lock:
@@ -262,12 +264,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _proxy(self) -> None:
         proxy = self.server.proxy
-        kind, delay = proxy._decide(self.command, self.path)
+        number, kind, delay = proxy._decide(self.command, self.path)
         body = self._request_body()
         try:
             if kind in _ERRORS:
                 _drain(body)
-                self._answer_error(kind)
+                self._answer_error(kind, number)
             elif kind == "s3_reset_before":
                 _drain(body)
                 self._reset()
@@ -321,9 +323,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 return
 
     # -- answers -------------------------------------------------------------
-    def _answer_error(self, kind: str) -> None:
+    def _answer_error(self, kind: str, number: int) -> None:
         status, reason, code, message = _ERRORS[kind]
-        request_id = f"onceflow-fault-{self.server.proxy.counts()[REQUESTS]}"
+        request_id = f"onceflow-fault-{number}"
         body = (
             '<?xml version="1.0" encoding="UTF-8"?>\n'
             f"<Error><Code>{code}</Code><Message>{message}</Message>"
@@ -357,10 +359,14 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             return
         try:
             if reset_after:
-                response.read()  # the request has fully taken effect upstream
+                _upstream_read(response.read)  # the request has fully taken effect upstream
                 self._reset()
             else:
                 self._relay(response)
+        except _UpstreamError as exc:  # the answer's head may be out already: cut the connection
+            self.server.proxy._count_upstream_error()
+            log.warning("S3 fault proxy: %s %s: %s", self.command, self.path, exc)
+            self.close_connection = True
         finally:
             upstream.close()
 
@@ -406,7 +412,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         while True:
-            piece = response.read1(_PIECE) if not no_body else b""
+            piece = _upstream_read(response.read1, _PIECE) if not no_body else b""
             if not piece:
                 break
             self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if rechunk else piece)
@@ -428,6 +434,13 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 self.wfile.write(body)
         except OSError:
             pass
+
+
+def _upstream_read(read, *args) -> bytes:
+    try:
+        return read(*args)
+    except (OSError, http.client.HTTPException) as exc:
+        raise _UpstreamError(f"the endpoint broke off its answer: {exc!r}") from exc
 
 
 def _drain(body: Iterator[bytes]) -> None:

@@ -109,7 +109,10 @@ class _Run:
         from ..services.stack import EmbeddedStack
 
         options = self.options
-        self.stack = EmbeddedStack(self.home / "stack", die_with_parent=True)
+        # Not die_with_parent: PR_SET_PDEATHSIG follows the parent *thread*, and
+        # a broker restarted by an injector thread would die when that thread
+        # ends. A killed harness leaves the stack up; the next run's down() stops it.
+        self.stack = EmbeddedStack(self.home / "stack")
         self.stack.down()
         shutil.rmtree(self.home, ignore_errors=True)  # every chaos run starts from nothing
         info = self.stack.up(broker=options.broker)
@@ -182,6 +185,7 @@ class _Run:
             if thread is not None:
                 thread.join(timeout=120)
         if self.stack.kafka_proc.running_pid() is None:  # a failed restart must not sink the next batch
+            self.say(f"[chaos]   the broker was down after run {run_id}: starting it again")
             self.stack.restart_broker()
         return run_id, state, (result[0] if result else None), time.monotonic() - started
 

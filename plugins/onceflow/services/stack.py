@@ -76,9 +76,10 @@ class EmbeddedStack:
         noida-db keeps its data but loses open transactions; Tansu on its
         S3 engine keeps both.
         """
-        info = self.info()
-        if info is None:
-            raise ServiceError(f"the stack in {self.home} is not running")
+        # The broker may already be down (that is when a restart is needed most).
+        if not self.info_file.exists() or self.s3_proc.running_pid() is None:
+            raise ServiceError(f"the stack in {self.home} is not running: `onceflow services up` starts it")
+        info = StackInfo.from_json(self.info_file.read_text())
         port = self.kafka_proc.port()
         self.kafka_proc.stop(grace=0 if kill else 10)
         return start_broker(info.kafka.name, self.kafka_proc, s3=info.s3, port=port, die_with_parent=self.die_with_parent)

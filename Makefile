@@ -5,7 +5,7 @@ VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-all test-chaos services-up services-down clean
+.PHONY: venv demo test test-all test-chaos chaos services-up services-down clean
 
 venv:
 	@tools/bootstrap.sh
@@ -20,6 +20,17 @@ test: venv
 # Everything, including the long chaos runs.
 test-all: venv
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The chaos tests alone: the bounded run (also in `make test`) and the slow ones.
+test-chaos: venv
+	$(VENV)/bin/python -m pytest -m chaos $(PYTEST_ARGS)
+
+# The long chaos run whose figures README reports: faulted batches through
+# Airflow over both brokers and both warehouses, then the audit (hours).
+CHAOS_BATCHES ?= 220
+CHAOS_SEED ?= 2026
+chaos: venv
+	$(VENV)/bin/onceflow chaos --batches $(CHAOS_BATCHES) --seed $(CHAOS_SEED) --broker all --warehouse all
 
 services-up: venv
 	$(VENV)/bin/onceflow services up

@@ -1,0 +1,41 @@
+"""Chaos runs through a real Airflow, Spark and broker, judged by the audit of
+the real outputs (every input record exactly once in every output).
+
+The bounded run is in the default suite (about 4 minutes); the runs on Tansu
+and on the S3 warehouse behind the fault proxy are slow. The long run is
+`make chaos` (README has its figures)."""
+
+from __future__ import annotations
+
+import pytest
+
+from onceflow.chaos import schedule
+from onceflow.chaos.runner import ChaosOptions, run_chaos
+
+
+def _assert_exactly_once(figures, min_faulted: int) -> None:
+    report = f"{figures.summary()}\n{figures.audit_summary}"
+    assert figures.ok, report
+    assert figures.faulted_batches >= min_faulted, report
+    assert figures.records_in > 0 and figures.records_committed_in == figures.records_in, report
+    assert figures.duplicates == 0 and figures.missing == 0 and figures.unexpected == 0, report
+    assert all(count > 0 for count in figures.records_out.values()), report
+    assert figures.ledger.unfinished == 0 and figures.ledger.committed >= 1, report
+
+
+@pytest.mark.chaos
+def test_a_bounded_chaos_run_on_noida_and_files_loses_and_duplicates_nothing(tmp_path):
+    kinds = (schedule.POINT_CRASH, schedule.KILL_SPARK_SUBMIT, schedule.BROKER_RESTART, schedule.BROKER_FENCE)
+    figures = run_chaos(ChaosOptions(4, seed=8, broker="noida", warehouse="file", kinds=kinds,
+                                     records_per_partition=50, home=tmp_path / "chaos"))
+    _assert_exactly_once(figures, min_faulted=3)
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+@pytest.mark.parametrize("broker,warehouse", [("noida", "s3"), ("tansu", "file"), ("tansu", "s3")])
+def test_chaos_on_every_broker_and_warehouse_loses_and_duplicates_nothing(tmp_path, broker, warehouse):
+    kinds = schedule.kinds_for(warehouse == "s3")
+    figures = run_chaos(ChaosOptions(len(kinds), seed=7, broker=broker, warehouse=warehouse, kinds=kinds,
+                                     records_per_partition=50, home=tmp_path / "chaos"))
+    _assert_exactly_once(figures, min_faulted=len(kinds) - 3)

@@ -249,6 +249,7 @@ class _UpstreamError(Exception):
 
 class _ProxyHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: boto3 and pyarrow pool connections
+    disable_nagle_algorithm = True  # a head and a small body are two writes: no 40 ms delayed-ACK stall
     server: _Server
 
     def setup(self) -> None:
@@ -385,6 +386,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             upstream.endheaders()
         except OSError as exc:
             upstream.close()
+            _drain(body)  # so the client reads the 502 instead of a reset from unread bytes
             raise _UpstreamError(f"cannot reach {self.server.proxy.upstream}: {exc}") from exc
         try:
             for piece in body:  # _ClientGone from reading the body propagates as is

@@ -52,9 +52,10 @@ UPSTREAM_ERRORS = "upstream_errors"  # counts(): real failures to reach the endp
 
 _PIECE = 1 << 20
 _UPSTREAM_TIMEOUT_S = 300.0
-# Hop-by-hop headers belong to one connection and are not forwarded. Expect is
-# one too here: the proxy has already answered "100 Continue" itself.
-_HOP_BY_HOP = frozenset(
+# Headers not copied as they are: hop-by-hop ones belong to one connection;
+# Expect too, since the proxy has already answered "100 Continue" itself;
+# Content-Length and Transfer-Encoding describe framing, which the proxy sets.
+_NOT_COPIED = frozenset(
     ("connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
      "te", "trailer", "upgrade", "expect", "transfer-encoding", "content-length")
 )
@@ -235,6 +236,7 @@ class S3FaultProxy:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # bursts of new pooled connections from Spark tasks and Airflow workers
     block_on_close = False  # stop() closes the connections instead of waiting for idle clients
     proxy: S3FaultProxy
 
@@ -377,7 +379,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         try:
             upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
             for name, value in self.headers.items():
-                if name.lower() not in _HOP_BY_HOP:
+                if name.lower() not in _NOT_COPIED:
                     upstream.putheader(name, value)
             if chunked:
                 upstream.putheader("Transfer-Encoding", "chunked")
@@ -406,7 +408,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         rechunk = length is None and not no_body
         self.send_response_only(response.status, response.reason)
         for name, value in response.getheaders():
-            if name.lower() not in _HOP_BY_HOP:
+            if name.lower() not in _NOT_COPIED:
                 self.send_header(name, value)
         if length is not None:
             self.send_header("Content-Length", length)

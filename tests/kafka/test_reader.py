@@ -8,7 +8,7 @@ import pytest
 from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.reader import SCHEMA, RangeReader, RangeReadError, read_range, split_range
 from onceflow.protocol.plan import OffsetRange
-from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS, LSO_FROM_LIST_OFFSETS
+from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.kafka.helpers import create_topic, produce_txn
 from tests.support import require
 
@@ -78,7 +78,6 @@ def test_committed_records_of_a_range_arrive_with_key_headers_and_timestamp(kafk
 
 
 def test_a_range_past_the_last_stable_offset_fails_naming_the_range(kafka_broker):
-    require(kafka_broker, LSO_FROM_LIST_OFFSETS)
     config = kafka_broker.config()
     topic = create_topic(config, partitions=1, prefix="pastlso")
     produce_txn(config, topic, [b"x"], 0, True)

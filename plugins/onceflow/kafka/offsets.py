@@ -6,29 +6,73 @@ implements ``onceflow.protocol.planning.OffsetSource``; the planning rules
 start + max records per partition)``, new partitions from the start position,
 offsets lost to retention fail the plan) live in ``protocol.planning`` only.
 
-Offsets are those of a ``read_committed`` consumer: the high watermark it
-reports is the last stable offset, so a range never reaches into a
-transaction that is still open upstream. Brokers where ListOffsets
-(read_committed) is wrong (Tansu) lack LSO_FROM_LIST_OFFSETS and cannot be
-planned against.
+The last stable offset (LSO) is taken from a read_committed FETCH, on every
+broker: the consumer fetches the first records of each partition (a few KiB,
+never the whole log) and reads the LastStableOffset the broker put in the
+fetch response from the client's statistics (``ls_offset``). One code path,
+because ListOffsets(read_committed) is wrong on Tansu 0.6 (measured: 150
+records -> "1"; an open transaction -> "0") while its fetch responses carry
+the right LSO, as Apache Kafka's and noida-db's do. Not the cached high
+watermark: librdkafka caches the fetch's *high watermark* there, which
+includes open transactions (measured on both brokers: 5 committed + 3 open
+records -> cached high 9, LSO 6). A range therefore never reaches into a
+transaction still open upstream: the LSO stays before its first record until
+it ends (and, as in Apache Kafka, before any record written after it).
+
+Earliest offsets come from ListOffsets(earliest), right on both brokers.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any, Mapping, Sequence
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition as KafkaTopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition as KafkaTopicPartition
 
 from ..protocol.planning import TopicPartition
 from .config import consumer_config
 
+STATS_INTERVAL_MS = 50
+
+
+class OffsetLookupError(KafkaException):
+    """A partition's offsets could not be learned in time; the message names the partitions."""
+
+
+def stable_offsets_from_stats(sample: str, topic: str) -> dict[int, int]:
+    """Per partition of ``topic``: the last stable offset of the latest fetch response
+    in one librdkafka statistics sample (``-1001`` before any fetch)."""
+    partitions = json.loads(sample).get("topics", {}).get(topic, {}).get("partitions", {})
+    return {int(p): int(v.get("ls_offset", -1001)) for p, v in partitions.items() if int(p) >= 0}
+
 
 class KafkaOffsetSource:
-    """Offsets of input partitions, through one read_committed consumer. Use as a context manager."""
+    """Offsets of input partitions, through one read_committed consumer. Use as a context manager.
+
+    Not thread-safe. Every call asks the broker again (nothing is cached
+    between calls), so a caller may poll ``last_stable_offsets``.
+    """
 
     def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0):
         self.timeout_s = timeout_s
-        self._consumer = Consumer(consumer_config(config, "onceflow-offset-source"))
+        self._samples: list[str] = []
+        self._consumer = Consumer(
+            consumer_config(
+                config,
+                "onceflow-offset-source",
+                **{
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",
+                    "statistics.interval.ms": STATS_INTERVAL_MS,
+                    "stats_cb": self._samples.append,
+                    # One fetch per partition is enough: do not prefetch logs.
+                    "max.partition.fetch.bytes": 1024,
+                    "queued.min.messages": 1,
+                    "fetch.wait.max.ms": 50,
+                },
+            )
+        )
 
     def __enter__(self) -> "KafkaOffsetSource":
         return self
@@ -49,24 +93,77 @@ class KafkaOffsetSource:
             found.extend(TopicPartition(topic, p) for p in sorted(meta.partitions))
         return found
 
-    def _watermarks(self, tp: TopicPartition) -> tuple[int, int]:
-        # With isolation.level=read_committed the high mark is the last stable offset.
-        return self._consumer.get_watermark_offsets(
-            KafkaTopicPartition(tp.topic, tp.partition), timeout=self.timeout_s, cached=False
-        )
-
     def earliest_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self._watermarks(tp)[0] for tp in partitions}
+        return {
+            tp: self._consumer.get_watermark_offsets(
+                KafkaTopicPartition(tp.topic, tp.partition), timeout=self.timeout_s, cached=False
+            )[0]
+            for tp in partitions
+        }
 
     def last_stable_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self._watermarks(tp)[1] for tp in partitions}
+        """The LastStableOffset of a fresh read_committed fetch of each partition.
+
+        Assigns every partition at its beginning, waits until each has
+        returned a record or a partition-EOF (so a fetch response for it has
+        been processed), then takes the next statistics sample, which is
+        generated after those responses. A stale value could only be lower
+        (the LSO never decreases), so an error here costs progress, never
+        correctness. Raises ``OffsetLookupError`` naming the partitions that
+        did not answer within ``timeout_s``.
+        """
+        if not partitions:
+            return {}
+        consumer = self._consumer
+        consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in partitions])
+        try:
+            waiting = set(partitions)
+            deadline = time.monotonic() + self.timeout_s
+            while waiting and time.monotonic() < deadline:
+                for m in consumer.consume(num_messages=100, timeout=0.05):
+                    error = m.error()
+                    if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                        raise OffsetLookupError(
+                            f"fetching {m.topic()}[{m.partition()}] for its last stable offset failed: {error}"
+                        )
+                    waiting.discard(TopicPartition(m.topic(), m.partition()))
+            if waiting:
+                raise OffsetLookupError(self._late(waiting, "returned no fetch response"))
+            # Samples already delivered may predate the fetch responses: only a later one counts.
+            self._samples.clear()
+            stable: dict[TopicPartition, int] = {}
+            while len(stable) < len(partitions) and time.monotonic() < deadline:
+                consumer.consume(num_messages=1000, timeout=STATS_INTERVAL_MS / 1000)
+                for sample in self._samples:
+                    stable = self._read_sample(sample, partitions)
+                self._samples.clear()
+            if len(stable) < len(partitions):
+                raise OffsetLookupError(self._late(set(partitions) - set(stable), "reported no last stable offset"))
+            return stable
+        finally:
+            consumer.unassign()
+
+    @staticmethod
+    def _read_sample(sample: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        by_topic = {topic: stable_offsets_from_stats(sample, topic) for topic in {tp.topic for tp in partitions}}
+        found = {tp: by_topic[tp.topic].get(tp.partition, -1001) for tp in partitions}
+        return found if all(v >= 0 for v in found.values()) else {}
+
+    def _late(self, partitions: set[TopicPartition], what: str) -> str:
+        names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(partitions))
+        return (
+            f"{names} {what} within {self.timeout_s:.0f}s, so their last stable offset is unknown and no batch "
+            "can be planned: check that the broker leading them is up (and the consumer's access to the topic), "
+            "then re-run the plan task"
+        )
 
     def offsets_for_timestamp(self, partitions: Sequence[TopicPartition], timestamp_ms: int) -> dict[TopicPartition, int]:
         """First offset whose timestamp is >= ``timestamp_ms``; the last stable offset if none is."""
         query = [KafkaTopicPartition(tp.topic, tp.partition, timestamp_ms) for tp in partitions]
+        stable = self.last_stable_offsets(partitions)
         result = {}
         for tp, found in zip(partitions, self._consumer.offsets_for_times(query, timeout=self.timeout_s)):
             if found.error is not None:
                 raise KafkaException(found.error)
-            result[tp] = found.offset if found.offset >= 0 else self._watermarks(tp)[1]
+            result[tp] = found.offset if 0 <= found.offset < stable[tp] else stable[tp]
         return result

@@ -127,3 +127,18 @@ def test_a_partition_that_does_not_answer_fails_the_lookup_naming_it(kafka_broke
     with KafkaOffsetSource(config, timeout_s=2) as source:
         with pytest.raises(OffsetLookupError, match=rf"{topic}\[3\] returned no fetch response within 2s"):
             source.last_stable_offsets([TopicPartition(topic, 0), TopicPartition(topic, 3)])
+
+
+def test_a_timestamp_start_begins_at_the_first_record_stamped_at_or_after_it(kafka_broker):
+    config = kafka_broker.config()
+    topic = create_topic(config, partitions=1, prefix="since")
+    base = int(time.time() * 1000) - 60_000  # recent: retention deletes records stamped long ago
+    producer = Producer(config)
+    for stamp in (base + 1_000, base + 2_000, base + 3_000):
+        producer.produce(topic, b"v", partition=0, timestamp=stamp)  # offsets 0, 1, 2
+    producer.flush(30)
+    tp = TopicPartition(topic, 0)
+    with KafkaOffsetSource(config) as source:
+        found = {t: source.offsets_for_timestamp([tp], base + t)[tp] for t in (0, 1_500, 3_000, 5_000)}
+        assert found == {0: 0, 1_500: 1, 3_000: 2, 5_000: 3}  # 3: nothing stamped so late, start at the end
+        assert plan(source, topic, None, start=f"timestamp:{base + 1_500}").ranges == (OffsetRange(topic, 0, 1, 3),)

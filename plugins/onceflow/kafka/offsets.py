@@ -28,12 +28,17 @@ import json
 import time
 from typing import Any, Mapping, Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition as KafkaTopicPartition
 
+from ..protocol.plan import OffsetRange
 from ..protocol.planning import TopicPartition
 from .config import consumer_config
+from .reader import read_range
 
 STATS_INTERVAL_MS = 50
+FETCH_WINDOW = 4  # partitions fetched at once
 
 
 class OffsetLookupError(KafkaException):
@@ -56,6 +61,7 @@ class KafkaOffsetSource:
 
     def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0):
         self.timeout_s = timeout_s
+        self._config = dict(config)
         self._samples: list[str] = []
         self._consumer = Consumer(
             consumer_config(
@@ -69,6 +75,7 @@ class KafkaOffsetSource:
                     # One fetch per partition is enough: do not prefetch logs.
                     "max.partition.fetch.bytes": 1024,
                     "queued.min.messages": 1,
+                    "fetch.queue.backoff.ms": 10,
                     "fetch.wait.max.ms": 50,
                 },
             )
@@ -115,20 +122,30 @@ class KafkaOffsetSource:
         if not partitions:
             return {}
         consumer = self._consumer
-        consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in partitions])
+        queue = list(partitions)
+        fetching: set[TopicPartition] = set()
         try:
-            waiting = set(partitions)
             deadline = time.monotonic() + self.timeout_s
-            while waiting and time.monotonic() < deadline:
+            while (queue or fetching) and time.monotonic() < deadline:
+                # A few partitions at a time: Tansu answers a fetch of many partitions with
+                # records of the first ones only, whatever the size limits (measured).
+                added = queue[: FETCH_WINDOW - len(fetching)]
+                del queue[: len(added)]
+                if added:
+                    consumer.incremental_assign([KafkaTopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in added])
+                    fetching.update(added)
                 for m in consumer.consume(num_messages=100, timeout=0.05):
                     error = m.error()
                     if error is not None and error.code() != KafkaError._PARTITION_EOF:
                         raise OffsetLookupError(
                             f"fetching {m.topic()}[{m.partition()}] for its last stable offset failed: {error}"
                         )
-                    waiting.discard(TopicPartition(m.topic(), m.partition()))
-            if waiting:
-                raise OffsetLookupError(self._late(waiting, "returned no fetch response"))
+                    tp = TopicPartition(m.topic(), m.partition())
+                    if tp in fetching:  # a fetch response for it has been processed
+                        fetching.discard(tp)
+                        consumer.incremental_unassign([KafkaTopicPartition(tp.topic, tp.partition)])
+            if queue or fetching:
+                raise OffsetLookupError(self._late(set(queue) | fetching, "returned no fetch response"))
             # Samples already delivered may predate the fetch responses: only a later one counts.
             self._samples.clear()
             stable: dict[TopicPartition, int] = {}
@@ -158,12 +175,31 @@ class KafkaOffsetSource:
         )
 
     def offsets_for_timestamp(self, partitions: Sequence[TopicPartition], timestamp_ms: int) -> dict[TopicPartition, int]:
-        """First offset whose timestamp is >= ``timestamp_ms``; the last stable offset if none is."""
+        """First offset whose timestamp is >= ``timestamp_ms``; the last stable offset if none is.
+
+        The broker's answer (ListOffsets by timestamp) is checked by reading
+        from it: Tansu 0.6 answers the log start for any timestamp, even one
+        after every record (measured). Reading forward from the answer to the
+        first committed record at or after ``timestamp_ms`` corrects an answer
+        that is too early; on a broker that answers right, the first record
+        read settles it. An answer that is too late cannot be detected this
+        way (none was seen on either broker).
+        """
         query = [KafkaTopicPartition(tp.topic, tp.partition, timestamp_ms) for tp in partitions]
         stable = self.last_stable_offsets(partitions)
         result = {}
         for tp, found in zip(partitions, self._consumer.offsets_for_times(query, timeout=self.timeout_s)):
             if found.error is not None:
                 raise KafkaException(found.error)
-            result[tp] = found.offset if 0 <= found.offset < stable[tp] else stable[tp]
+            answer = found.offset if 0 <= found.offset < stable[tp] else stable[tp]
+            result[tp] = self._first_at_or_after(OffsetRange(tp.topic, tp.partition, answer, stable[tp]), timestamp_ms)
         return result
+
+    def _first_at_or_after(self, rng: OffsetRange, timestamp_ms: int) -> int:
+        """The offset of the first committed record of ``rng`` stamped >= ``timestamp_ms``, else ``rng.end``."""
+        for batch in read_range(self._config, rng, batch_size=1000, timeout_s=self.timeout_s):
+            stamps = batch.column("timestamp").cast(pa.int64())
+            late = pc.greater_equal(stamps, timestamp_ms)
+            if pc.any(late).as_py():
+                return batch.column("offset")[pc.index(late, True).as_py()].as_py()
+        return rng.end

@@ -7,9 +7,10 @@ start + max records per partition)``, new partitions from the start position,
 offsets lost to retention fail the plan) live in ``protocol.planning`` only.
 
 The last stable offset (LSO) is taken from a read_committed FETCH, on every
-broker: the consumer fetches the first records of each partition (a few KiB,
-never the whole log) and reads the LastStableOffset the broker put in the
-fetch response from the client's statistics (``ls_offset``). One code path,
+broker: the consumer fetches the first records of each partition, a few
+partitions at a time (one small fetch each; Tansu ignores the size limits and
+returns its first stored batch), and reads the LastStableOffset the broker put
+in the fetch response from the client's statistics (``ls_offset``). One code path,
 because ListOffsets(read_committed) is wrong on Tansu 0.6 (measured: 150
 records -> "1"; an open transaction -> "0") while its fetch responses carry
 the right LSO, as Apache Kafka's and noida-db's do. Not the cached high
@@ -111,9 +112,10 @@ class KafkaOffsetSource:
     def last_stable_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The LastStableOffset of a fresh read_committed fetch of each partition.
 
-        Assigns every partition at its beginning, waits until each has
-        returned a record or a partition-EOF (so a fetch response for it has
-        been processed), then takes the next statistics sample, which is
+        Assigns the partitions at their beginning, ``FETCH_WINDOW`` at a
+        time, until each has returned a record or a partition-EOF (so a fetch
+        response for it has been processed; it is then unassigned), then
+        takes the next statistics sample, which is
         generated after those responses. A stale value could only be lower
         (the LSO never decreases), so an error here costs progress, never
         correctness. Raises ``OffsetLookupError`` naming the partitions that

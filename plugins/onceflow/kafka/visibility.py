@@ -29,7 +29,6 @@ to every other reader of that broker.
 from __future__ import annotations
 
 import enum
-import json
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -37,6 +36,7 @@ from typing import Any, Mapping
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from .config import consumer_config
+from .offsets import stable_offsets_from_stats
 from .writer import BATCH_HEADER, REPAIR_HEADER, SPLIT_HEADER, TxnHandle
 
 
@@ -170,7 +170,7 @@ class Observer:
             if len(samples) > stale_samples and not messages:
                 # No EOF comes while the fetch offset is past the last stable offset (an open
                 # transaction before it): the LSO the broker reports with each fetch tells.
-                for p, stable in _stable_offsets(samples[-1], handle.topic).items():
+                for p, stable in stable_offsets_from_stats(samples[-1], handle.topic).items():
                     if p in pending and 0 <= stable <= pending[p].first_offset:
                         stopped[p] = (stable, True)
                         del pending[p]
@@ -184,11 +184,6 @@ class Observer:
             for p, w in sorted(handle.partitions.items())
         )
         return SplitView(_state(views), views)
-
-
-def _stable_offsets(sample: str, topic: str) -> dict[int, int]:
-    partitions = json.loads(sample).get("topics", {}).get(topic, {}).get("partitions", {})
-    return {int(p): int(v.get("ls_offset", -1)) for p, v in partitions.items() if int(p) >= 0}
 
 
 def _state(views: tuple[PartitionView, ...]) -> State:

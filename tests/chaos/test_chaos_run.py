@@ -24,6 +24,7 @@ def _assert_exactly_once(figures, min_faulted: int) -> None:
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(1800)  # ~5 min on 2 idle cores; a loaded machine triples it
 def test_a_bounded_chaos_run_on_noida_and_files_loses_and_duplicates_nothing(tmp_path):
     kinds = (schedule.POINT_CRASH, schedule.KILL_SPARK_SUBMIT, schedule.BROKER_RESTART, schedule.BROKER_FENCE)
     figures = run_chaos(ChaosOptions(4, seed=8, broker="noida", warehouse="file", kinds=kinds,
@@ -33,6 +34,7 @@ def test_a_bounded_chaos_run_on_noida_and_files_loses_and_duplicates_nothing(tmp
 
 @pytest.mark.chaos
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("broker,warehouse", [("noida", "s3"), ("tansu", "file"), ("tansu", "s3")])
 def test_chaos_on_every_broker_and_warehouse_loses_and_duplicates_nothing(tmp_path, broker, warehouse):
     kinds = schedule.kinds_for(warehouse == "s3")

@@ -55,6 +55,7 @@ class RunTarget:
     fired_log: Path           # faults.FIRED_LOG_VAR of the Airflow processes
     run_finished: threading.Event
     started: float = field(default_factory=time.monotonic)
+    task_of: dict[str, str | None] = field(default_factory=dict)  # task instance id -> task id
 
     def elapsed(self) -> float:
         return round(time.monotonic() - self.started, 2)
@@ -93,14 +94,15 @@ def _is_python_worker(cmd: str) -> bool:
 
 
 def _task_process(target: RunTarget, task_id: str) -> psutil.Process | None:
-    ids = None
     for proc in _airflow_processes(target):
         match = _TASK_TITLE.match(_cmdline(proc))
         if not match:
             continue
-        if ids is None:
-            ids = {ti["id"]: ti["task_id"] for ti in target.api.task_instances(target.dag_id, target.run_id)}
-        if ids.get(match.group(1)) == task_id:
+        ti_id = match.group(1)
+        if ti_id not in target.task_of:  # a new try has a new id: ask the API once per id
+            target.task_of.update({ti["id"]: ti["task_id"] for ti in target.api.task_instances(target.dag_id, target.run_id)})
+            target.task_of.setdefault(ti_id, None)  # another run's: not asked about again
+        if target.task_of.get(ti_id) == task_id:
             return proc
     return None
 

@@ -104,6 +104,21 @@ def _chaos(args: argparse.Namespace) -> int:
     return 0 if total["ok"] else 1
 
 
+def _chaos_report(args: argparse.Namespace) -> int:
+    from .chaos.figures import totals
+    from .chaos.report import check, load_runs, markdown
+
+    runs = load_runs(args.files)
+    verdict = check(runs)
+    if args.json:
+        print(json.dumps({**totals(runs), "bar_met": verdict.met, "shortfalls": list(verdict.shortfalls)}, indent=2))
+    else:
+        print(markdown(runs))
+        print("\n" + ("The long run's bar is met." if verdict.met else
+                      "Short of the long run's bar:\n" + "\n".join(f"- {s}" for s in verdict.shortfalls)))
+    return 0 if all(run["ok"] for run in runs) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onceflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -130,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument("--records-per-partition", type=int, default=100, help="input records per partition and batch")
     chaos.add_argument("--json", action="store_true", help="figures as JSON on stdout (progress on stderr)")
     chaos.set_defaults(func=_chaos)
+
+    report = sub.add_parser("chaos-report", help="add up saved chaos runs (their --json) and check them against "
+                            "the long run's bar")
+    report.add_argument("files", nargs="+", help="JSON files printed by 'onceflow chaos --json'")
+    report.add_argument("--json", action="store_true")
+    report.set_defaults(func=_chaos_report)
 
     for name, func, text in (("status", _status, "batches of a pipeline, newest first"),
                              ("audit", _audit, "check every output against the input (exit 0 only when exactly once)")):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .injectors import Injection
 from .schedule import Fault, sequence_json
@@ -151,22 +151,27 @@ class ChaosFigures:
 
 def combined(figures: Sequence[ChaosFigures]) -> dict[str, Any]:
     """Totals over several chaos runs (the broker x warehouse matrix)."""
+    return totals([f.to_dict() for f in figures])
+
+
+def totals(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Totals over runs given as ``ChaosFigures.to_dict()`` (also what ``--json`` saved)."""
     injected: Counter[str] = Counter()
     details: Counter[str] = Counter()
-    for f in figures:
-        injected.update(f.injected_by_kind)
-        details.update(f.detail_counts)
+    for run in runs:
+        injected.update(run["faults_injected"])
+        details.update(run["fault_details"])
     return {
-        "ok": all(f.ok for f in figures),
-        "faulted_batches": sum(f.faulted_batches for f in figures),
-        "batches_run": sum(len(f.runs) for f in figures),
+        "ok": all(run["ok"] for run in runs),
+        "faulted_batches": sum(run["faulted_batches"] for run in runs),
+        "batches_run": sum(run["batches_run"] for run in runs),
         "faults_injected": dict(sorted(injected.items())),
         "fault_details": dict(sorted(details.items())),
-        "batches_aborted": sum(f.ledger.aborted for f in figures),
-        "batches_recovered": sum(f.ledger.recovered for f in figures),
-        "records_in": sum(f.records_in for f in figures),
-        "duplicates": sum(f.duplicates for f in figures),
-        "missing": sum(f.missing for f in figures),
-        "wall_time_s": round(sum(f.wall_time_s for f in figures), 1),
-        "runs": [f.to_dict() for f in figures],
+        "batches_aborted": sum(run["batches_aborted"] for run in runs),
+        "batches_recovered": sum(run["batches_recovered"] for run in runs),
+        "records_in": sum(run["records_in"] for run in runs),
+        "duplicates": sum(run["duplicates"] for run in runs),
+        "missing": sum(run["missing"] for run in runs),
+        "wall_time_s": round(sum(run["wall_time_s"] for run in runs), 1),
+        "runs": list(runs),
     }

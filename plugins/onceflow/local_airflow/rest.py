@@ -4,7 +4,9 @@ Runs in the calling process (test, CLI). Only what driving a pipeline
 needs: find a DAG, unpause it, trigger a run with conf, wait for it, read
 its task instances and logs, clear it. Every call that waits takes a
 timeout and, when it expires, says what it was waiting for and what the
-server last answered.
+server last answered. A busy api-server may not answer one poll in time:
+waiting calls ride that out until their own deadline, and ``trigger`` names
+its run itself so that re-sending it cannot create a second run.
 
 Auth: with ``[core] simple_auth_manager_all_admins`` (what LocalAirflow
 sets) no token is needed. Against an Airflow that wants one, pass
@@ -15,7 +17,9 @@ and sends it as a Bearer token.
 from __future__ import annotations
 
 import time
-from typing import Any
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Callable, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -23,6 +27,8 @@ import httpx
 from .errors import AirflowHarnessError
 
 FINISHED_RUN_STATES = frozenset({"success", "failed"})
+TRIGGER_TIMEOUT_S = 120.0
+T = TypeVar("T")
 
 
 def _p(value: str) -> str:
@@ -37,9 +43,10 @@ class AirflowApi:
         username: str | None = None,
         password: str | None = None,
         timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
     ):
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False, transport=transport)
         if username is not None:
             token = self._http.post("/auth/token", json={"username": username, "password": password or ""})
             self._check(token, "POST /auth/token")
@@ -65,6 +72,16 @@ class AirflowApi:
     def _get(self, path: str, **params) -> Any:
         return self._check(self._http.get(path, params=params or None), f"GET {path}").json()
 
+    def _until(self, deadline: float, ask: Callable[[], T], what: str) -> T:
+        """``ask()``, asked again while the server does not answer (timeout, refused, reset) until ``deadline``."""
+        while True:
+            try:
+                return ask()
+            except httpx.TransportError as exc:
+                if time.monotonic() > deadline:
+                    raise AirflowHarnessError(f"{what}: {self.base_url} did not answer ({type(exc).__name__}: {exc})") from exc
+                time.sleep(1.0)
+
     # -- health --------------------------------------------------------------
     def health(self) -> dict:
         """``GET /api/v2/monitor/health``: metadatabase, scheduler, dag_processor, triggerer."""
@@ -87,7 +104,7 @@ class AirflowApi:
         """
         deadline = time.monotonic() + timeout
         while True:
-            found = self.dag(dag_id)
+            found = self._until(deadline, lambda: self.dag(dag_id), f"waiting for DAG {dag_id}")
             if found is not None:
                 return found
             if time.monotonic() > deadline:
@@ -115,11 +132,24 @@ class AirflowApi:
         run_id: str | None = None,
         logical_date: str | None = None,
     ) -> str:
-        """Create a DAG run; return its run id. A paused DAG's run waits queued until unpause()."""
-        body: dict[str, Any] = {"logical_date": logical_date, "conf": conf or {}}
-        if run_id is not None:
-            body["dag_run_id"] = run_id
-        response = self._http.post(f"/api/v2/dags/{_p(dag_id)}/dagRuns", json=body)
+        """Create a DAG run; return its run id. A paused DAG's run waits queued until unpause().
+
+        The run id is chosen here (``manual__<now>_<random>`` unless given), so
+        a POST whose answer was lost is sent again safely: the second one
+        finds the run already there (409) instead of creating another.
+        """
+        run_id = run_id or f"manual__{datetime.now(timezone.utc).isoformat()}_{uuid.uuid4().hex[:6]}"
+        body: dict[str, Any] = {"dag_run_id": run_id, "logical_date": logical_date, "conf": conf or {}}
+        posts = 0
+
+        def post() -> httpx.Response:
+            nonlocal posts
+            posts += 1
+            return self._http.post(f"/api/v2/dags/{_p(dag_id)}/dagRuns", json=body)
+
+        response = self._until(time.monotonic() + TRIGGER_TIMEOUT_S, post, f"trigger {dag_id}")
+        if response.status_code == 409 and posts > 1:
+            return run_id  # an earlier POST whose answer was lost created it
         return self._check(response, f"trigger {dag_id}").json()["dag_run_id"]
 
     def run(self, dag_id: str, run_id: str) -> dict:
@@ -133,7 +163,7 @@ class AirflowApi:
         """
         deadline = time.monotonic() + timeout
         while True:
-            state = self.run(dag_id, run_id)["state"]
+            state = self._until(deadline, lambda: self.run(dag_id, run_id), f"waiting for run {run_id}")["state"]
             if state in FINISHED_RUN_STATES:
                 return state
             if time.monotonic() > deadline:

@@ -13,15 +13,18 @@ reported as the median:
    EndTxn from another client, then verification by reading).
 2. read: a plain read_committed consumer (assign, consume to the end,
    touch each value; and once more keeping key, value, headers, offset and
-   timestamp of each record in a list) against ``RangeReader.read`` (Arrow
-   record batches of those fields plus partition) over the same records.
+   timestamp of each record in a list) against ``RangeReader.read`` over
+   the same records: once with every field (Arrow record batches of those
+   fields plus partition), once asked for the value only, as the first
+   plain consumer reads.
 
 The raw producer sends the same records as onceflow (key, value and the two
 onceflow headers) from the same Arrow batch. The commit of a split is a fixed
 cost (EndTxn from another client plus verification by reading), so the
 end-to-end write ratio grows with the records per split.
 
-Targets: write ratio >= 0.8, read ratio >= 0.7.
+Targets: write ratio >= 0.8, read ratio >= 0.7 (checked with the same
+fields on both sides: values only).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow import settings
 from onceflow.kafka.offsets import KafkaOffsetSource
-from onceflow.kafka.reader import RangeReader
+from onceflow.kafka.reader import FIELDS, RangeReader
 from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
 from onceflow.kafka.writer import TransactionalSplitWriter, record_headers, staged_uri
 from onceflow.protocol.participant import Vote
@@ -130,10 +133,10 @@ def raw_read(config: dict, ranges: list[OffsetRange], all_fields: bool = False) 
     return time.perf_counter() - started, count
 
 
-def onceflow_read(config: dict, ranges: list[OffsetRange]) -> tuple[float, int]:
+def onceflow_read(config: dict, ranges: list[OffsetRange], fields=FIELDS) -> tuple[float, int]:
     started = time.perf_counter()
     count = 0
-    with RangeReader(config) as reader:  # one consumer, range after range (as one Spark task would)
+    with RangeReader(config, fields=fields) as reader:  # one consumer, range after range (as one Spark task would)
         for rng in ranges:
             for batch in reader.read(rng):
                 count += batch.num_rows
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"broker: {broker.name} at {broker.bootstrap}; {args.records} records of {args.value_bytes} B, "
           f"{args.partitions} partitions, {args.rounds} rounds")
     batch = make_batch(args.records, args.value_bytes)
-    write_raw, write_of, commit_of, read_raw, read_raw_all, read_of = [], [], [], [], [], []
+    write_raw, write_of, commit_of, read_raw, read_raw_all, read_of, read_of_value = [], [], [], [], [], [], []
     with tempfile.TemporaryDirectory() as staging:
         for _ in range(args.rounds):
             topic = create_topic(config, args.partitions)
@@ -171,8 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             read_raw_all.append(seconds)
             seconds, n_of = onceflow_read(config, ranges)
             read_of.append(seconds)
-            if n_raw != args.records or n_of != args.records:
-                raise SystemExit(f"read {n_raw} (raw) / {n_of} (onceflow) records, wrote {args.records}")
+            seconds, n_of_value = onceflow_read(config, ranges, fields=["value"])
+            read_of_value.append(seconds)
+            if not n_raw == n_of == n_of_value == args.records:
+                raise SystemExit(f"read {n_raw} (raw) / {n_of}, {n_of_value} (onceflow) records, wrote {args.records}")
 
     def rate(seconds: list[float]) -> float:
         return args.records / statistics.median(seconds)
@@ -181,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         ("write: raw transactional producer", rate(write_raw), None),
         ("write: onceflow pre-commit + commit", rate(write_of), rate(write_of) / rate(write_raw)),
         ("read: raw read_committed consumer", rate(read_raw), None),
-        ("read: onceflow read_range (Arrow)", rate(read_of), rate(read_of) / rate(read_raw)),
+        ("read: onceflow read_range, value only", rate(read_of_value), rate(read_of_value) / rate(read_raw)),
+        ("read: onceflow read_range, all fields", rate(read_of), rate(read_of) / rate(read_raw)),
         ("read: raw consumer keeping all fields", rate(read_raw_all), None),
         ("read: onceflow vs raw keeping all fields", rate(read_of), rate(read_of) / rate(read_raw_all)),
     ]
@@ -191,9 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:40s} {per_s:12,.0f} rec/s" + (f"   ratio {ratio:.2f}" if ratio is not None else ""))
     print(f"commit from the handle (EndTxn + verification by reading), fixed per split: "
           f"{statistics.median(commit_of):.2f} s median")
-    write_ratio, read_ratio = rows[1][2], rows[4][2]
+    write_ratio = rate(write_of) / rate(write_raw)
+    read_ratio = rate(read_of_value) / rate(read_raw)  # the same fields on both sides
     print(f"targets: write >= 0.80 ({'met' if write_ratio >= 0.8 else 'MISSED'}), "
-          f"read >= 0.70 ({'met' if read_ratio >= 0.7 else 'MISSED'})")
+          f"read, values only on both sides, >= 0.70 ({'met' if read_ratio >= 0.7 else 'MISSED'})")
     return 0
 
 

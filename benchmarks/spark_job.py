@@ -98,12 +98,11 @@ def plain_producer(config: dict, topic: str):
     return produce_partition
 
 
-def run_plain(spark, spec, deployment: str, ranges_json: str, config: dict, out_dir: Path, splits: int) -> int:
+def run_plain(spark, spec, deployment: str, ranges, config: dict, out_dir: Path, splits: int) -> int:
     """The same read and transform as run_batch, written with no staging and no transactions (driver)."""
-    records = (
-        spark.read.format("onceflow_kafka_range").option("ranges", ranges_json)
-        .option("deployment", deployment).load().cache()
-    )
+    from onceflow.spark.batch_job import read_input
+
+    records = read_input(spark, spec, ranges, deployment).cache()
     count = records.count()
     outputs = spec.transform_function()(records, "0000000001")
     for sink in spec.sinks:
@@ -170,12 +169,11 @@ def main(argv=None) -> int:
             runtime = PipelineRuntime(spec, deployment)
             with runtime.offset_source() as source:  # the ranges only; this plan is never run
                 ranges = runtime.coordinator.plan_next(source, runtime.plan_config(), run_id=f"plain-{i}").ranges
-            ranges_json = json.dumps([r.to_dict() for r in ranges])
             if i == 0:  # warm-up, untimed: JVM code paths and Python workers of both writers
-                head = [dataclasses.replace(r, end=min(r.end, r.start + 5_000)).to_dict() for r in ranges]
-                run_plain(spark, spec, deployment.to_option(), json.dumps(head), config, work / "warm-up", args.splits)
+                head = [dataclasses.replace(r, end=min(r.end, r.start + 5_000)) for r in ranges]
+                run_plain(spark, spec, deployment.to_option(), head, config, work / "warm-up", args.splits)
             t0 = time.perf_counter()
-            count = run_plain(spark, spec, deployment.to_option(), ranges_json, config, work / f"plain-out-{i}", args.splits)
+            count = run_plain(spark, spec, deployment.to_option(), ranges, config, work / f"plain-out-{i}", args.splits)
             plain_s.append(time.perf_counter() - t0)
             print(f"repeat {i}: plain {plain_s[-1]:.1f} s", flush=True)
             if count != args.events:

@@ -17,6 +17,19 @@ from .settings import ConfigurationError
 
 FILES = "files"
 KAFKA = "kafka"
+# The columns of a batch's input records (the onceflow_kafka_range source), in order.
+INPUT_COLUMNS = ("key", "value", "headers", "topic", "partition", "offset", "timestamp")
+
+
+def check_input_columns(columns, setting: str) -> tuple[str, ...]:
+    """``columns`` in INPUT_COLUMNS order; unknown or none is a ConfigurationError naming ``setting``."""
+    wanted = tuple(c.strip() for c in columns)
+    unknown = sorted(set(wanted) - set(INPUT_COLUMNS))
+    if unknown or not wanted:
+        raise ConfigurationError(
+            f"{setting}: {unknown or list(wanted)} is not valid: name one or more of {', '.join(INPUT_COLUMNS)}"
+        )
+    return tuple(c for c in INPUT_COLUMNS if c in wanted)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -68,11 +81,18 @@ class PipelineSpec:
     # The consumer group whose offsets mirror the committed ranges (lag tools).
     consumer_group: str | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    # The input columns the transform uses (None: all of INPUT_COLUMNS). Each
+    # one left out is not read from Kafka at all; `headers` costs the most.
+    input_columns: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _check_name("pipeline name", self.name)
         object.__setattr__(self, "topics", tuple(self.topics))
         object.__setattr__(self, "sinks", tuple(self.sinks))
+        if self.input_columns is not None:
+            object.__setattr__(
+                self, "input_columns", check_input_columns(self.input_columns, f"pipeline {self.name!r}: input_columns")
+            )
         if not self.topics:
             raise ConfigurationError(f"pipeline {self.name!r}: topics is empty: name at least one input topic")
         if not self.sinks:

@@ -77,6 +77,25 @@ def test_committed_records_of_a_range_arrive_with_key_headers_and_timestamp(kafk
     assert int(row["timestamp"].timestamp() * 1000) == 1_700_000_000_000
 
 
+def test_a_reader_asked_for_some_fields_returns_the_same_records_with_only_those(kafka_broker, interleaved):
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    config, topic = interleaved
+    rng = OffsetRange(topic, 0, 0, 18)
+    full = pa.Table.from_batches(list(read_range(config, rng, timeout_s=5)), schema=SCHEMA)
+    # Asked in any order, returned in SCHEMA order; the end of the range is found without offsets asked for.
+    batches = list(read_range(config, rng, batch_size=4, timeout_s=5, fields=["value", "partition"]))
+    assert all(b.schema.names == ["value", "partition"] and b.num_rows <= 4 for b in batches)
+    table = pa.Table.from_batches(batches)
+    assert table.to_pydict() == full.select(["value", "partition"]).to_pydict()
+    assert table.column("value").to_pylist() == [f"{n}{i}".encode() for n, c in (("a", 5), ("c", 3)) for i in range(c)]
+
+
+def test_unknown_or_no_fields_fail_naming_the_valid_ones():
+    for fields in (["value", "topic"], []):
+        with pytest.raises(ValueError, match="choose one or more of key, value, headers, partition, offset, timestamp"):
+            RangeReader({"bootstrap.servers": "127.0.0.1:9"}, fields=fields)
+
+
 def test_a_range_past_the_last_stable_offset_fails_naming_the_range(kafka_broker):
     config = kafka_broker.config()
     topic = create_topic(config, partitions=1, prefix="pastlso")

@@ -1,7 +1,8 @@
 """The example pipeline: click events -> per-page minute counts, enriched events, dead letters.
 
 Input: one batch of Kafka records from topic ``clicks`` (columns ``key``,
-``value`` binary, ``topic``, ``partition``, ``offset``, ``timestamp``), each
+``value`` binary, ``topic``, ``partition``, ``offset``: the spec's
+``input_columns``, so headers and timestamps are not read), each
 value a JSON event ``{"event_id", "user_id", "page": str, "ts": epoch ms int,
 "amount": number}``. Outputs:
 
@@ -57,6 +58,7 @@ CLICKSTREAM = PipelineSpec(
         SinkSpec("clicks_enriched", KAFKA, "clicks_enriched"),
         SinkSpec("clicks_dead_letter", KAFKA, "clicks_dead_letter"),
     ),
+    input_columns=("key", "value", "topic", "partition", "offset"),
 )
 
 

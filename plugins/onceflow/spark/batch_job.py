@@ -4,7 +4,7 @@ Call sequence::
 
     plan    = coordinator.plan(seq)               the immutable plan (I6)
     attempt = coordinator.begin_attempt(seq)      fences every older attempt (I5)
-    records = format("onceflow_kafka_range")      exactly the planned ranges, cached once
+    records = format("onceflow_kafka_range")      exactly the planned ranges, the spec's input_columns, cached once
     outputs = spec.transform(records, batch_id)   {sink name: DataFrame}
     per sink, repartitioned to the plan's splits:
         files -> format("onceflow_files")         staged Parquet; vote -> ledger
@@ -46,6 +46,18 @@ def register_data_sources(spark) -> None:
         module.register(spark)
 
 
+def read_input(spark, spec, ranges, deployment: str):
+    """The batch's input records: exactly ``ranges``, only the spec's ``input_columns`` (driver)."""
+    reader = (
+        spark.read.format("onceflow_kafka_range")
+        .option("ranges", json.dumps([r.to_dict() for r in ranges]))
+        .option("deployment", deployment)
+    )
+    if spec.input_columns:
+        reader = reader.option("columns", ",".join(spec.input_columns))
+    return reader.load()
+
+
 def run_batch(spark, runtime, seq: int) -> JobResult:
     coordinator = runtime.coordinator
     spec = runtime.spec
@@ -56,13 +68,7 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
     register_data_sources(spark)
     deployment = runtime.deployment.to_option()
 
-    records = (
-        spark.read.format("onceflow_kafka_range")
-        .option("ranges", json.dumps([r.to_dict() for r in plan.ranges]))
-        .option("deployment", deployment)
-        .load()
-        .cache()
-    )
+    records = read_input(spark, spec, plan.ranges, deployment).cache()
     input_records = records.count()
     outputs = spec.transform_function()(records, plan.batch_id)
     missing = sorted({s.name for s in spec.sinks} - outputs.keys())

@@ -14,7 +14,14 @@ Usage::
     register(spark)
     df = (spark.read.format("onceflow_kafka_range")
           .option("ranges", json.dumps([r.to_dict() for r in plan.ranges]))
+          .option("deployment", deployment.to_option())
+          .option("columns", "key,value,topic,partition,offset")   # optional: all by default
           .load())
+
+``columns`` is the projection: Spark's Python data sources are not told
+which columns a query uses, and reading a field costs a call into the Kafka
+client per record (``headers`` the most), so a job that knows its columns
+names them (``PipelineSpec.input_columns``).
 
 Client settings come from the ``deployment`` option
 (``Deployment.to_option()``: no secrets) plus secrets from the executor's
@@ -31,12 +38,19 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from ..protocol.plan import OffsetRange
+from ..spec import INPUT_COLUMNS, check_input_columns
 
 FORMAT = "onceflow_kafka_range"
-SCHEMA = (
-    "key binary, value binary, headers array<struct<key: string, value: binary>>, "
-    "topic string, partition int, offset long, timestamp timestamp"
-)
+_DDL = {
+    "key": "binary",
+    "value": "binary",
+    "headers": "array<struct<key: string, value: binary>>",
+    "topic": "string",
+    "partition": "int",
+    "offset": "long",
+    "timestamp": "timestamp",
+}
+SCHEMA = ", ".join(f"{name} {_DDL[name]}" for name in INPUT_COLUMNS)
 DEFAULT_SPLIT = 250_000
 _HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 # Exactly what Spark expects for SCHEMA (list items are named "element";
@@ -60,10 +74,11 @@ class RangePartition(InputPartition):
 
 
 class KafkaRangeReader(DataSourceReader):
-    def __init__(self, ranges: list[OffsetRange], max_records_per_split: int, deployment: str):
+    def __init__(self, ranges: list[OffsetRange], max_records_per_split: int, deployment: str, columns: tuple[str, ...]):
         self.ranges = ranges
         self.deployment = deployment
         self.max_records_per_split = max_records_per_split
+        self.columns = columns
 
     def partitions(self) -> list[RangePartition]:
         from ..kafka.reader import split_range
@@ -85,13 +100,18 @@ class KafkaRangeReader(DataSourceReader):
 
         rng = OffsetRange.from_dict(partition.range)
         config = Deployment.from_option(self.deployment).kafka.config()
-        for batch in read_range(config, rng):
-            topic = pa.array([rng.topic] * batch.num_rows, pa.string())
+        schema = pa.schema([ARROW_SCHEMA.field(c) for c in self.columns])
+        # The topic is the range's; offsets stand in when only the topic is asked for.
+        fields = [c for c in self.columns if c != "topic"] or ["offset"]
+        for batch in read_range(config, rng, fields=fields):
             yield pa.RecordBatch.from_arrays(
-                [batch.column("key"), batch.column("value"), batch.column("headers").cast(ARROW_SCHEMA.field("headers").type),
-                 topic, batch.column("partition"), batch.column("offset"),
-                 batch.column("timestamp").cast(ARROW_SCHEMA.field("timestamp").type)],
-                schema=ARROW_SCHEMA,
+                [
+                    pa.array([rng.topic] * batch.num_rows, pa.string())
+                    if c == "topic"
+                    else batch.column(c).cast(schema.field(c).type)
+                    for c in self.columns
+                ],
+                schema=schema,
             )
 
 
@@ -101,7 +121,11 @@ class KafkaRangeDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        return SCHEMA
+        return ", ".join(f"{c} {_DDL[c]}" for c in self._columns())
+
+    def _columns(self) -> tuple[str, ...]:
+        raw = self.options.get("columns")
+        return check_input_columns(raw.split(",") if raw else INPUT_COLUMNS, f"{FORMAT} option 'columns'")
 
     def reader(self, schema) -> KafkaRangeReader:
         raw = self.options.get("ranges")
@@ -111,7 +135,7 @@ class KafkaRangeDataSource(DataSource):
                              "(Deployment.to_option()) are required")
         ranges = [OffsetRange.from_dict(r) for r in json.loads(raw)]
         split = int(self.options.get("max_records_per_split", DEFAULT_SPLIT))
-        return KafkaRangeReader(ranges, split, deployment)
+        return KafkaRangeReader(ranges, split, deployment, self._columns())
 
 
 def register(spark) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.kafka.config import REDACTED, consumer_config, kafka_python_config, producer_config, redact
+from onceflow.kafka.config import REDACTED, RECEIVE_MESSAGE_MAX_BYTES, consumer_config, kafka_python_config, producer_config, redact
 from onceflow.kafka.ids import repair_id, transactional_id, transactional_ids
 from onceflow.kafka.txn_protocol import ACTIONS, CONNECTION_CLOSED, Action, classify
 from onceflow.settings import ConfigurationError
@@ -72,6 +72,12 @@ def test_settings_that_break_exactly_once_fail_fast_naming_the_setting(setting, 
 def test_reader_refuses_read_uncommitted():
     with pytest.raises(ConfigurationError, match="isolation.level"):
         consumer_config({**SECURE, "isolation.level": "read_uncommitted"}, "g")
+
+
+def test_consumers_accept_broker_answers_that_ignore_fetch_limits_unless_the_user_caps_them():
+    # noida-db answers past fetch.max.bytes; a dropped answer would stall planning and commit.
+    assert consumer_config(SECURE, "g")["receive.message.max.bytes"] == RECEIVE_MESSAGE_MAX_BYTES
+    assert consumer_config({**SECURE, "receive.message.max.bytes": 50_000_000}, "g")["receive.message.max.bytes"] == 50_000_000
 
 
 def test_missing_bootstrap_servers_names_the_setting():

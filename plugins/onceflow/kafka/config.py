@@ -55,10 +55,21 @@ def producer_config(source: KafkaBroker | Mapping[str, Any], txn_id: str, **over
     return config
 
 
+# librdkafka's upper bound for one broker answer. A consumer that gets a larger
+# answer drops it and fetches again, forever: no records, no offsets. noida-db
+# ignores fetch.max.bytes and max.partition.fetch.bytes and answers with every
+# assigned partition read to its end (measured: 140 MB for 16 partitions of a
+# 950,000-record topic, over the 100 MB default), so planning and commit
+# verification stalled on large batches. Brokers that honour fetch.max.bytes
+# never come near it; a user's own setting wins.
+RECEIVE_MESSAGE_MAX_BYTES = 2_147_483_647
+
+
 def consumer_config(source: KafkaBroker | Mapping[str, Any], group_id: str, **overrides: Any) -> dict[str, Any]:
     """A read_committed consumer that never commits offsets on its own."""
     config = base_config(source)
     _refuse(config, "isolation.level", {"read_committed"}, "read_uncommitted would show open and aborted transactions")
+    config.setdefault("receive.message.max.bytes", RECEIVE_MESSAGE_MAX_BYTES)
     config.update(
         {
             "group.id": group_id,

@@ -95,8 +95,11 @@ class Observer:
                     "statistics.interval.ms": 100,
                     "stats_cb": self._samples.append,
                     # Usually one record per partition settles it: do not prefetch whole partitions.
+                    # (Not by lowering queued.min.messages: a fetch that brings more than that
+                    # pauses all fetching from the broker for fetch.queue.backoff.ms, 1 s, and
+                    # Tansu answers with whole record batches whatever this limit says, so each
+                    # further partition of a 200,000-record commit took a second to verify.)
                     "max.partition.fetch.bytes": 262_144,
-                    "queued.min.messages": 10_000,
                 },
             )
         )

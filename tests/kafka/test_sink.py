@@ -11,6 +11,7 @@ import time
 import uuid
 from collections import Counter
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException, Producer
 
@@ -49,6 +50,10 @@ def _vote(*handles) -> Vote:
 
 def _plan(pipeline, splits=2) -> Plan:
     return Plan(pipeline, 1, (), (SinkPlan("out", "kafka", splits, transactional_ids(pipeline, "out", splits)),))
+
+
+def _values(prefix: str, start: int, stop: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"value": pa.array([f"{prefix}-{i}".encode() for i in range(start, stop)], pa.binary())})
 
 
 def _expected(split, records) -> list[bytes]:
@@ -110,23 +115,20 @@ def test_zombie_that_keeps_writing_after_it_was_fenced_gets_nothing_into_the_out
     config = kafka_broker.config()
     zombie = TransactionalSplitWriter(config, pipeline, "out", BATCH, 0, topic, str(tmp_path / "zombie.arrow"))
     zombie.begin()
-    for i in range(50):
-        zombie.write(f"zombie-{i}".encode())
-    zombie_handle = zombie.precommit()
+    zombie.write_batch(_values("zombie", 0, 50))  # produced at once, into the zombie's open transaction
     # A newer attempt of the same split starts: its init_transactions fences the zombie.
     winner = TransactionalSplitWriter(config, pipeline, "out", BATCH, 0, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 1))
     winner.begin()
     for i in range(100):
         winner.write(f"{BATCH}-0-{i}".encode(), key=f"k{i}".encode())
     handle = winner.precommit()
-    assert handle.epoch > zombie_handle.epoch or handle.producer_id != zombie_handle.producer_id
 
-    # The zombie keeps writing, then tries to commit its own transaction from its handle.
+    # The zombie keeps writing, then tries to pre-commit, then to commit with its old epoch.
     with pytest.raises((PreCommitError, KafkaException)):
-        for i in range(50, 100):
-            zombie.write(f"zombie-{i}".encode())
+        zombie.write_batch(_values("zombie", 50, 100))
         zombie.precommit()
-    end_txn(config, zombie_handle.transactional_id, zombie_handle.producer_id, zombie_handle.epoch, commit=True, timeout_s=5)
+    # The winner's init_transactions bumped the epoch: the zombie's is the one before.
+    end_txn(config, handle.transactional_id, handle.producer_id, handle.epoch - 1, commit=True, timeout_s=5)
 
     result = _participant(kafka_broker, pipeline, tmp_path).commit(_vote(handle))
 

@@ -17,8 +17,9 @@ valid input events; every valid input record appears exactly once in
 ``clicks_enriched`` and every malformed one exactly once in
 ``clicks_dead_letter`` (matched by source topic/partition/offset); nothing
 else is visible. On a broker that shows aborted records to read_committed
-consumers (Tansu), output records are first restricted to the offsets the
-committed transactions wrote, and the report says so.
+consumers (Tansu), output records are first restricted to those the
+committed transactions wrote (by offset range and split headers), and the
+report says so.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from ..kafka.writer import BATCH_HEADER, SPLIT_HEADER
 from ..protocol.plan import OffsetRange, Plan
 from ..protocol.states import BatchState
 from . import clickstream_oracle as oracle
@@ -151,19 +153,34 @@ def _topic_ranges(config, topic: str) -> list[OffsetRange]:
         return [OffsetRange(topic, tp.partition, earliest[tp], stable[tp]) for tp in partitions]
 
 
-def _committed_offsets(statuses, sink: str) -> set[tuple[int, int]]:
-    """(partition, offset) the committed transactions of ``sink`` wrote."""
+Written = dict[tuple[bytes, bytes, int], list[tuple[int, int]]]
+
+
+def _committed_writes(statuses, sink: str) -> Written:
+    """(batch header, split header, partition) -> [first, last] offsets of each committed transaction of ``sink``.
+
+    Splits interleave in a partition, so a committed record is one inside its
+    own split's range *and* carrying that split's headers; earlier attempts of
+    the split lie before the range.
+    """
     from ..kafka.sink import handles_of
 
-    allowed = set()
+    written: Written = {}
     for status in statuses:
         vote = status.decision.votes.get(sink) if status.decision else None
         if vote is None:
             continue
         for handle in handles_of(vote):
             for partition, write in handle.partitions.items():
-                allowed.update((int(partition), write.first_offset + i) for i in range(write.count))
-    return allowed
+                key = (handle.batch_id.encode(), str(handle.split).encode(), int(partition))
+                written.setdefault(key, []).append((write.first_offset, write.last_offset))
+    return written
+
+
+def _written_by(written: Written, partition: int, record: dict) -> bool:
+    headers = {h["key"]: h["value"] for h in record["headers"] or ()}
+    ranges = written.get((headers.get(BATCH_HEADER), headers.get(SPLIT_HEADER), partition), ())
+    return any(first <= record["offset"] <= last for first, last in ranges)
 
 
 def _source_of(value: dict, nested: bool) -> Source:
@@ -172,12 +189,12 @@ def _source_of(value: dict, nested: bool) -> Source:
 
 
 def _audit_topic(
-    out: OutputAudit, config, topic: str, expected: set[Source], nested_source: bool, allowed: set[tuple[int, int]] | None
+    out: OutputAudit, config, topic: str, expected: set[Source], nested_source: bool, committed: Written | None
 ) -> None:
     seen: Counter[Source] = Counter()
     for rng in _topic_ranges(config, topic):
         for rec in _read_records(config, rng):
-            if allowed is not None and (rng.partition, rec["offset"]) not in allowed:
+            if committed is not None and not _written_by(committed, rng.partition, rec):
                 continue
             out.records += 1
             try:
@@ -251,8 +268,8 @@ def audit_clickstream(runtime, hides_aborted: bool = True) -> AuditReport:
         ("clicks_dead_letter", set(malformed), False),
     ):
         audit = OutputAudit(sink_name)
-        allowed = None if hides_aborted else _committed_offsets(statuses, sink_name)
-        _audit_topic(audit, config, spec.sink(sink_name).target, expected, nested, allowed)
+        committed = None if hides_aborted else _committed_writes(statuses, sink_name)
+        _audit_topic(audit, config, spec.sink(sink_name).target, expected, nested, committed)
         outputs[sink_name] = audit
 
     return AuditReport(
@@ -265,5 +282,5 @@ def audit_clickstream(runtime, hides_aborted: bool = True) -> AuditReport:
         contiguity_errors=contiguity_errors(plans),
         visibility="read_committed consumer (broker hides aborted records)"
         if hides_aborted
-        else "restricted to offsets written by committed transactions (this broker shows aborted records)",
+        else "restricted to records written by committed transactions, by offset range and split headers (this broker shows aborted records)",
     )

@@ -54,6 +54,10 @@ def handles_of(vote: Vote) -> list[TxnHandle]:
     return [TxnHandle.from_dict(raw) for raw in vote.payload.get("handles", ())]
 
 
+def _where(h: TxnHandle) -> str:
+    return f"batch {h.batch_id} split {h.split} ({h.transactional_id}) on {h.topic}"
+
+
 def _worst(results: Sequence[Result]) -> Result:
     order = [Outcome.FAILED, Outcome.RETRY_LATER, Outcome.DONE, Outcome.ALREADY_DONE]
     for outcome in order:
@@ -98,29 +102,35 @@ class KafkaSinkParticipant:
         """Before the decision: can every handle of this vote still be committed?"""
         problems = []
         now_ms = int(time.time() * 1000)
-        with Observer(self.config, self.timeout_s) as obs:
-            for h in handles_of(vote):
-                where = f"batch {h.batch_id} split {h.split} ({h.transactional_id})"
-                if (h.pipeline, h.sink) != (self.pipeline, self.name) or h.transactional_id != transactional_id(
-                    h.pipeline, h.sink, h.split
-                ):
-                    problems.append(f"{where}: handle does not belong to sink {self.name} of {self.pipeline}")
-                    continue
-                if not h.partitions:
-                    continue
-                age = now_ms - h.first_write_ms
-                if age > self.max_vote_age_ms:
-                    problems.append(
-                        f"{where}: transaction is {age} ms old, over {self.safety_fraction} of transaction.timeout.ms "
-                        f"({self.transaction_timeout_ms}); abort and re-run the batch (offsets did not move, nothing is lost)"
-                    )
-                    continue
-                if not self._staged_exists(h):
-                    problems.append(f"{where}: staged copy {h.staged_uri} is missing, a broker abort could not be repaired")
-                    continue
-                view = obs.observe(h)
-                if view.state is not State.OPEN:
-                    problems.append(f"{where}: transaction is no longer open ({view.state.value}: {view.describe()})")
+        to_observe = []
+        for h in handles_of(vote):
+            where = _where(h)
+            if (h.pipeline, h.sink) != (self.pipeline, self.name) or h.transactional_id != transactional_id(
+                h.pipeline, h.sink, h.split
+            ):
+                problems.append(f"{where}: handle does not belong to sink {self.name} of {self.pipeline}")
+                continue
+            if not h.partitions:
+                continue
+            age = now_ms - h.first_write_ms
+            if age > self.max_vote_age_ms:
+                problems.append(
+                    f"{where}: transaction is {age} ms old, over {self.safety_fraction} of transaction.timeout.ms "
+                    f"({self.transaction_timeout_ms}); abort and re-run the batch (offsets did not move, nothing is lost)"
+                )
+                continue
+            if not self._staged_exists(h):
+                problems.append(f"{where}: staged copy {h.staged_uri} is missing, a broker abort could not be repaired")
+                continue
+            to_observe.append(h)
+        if to_observe and not problems:
+            with Observer(self.config, self.timeout_s) as obs:
+                views = obs.observe(to_observe)
+            problems += [
+                f"{_where(h)}: transaction is no longer open ({view.state.value}: {view.describe()})"
+                for h, view in zip(to_observe, views)
+                if view.state is not State.OPEN
+            ]
         if problems:
             return Result(Outcome.FAILED, "; ".join(problems))
         return Result(Outcome.DONE, f"{len(handles_of(vote))} transaction(s) open and young enough")
@@ -133,23 +143,24 @@ class KafkaSinkParticipant:
         All EndTxn requests go out before any verification: on a broker whose
         last stable offset waits for every open transaction of a partition
         (Tansu), a split's commit only becomes visible once its neighbours'
-        are committed too.
+        are committed too. Then one scan waits for all of them.
         """
-        handles = handles_of(vote)
+        handles = [h for h in handles_of(vote) if h.partitions]
         with Observer(self.config, self.timeout_s) as obs:
-            before = {i: self._observe(obs, h) for i, h in enumerate(handles) if h.partitions}
+            before = confirm_aborted(obs, handles, obs.observe(handles))
             replies = {
-                i: end_txn(self.config, handles[i].transactional_id, handles[i].producer_id, handles[i].epoch, commit=True, timeout_s=self.timeout_s)
-                for i, view in before.items()
+                i: end_txn(self.config, h.transactional_id, h.producer_id, h.epoch, commit=True, timeout_s=self.timeout_s)
+                for i, (h, view) in enumerate(zip(handles, before))
                 if view.state is State.OPEN
             }
             faults.fault_point(AFTER_END_TXN)
-            return _worst([self._settle(obs, h, before.get(i), replies.get(i)) for i, h in enumerate(handles)])
+            ended = [i for i, reply in replies.items() if reply.action not in (Action.RETRY, Action.FAIL)]
+            after = dict(zip(ended, confirm_aborted(obs, [handles[i] for i in ended], obs.settle([handles[i] for i in ended]))))
+            results = [self._settle(obs, h, before[i], replies.get(i), after.get(i)) for i, h in enumerate(handles)]
+        return _worst(results) if results else Result(Outcome.ALREADY_DONE, "wrote nothing")
 
-    def _settle(self, obs: Observer, h: TxnHandle, before: SplitView | None, reply: EndTxnReply | None) -> Result:
-        where = f"batch {h.batch_id} split {h.split} ({h.transactional_id}) on {h.topic}"
-        if before is None:
-            return Result(Outcome.ALREADY_DONE, f"{where}: wrote nothing")
+    def _settle(self, obs: Observer, h: TxnHandle, before: SplitView, reply: EndTxnReply | None, after: SplitView | None) -> Result:
+        where = _where(h)
         if before.state in (State.COMMITTED, State.REPAIRED):
             return Result(Outcome.ALREADY_DONE, f"{where}: {before.state.value}")
         if before.state is State.UNKNOWN:
@@ -162,7 +173,6 @@ class KafkaSinkParticipant:
             return Result(Outcome.RETRY_LATER, f"{where}: EndTxn(commit) answered {reply}")
         if reply.action is Action.FAIL:
             return Result(Outcome.FAILED, f"{where}: EndTxn(commit) answered {reply}; fix the cause and re-run commit")
-        after = self._observe_until_settled(obs, h)
         if after.state is State.COMMITTED:
             return Result(Outcome.DONE, f"{where}: committed ({reply.error_name}), {h.records} records visible")
         if after.state is State.ABORTED:
@@ -178,16 +188,9 @@ class KafkaSinkParticipant:
             )
         return self._inconsistent(where, after)
 
-    def _observe_until_settled(self, obs: Observer, h: TxnHandle) -> SplitView:
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            view = self._observe(obs, h)
-            if view.state is not State.OPEN or time.monotonic() > deadline:
-                return view
-            time.sleep(0.05)
-
-    def _observe(self, obs: Observer, h: TxnHandle) -> SplitView:
-        return confirm_aborted(obs, h, obs.observe(h))
+    def _observe(self, obs: Observer, h: TxnHandle, settle: bool = False) -> SplitView:
+        view = obs.settle([h]) if settle else obs.observe([h])
+        return confirm_aborted(obs, [h], view)[0]
 
     def _unknown(self, where: str, view: SplitView) -> Result:
         return Result(
@@ -238,7 +241,7 @@ class KafkaSinkParticipant:
             return Result(Outcome.RETRY_LATER, f"{where}: repair under {rid} did not complete: {exc.args[0]}")
         finally:
             producer.flush(0)
-        after = self._observe_until_settled(obs, h)
+        after = self._observe(obs, h, settle=True)
         if after.state is State.REPAIRED:
             return Result(Outcome.DONE, f"{where}: transaction was aborted by the broker; repaired from the staged copy ({h.records} records)")
         if after.state is State.UNKNOWN:
@@ -263,19 +266,18 @@ class KafkaSinkParticipant:
             fence_transactional_ids(self.config, ids, self.timeout_s)
         except FencingError as exc:
             return Result(Outcome.RETRY_LATER, str(exc))
-        for vote in votes:
-            for h in handles_of(vote):
-                view = observe(self.config, h, self.timeout_s) if h.partitions else None
-                if view is None or view.state is State.ABORTED:
-                    continue
-                if view.state in (State.OPEN, State.UNKNOWN):
-                    return Result(
-                        Outcome.RETRY_LATER,
-                        f"batch {h.batch_id} split {h.split}: {h.transactional_id} is {view.state.value} after fencing "
-                        f"({view.describe()}); run the rollback again",
-                    )
-                # Visible after abort: the broker shows aborted records (Tansu), or a commit ran without a decision.
-                details.append(f"WARNING {h.transactional_id}: output visible after abort ({view.describe()})")
+        written = [h for vote in votes for h in handles_of(vote) if h.partitions]
+        for h, view in zip(written, observe(self.config, written, self.timeout_s)):
+            if view.state is State.ABORTED:
+                continue
+            if view.state in (State.OPEN, State.UNKNOWN):
+                return Result(
+                    Outcome.RETRY_LATER,
+                    f"batch {h.batch_id} split {h.split}: {h.transactional_id} is {view.state.value} after fencing "
+                    f"({view.describe()}); run the rollback again",
+                )
+            # Visible after abort: the broker shows aborted records (Tansu), or a commit ran without a decision.
+            details.append(f"WARNING {h.transactional_id}: output visible after abort ({view.describe()})")
         self._delete_staging(plan.batch_id)
         return Result(Outcome.DONE, f"fenced {len(ids)} transactional id(s); " + "; ".join(details))
 

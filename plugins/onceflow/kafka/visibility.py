@@ -1,25 +1,29 @@
-"""What a read_committed reader sees of one split's output: the proof behind every commit.
+"""What a read_committed reader sees of splits' output: the proof behind every commit.
 
 Runs on an Airflow worker (commit and rollback tasks). EndTxn's answer is
 never taken as proof (noida-db answers "no error" to an EndTxn it ignored),
-so the sink looks at the data instead: from the split's first offset in each
-partition it counts, with a read_committed consumer, the records whose
-headers carry this batch and split, until it has seen them all or reached the
-partition's end (EOF comes at the last stable offset). A transaction is
-atomic in each partition, so when the split's first record is visible at its
-recorded offset the whole partition's share is: the scan stops there.
+so the sink looks at the data instead. A transaction is atomic in each
+partition, so one record per partition settles a split's share of it: its
+*probe*, the split's last record there (``PartitionWrite.last_offset``). The
+probe visible means the whole share is; the transaction ended (the last
+stable offset passed the probe) without the probe visible means none of it
+is, unless a repair re-published it. One consumer reads every partition of
+the given splits at once, from the lowest probe, so the commit of a batch
+reads each partition once (noida-db answers a fetch with the partition read
+to its end whatever the size limits say: every extra start costs a whole
+partition).
 
-- OPEN: in some partition the last stable offset (as reported with each fetch,
-  read from the client's statistics: ListOffsets is wrong on Tansu and no EOF
-  comes while fetching past it) has not passed the split's
-  first record: its transaction is still open, or its markers are still
-  being written.
+- OPEN: in some partition the last stable offset (from EOF, or as reported
+  with each fetch, read from the client's statistics: ListOffsets is wrong on
+  Tansu and no EOF comes while fetching past it) has not passed the probe:
+  the transaction is still open, or its markers are still being written, or
+  an older open transaction holds the partition back.
 - COMMITTED: every original record is visible.
 - REPAIRED: none of the originals, every record of a repair is visible.
 - ABORTED: the transaction ended and nothing of it is visible.
 - INCONSISTENT: anything else (partial output): fail loudly.
-- UNKNOWN: a partition was neither read to its end nor to the last of the
-  split's records before the time ran out (no progress for ``timeout_s``).
+- UNKNOWN: a partition was neither read past the probe nor decided open
+  before the time ran out (no progress for ``timeout_s``).
 
 This needs a broker that hides aborted records (HIDES_ABORTED_RECORDS); on
 one that does not (Tansu) an aborted transaction looks COMMITTED, as it does
@@ -31,13 +35,13 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from .config import consumer_config
 from .offsets import stable_offsets_from_stats
-from .writer import BATCH_HEADER, REPAIR_HEADER, SPLIT_HEADER, TxnHandle
+from .writer import BATCH_HEADER, REPAIR_HEADER, SPLIT_HEADER, PartitionWrite, TxnHandle
 
 
 class State(enum.Enum):
@@ -56,8 +60,8 @@ class PartitionView:
     original: int     # visible records of the split's own transaction
     repaired: int     # visible records of a repair
     stable_end: int   # where the scan stopped (the last stable offset when it ended on EOF)
-    open: bool        # the last stable offset has not passed the split's first record
-    complete: bool = True  # the scan reached EOF or saw every original record
+    open: bool        # the last stable offset has not passed the split's probe
+    complete: bool = True  # the scan passed the probe, or knew the partition open
 
 
 @dataclass(frozen=True)
@@ -73,14 +77,17 @@ class SplitView:
         )
 
 
-def observe(config: Mapping[str, Any], handle: TxnHandle, timeout_s: float = 30.0, from_start: bool = False) -> SplitView:
+def observe(config: Mapping[str, Any], handles: Sequence[TxnHandle], timeout_s: float = 30.0) -> list[SplitView]:
     """One scan with a consumer of its own; see ``Observer.observe``."""
     with Observer(config, timeout_s) as observer:
-        return observer.observe(handle, from_start)
+        return observer.observe(handles)
 
 
 class Observer:
-    """One read_committed consumer, reused for the scans of one commit (its start-up costs most)."""
+    """One read_committed consumer, reused for the scans of one commit (its start-up costs most).
+
+    Not thread-safe.
+    """
 
     def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0):
         self.timeout_s = timeout_s
@@ -92,7 +99,7 @@ class Observer:
                 **{
                     "enable.partition.eof": True,
                     "fetch.wait.max.ms": 50,
-                    "statistics.interval.ms": 100,
+                    "statistics.interval.ms": 50,
                     "stats_cb": self._samples.append,
                     # Usually one record per partition settles it: do not prefetch whole partitions.
                     # (Not by lowering queued.min.messages: a fetch that brings more than that
@@ -113,80 +120,166 @@ class Observer:
     def close(self) -> None:
         self._consumer.close()
 
-    def observe(self, handle: TxnHandle, from_start: bool = False) -> SplitView:
-        """Scan each partition the split wrote to; see the module docstring for the states.
+    def observe(self, handles: Sequence[TxnHandle], from_start: bool = False) -> list[SplitView]:
+        """Where each split stands now; one view per handle, in order.
 
-        ``from_start`` scans from each partition's earliest offset instead of
-        the split's first offset: use it to confirm ABORTED before acting on
-        it (see ``confirm_aborted``).
+        A partition whose last stable offset has not passed a probe is
+        reported open at once. ``from_start`` reads each partition from its
+        earliest offset and counts every original record instead of trusting
+        the probe: use it to confirm ABORTED before acting on it (see
+        ``confirm_aborted``).
         """
-        if not handle.partitions:
-            return SplitView(State.COMMITTED, ())
-        try:
-            return self._scan(handle, from_start)
-        finally:
-            self._consumer.unassign()
+        return self._scan(handles, from_start=from_start, wait=False)
 
-    def _scan(self, handle: TxnHandle, from_start: bool) -> SplitView:
-        consumer, samples, timeout_s = self._consumer, self._samples, self.timeout_s
-        batch_header = (BATCH_HEADER, handle.batch_id.encode())
-        split_header = (SPLIT_HEADER, str(handle.split).encode())
-        pending = {p: w for p, w in handle.partitions.items()}
-        counts = {p: [0, 0] for p in handle.partitions}
-        stopped: dict[int, tuple[int, bool]] = {}
+    def settle(self, handles: Sequence[TxnHandle]) -> list[SplitView]:
+        """Like ``observe``, but keeps reading while a split is OPEN: for after EndTxn.
+
+        Returns when no split is OPEN, or when nothing new arrived for
+        ``timeout_s``; a split still OPEN then is reported OPEN.
+        """
+        return self._scan(handles, from_start=False, wait=True)
+
+    def _scan(self, handles: Sequence[TxnHandle], from_start: bool, wait: bool) -> list[SplitView]:
+        shares = [[_Share(h, p, w, from_start) for p, w in sorted(h.partitions.items())] for h in handles]
+        by_partition: dict[tuple[str, int], list[_Share]] = {}
+        for h, split_shares in zip(handles, shares):
+            for share in split_shares:
+                by_partition.setdefault((h.topic, share.partition), []).append(share)
+        if by_partition:
+            try:
+                self._read(by_partition, from_start, wait)
+            finally:
+                self._consumer.unassign()
+        return [SplitView(_state(views), views) for views in (tuple(s.view() for s in ss) for ss in shares)]
+
+    def _read(self, by_partition: dict[tuple[str, int], list["_Share"]], from_start: bool, wait: bool) -> None:
+        consumer, samples = self._consumer, self._samples
+        # Per partition, the shares still unsettled, by their headers (several attempts of one split may share them).
+        pending: dict[tuple[str, int], dict[tuple, list[_Share]]] = {}
+        for tp, shares in by_partition.items():
+            for share in shares:
+                pending.setdefault(tp, {}).setdefault(share.headers, []).append(share)
+
+        def settle(tp: tuple[str, int], share: _Share) -> None:
+            waiting = pending[tp]
+            waiting[share.headers].remove(share)
+            if not waiting[share.headers]:
+                del waiting[share.headers]
+            if not waiting:
+                del pending[tp]
+                consumer.incremental_unassign([TopicPartition(*tp)])
+
         consumer.assign(
-            [TopicPartition(handle.topic, p, OFFSET_BEGINNING if from_start else w.first_offset) for p, w in pending.items()]
+            [
+                TopicPartition(t, p, OFFSET_BEGINNING if from_start else min(s.probe for s in shares))
+                for (t, p), shares in by_partition.items()
+            ]
         )
+        topics = {t for t, _ in by_partition}
         # A sample already generated may carry the previous scan's stable offsets: skip one.
         samples.clear()
         stale_samples = 1
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + self.timeout_s
         while pending and time.monotonic() < deadline:
             messages = consumer.consume(num_messages=1_000, timeout=0.02)
             if messages:
-                deadline = time.monotonic() + timeout_s
+                deadline = time.monotonic() + self.timeout_s
             for m in messages:
-                p = m.partition()
-                if p not in pending:
+                tp = (m.topic(), m.partition())
+                waiting = pending.get(tp)
+                if waiting is None:
                     continue
                 error = m.error()
                 if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        stopped[p] = (m.offset(), m.offset() <= pending[p].first_offset)
-                        del pending[p]
-                        continue
-                    raise RuntimeError(f"scanning {handle.topic}[{p}] for batch {handle.batch_id} failed: {error}")
-                headers = m.headers()
-                if not headers or len(headers) < 2 or headers[0] != batch_header or headers[1] != split_header:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"scanning {tp[0]}[{tp[1]}] for batch/split {', '.join(_waiting_names(waiting))} failed: {error}")
+                    for share in [s for ss in waiting.values() for s in ss]:
+                        if share.reached_end(m.offset(), wait):
+                            settle(tp, share)
                     continue
-                is_repair = len(headers) > 2 and headers[2][0] == REPAIR_HEADER
-                if not is_repair and m.offset() == pending[p].first_offset:
-                    # A transaction is atomic in each partition: its first record visible means all of it is.
-                    counts[p][0] = pending[p].count
-                else:
-                    counts[p][1 if is_repair else 0] += 1
-                if counts[p][0] == pending[p].count:
-                    # Every original is visible: nothing after it matters.
-                    stopped[p] = (m.offset() + 1, False)
-                    del pending[p]
-                    consumer.incremental_unassign([TopicPartition(handle.topic, p)])
+                headers = m.headers()
+                for share in list(waiting.get(tuple(headers[:2]), ())) if headers else ():
+                    if share.saw(m.offset(), len(headers) > 2 and headers[2][0] == REPAIR_HEADER):
+                        settle(tp, share)
             if len(samples) > stale_samples and not messages:
                 # No EOF comes while the fetch offset is past the last stable offset (an open
-                # transaction before it): the LSO the broker reports with each fetch tells.
-                for p, stable in stable_offsets_from_stats(samples[-1], handle.topic).items():
-                    if p in pending and 0 <= stable <= pending[p].first_offset:
-                        stopped[p] = (stable, True)
-                        del pending[p]
+                # transaction before it): the last stable offset the broker reports with each fetch tells.
+                for topic in topics:
+                    for p, stable in stable_offsets_from_stats(samples[-1], topic).items():
+                        waiting = pending.get((topic, p), {})
+                        for share in [s for ss in waiting.values() for s in ss]:
+                            if share.stable_known(stable, wait):
+                                settle((topic, p), share)
                 samples.clear()
                 stale_samples = 0
-        for p in pending:  # no EOF and no progress: the broker is unreachable or stuck
-            position = consumer.position([TopicPartition(handle.topic, p)])[0].offset
-            stopped[p] = (position, False)
-        views = tuple(
-            PartitionView(p, w.count, counts[p][0], counts[p][1], stopped[p][0], stopped[p][1], p not in pending)
-            for p, w in sorted(handle.partitions.items())
-        )
-        return SplitView(_state(views), views)
+        for waiting in pending.values():
+            for shares in waiting.values():
+                for share in shares:
+                    share.give_up()
+
+
+def _waiting_names(waiting: Mapping[tuple, list["_Share"]]) -> list[str]:
+    return sorted({s.split_name for ss in waiting.values() for s in ss})
+
+
+class _Share:
+    """One split's records in one partition, as one scan sees them."""
+
+    def __init__(self, handle: TxnHandle, partition: int, write: PartitionWrite, exact: bool):
+        self.partition = partition
+        self.write = write
+        self.probe = write.last_offset
+        self.headers = ((BATCH_HEADER, handle.batch_id.encode()), (SPLIT_HEADER, str(handle.split).encode()))
+        self.split_name = f"{handle.batch_id}/{handle.split}"
+        self.exact = exact  # count every original instead of trusting the probe
+        self.original = 0
+        self.repaired = 0
+        self.stop = -1
+        self.stable = -1  # the last stable offset last seen while the probe was not passed
+        self.open = False
+        self.complete = False
+
+    def saw(self, offset: int, is_repair: bool) -> bool:
+        """A record with this split's headers is visible. True when the share is settled."""
+        if is_repair:
+            self.repaired += 1
+        elif self.write.first_offset <= offset <= self.write.last_offset:
+            # Records with these headers before the first offset are earlier attempts (Tansu shows them).
+            self.original += 1
+            if offset == self.probe and not self.exact:
+                # A transaction is atomic in each partition: its last record visible means all of it is.
+                self.original = self.write.count
+        if self.original == self.write.count:
+            return self._finish(offset + 1, open=False)
+        return False
+
+    def reached_end(self, end: int, wait: bool) -> bool:
+        """EOF at ``end`` (the last stable offset). True when the share is settled."""
+        if end > self.probe:
+            return self._finish(end, open=False)
+        self.stable = end
+        return False if wait else self._finish(end, open=True)
+
+    def stable_known(self, stable: int, wait: bool) -> bool:
+        """The broker reported ``stable`` as the last stable offset. True when the share is settled."""
+        if 0 <= stable <= self.probe:
+            self.stable = stable
+            return False if wait else self._finish(stable, open=True)
+        return False
+
+    def give_up(self) -> None:
+        """Time ran out: open if the broker said so, unknown otherwise."""
+        if self.stable >= 0:
+            self._finish(self.stable, open=True)
+        else:
+            self.stop = self.stable
+
+    def _finish(self, stop: int, open: bool) -> bool:
+        self.stop, self.open, self.complete = stop, open, True
+        return True
+
+    def view(self) -> PartitionView:
+        return PartitionView(self.partition, self.write.count, self.original, self.repaired, self.stop, self.open, self.complete)
 
 
 def _state(views: tuple[PartitionView, ...]) -> State:
@@ -204,17 +297,22 @@ def _state(views: tuple[PartitionView, ...]) -> State:
     return State.ABORTED
 
 
-def confirm_aborted(observer: Observer, handle: TxnHandle, view: SplitView) -> SplitView:
-    """Re-observe an ABORTED view from each partition's start before anyone repairs on it.
+def confirm_aborted(observer: Observer, handles: Sequence[TxnHandle], views: Sequence[SplitView]) -> list[SplitView]:
+    """Re-observe ABORTED views from each partition's start before anyone repairs on them.
 
     noida-db includes in a read_committed fetch the aborted transactions of a
     producer id that ended *before* the fetch offset; a client that starts
     after that abort marker then drops the same producer id's later
     committed records (measured: the records of a fenced zombie's successor
     become invisible to a reader starting at the successor's first offset).
-    Reading from the start sees the marker and counts correctly. Only the
+    Reading from the start sees the marker and counts every record. Only the
     rare ABORTED path pays for the longer scan.
     """
-    if view.state is not State.ABORTED:
-        return view
-    return observer.observe(handle, from_start=True)
+    aborted = [i for i, v in enumerate(views) if v.state is State.ABORTED]
+    if not aborted:
+        return list(views)
+    again = observer.observe([handles[i] for i in aborted], from_start=True)
+    confirmed = list(views)
+    for i, view in zip(aborted, again):
+        confirmed[i] = view
+    return confirmed

@@ -48,7 +48,7 @@ REPAIR_HEADER = "onceflow.repair"
 STAGED_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE)]
 )
-_STAGE_CHUNK = 50_000
+_WRITE_CHUNK = 50_000  # rows of write() calls produced together
 AFTER_FLUSH = faults.declare("kafka.precommit.after_flush", "Kafka split writer: records flushed in the open transaction, staged copy not closed, no handle yet")
 
 
@@ -60,6 +60,7 @@ class PreCommitError(RuntimeError):
 class PartitionWrite:
     first_offset: int  # offset of this split's first record in the partition
     count: int         # records of this split in the partition
+    last_offset: int   # offset of its last record (other splits' records may lie in between)
 
 
 @dataclass(frozen=True)
@@ -157,11 +158,12 @@ class TransactionalSplitWriter:
         self._producer = Producer(producer_config(config, self.txn_id, **overrides))
         self._headers = record_headers(batch_id, split)
         self._first: dict[int, int] = {}
+        self._last: dict[int, int] = {}
         self._counts: dict[int, int] = {}
         self._partition_count = 0
         self._round_robin = 0
         self._first_write_ms = 0
-        self._stage: dict[str, list] = {name: [] for name in STAGED_SCHEMA.names}
+        self._rows: dict[str, list] = {name: [] for name in STAGED_SCHEMA.names}  # of write() calls, not produced yet
         self._stage_writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._stage_stream = None
         self._delivery_errors: list[str] = []
@@ -190,9 +192,24 @@ class TransactionalSplitWriter:
         headers: Sequence[tuple[str, bytes]] | None = None,
         partition: int | None = None,
     ) -> None:
-        if partition is None:
-            partition = self._partition_for(key)
-        self._produce(partition, key, value, list(headers) if headers else None)
+        """Add one record. Rows are produced ``_WRITE_CHUNK`` at a time through
+        ``write_batch`` (and the rest at ``precommit``): one produce path, which
+        knows each partition's last record when it produces it."""
+        rows = self._rows
+        rows["partition"].append(self._partition_for(key) if partition is None else partition)
+        rows["key"].append(key)
+        rows["value"].append(value)
+        rows["headers"].append([{"key": k, "value": v} for k, v in headers] if headers else None)
+        if len(rows["value"]) >= _WRITE_CHUNK:
+            self._write_rows()
+
+    def _write_rows(self) -> None:
+        rows = self._rows
+        if rows["value"]:
+            batch = pa.RecordBatch.from_pydict(rows, schema=STAGED_SCHEMA)
+            for column in rows.values():
+                column.clear()
+            self.write_batch(batch)
 
     def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Produce every row: column ``value``; optional ``key``, ``headers``, ``partition``.
@@ -214,21 +231,22 @@ class TransactionalSplitWriter:
         self._stage_rows(partitions, batch, keys, n)
         if not self._first_write_ms:
             self._first_write_ms = int(time.time() * 1000)
-        firsts: dict[int, int] = {}
-        for p in set(partitions) - set(self._counts):
-            firsts[p] = partitions.index(p)
+        # Rows that need a delivery report: the first row of a partition new to this
+        # split, and the last row of every partition in this batch.
+        reported = {partitions.index(p) for p in set(partitions) - set(self._counts)}
+        backwards = partitions[::-1]
+        reported.update(n - 1 - backwards.index(p) for p in set(partitions))
         for p, c in Counter(partitions).items():
             self._counts[p] = self._counts.get(p, 0) + c
         if user_headers is None:
             headers = [self._headers] * n
         else:
             headers = [self._headers + [(h["key"], h["value"]) for h in u] if u else self._headers for u in user_headers]
-        # Tight loops between the few rows that need a delivery report (first row of a partition).
-        cuts = sorted(firsts.values())
+        # Tight loops between the few rows that need a delivery report.
         start = 0
-        for cut in cuts:
+        for cut in sorted(reported):
             self._produce_rows(values, keys, partitions, headers, start, cut)
-            self._produce_rows(values, keys, partitions, headers, cut, cut + 1, self._on_first_delivery)
+            self._produce_rows(values, keys, partitions, headers, cut, cut + 1, self._on_delivery)
             start = cut + 1
         self._produce_rows(values, keys, partitions, headers, start, n)
 
@@ -251,7 +269,7 @@ class TransactionalSplitWriter:
         return [self._partition_for(k) for k in keys]
 
     def _stage_rows(self, partitions: list, batch, keys: list, n: int) -> None:
-        self._flush_stage()  # keep rows of earlier write() calls ahead of this batch
+        self._write_rows()  # keep rows of earlier write() calls ahead of this batch
         names = batch.schema.names
         columns = [
             pa.array(partitions, pa.int32()),
@@ -266,7 +284,14 @@ class TransactionalSplitWriter:
 
         The transaction is left open. Returns the handle for the vote.
         """
-        remaining = self._producer.flush(self.timeout_s)
+        self._write_rows()
+        try:
+            remaining = self._producer.flush(self.timeout_s)
+        except (KafkaException, SystemError) as exc:
+            # A fatal error (fenced by a newer attempt) surfaces from flush; confluent-kafka then
+            # reports further failed deliveries as SystemError wrapping the KafkaException.
+            cause = exc.__cause__ if isinstance(exc, SystemError) and exc.__cause__ else exc
+            raise PreCommitError(f"{self._name()}: delivery failed: {cause}") from exc
         if remaining:
             raise PreCommitError(f"{self._name()}: {remaining} records still undelivered after {self.timeout_s:.0f}s")
         if self._delivery_errors:
@@ -278,11 +303,12 @@ class TransactionalSplitWriter:
                 f"{self._name()}: transaction is in state {eos.get('txn_state')} after flush; this attempt "
                 "cannot be committed and must be re-run"
             )
-        missing = set(self._counts) - set(self._first)
+        missing = set(self._counts) - (set(self._first) & set(self._last))
         if missing:
             raise PreCommitError(f"{self._name()}: no delivery report for partitions {sorted(missing)}")
         faults.fault_point(AFTER_FLUSH)
-        self._flush_stage(final=True)
+        self._stage_writer.close()
+        self._stage_stream.close()
         return TxnHandle(
             pipeline=self.pipeline,
             sink=self.sink,
@@ -293,7 +319,7 @@ class TransactionalSplitWriter:
             producer_id=int(eos["producer_id"]),
             epoch=int(eos["producer_epoch"]),
             first_write_ms=self._first_write_ms,
-            partitions={p: PartitionWrite(self._first[p], c) for p, c in sorted(self._counts.items())},
+            partitions={p: PartitionWrite(self._first[p], c, self._last[p]) for p, c in sorted(self._counts.items())},
             staged_uri=self.staged_uri,
         )
 
@@ -309,46 +335,13 @@ class TransactionalSplitWriter:
         self._round_robin = (self._round_robin + 1) % self._partition_count
         return self._round_robin
 
-    def _produce(self, partition: int, key, value, user_headers) -> None:
-        if not self._first_write_ms:
-            # Taken before the first record: the transaction is at most this old.
-            self._first_write_ms = int(time.time() * 1000)
-        count = self._counts.get(partition)
-        kwargs = {}
-        if count is None:
-            count = 0
-            kwargs["on_delivery"] = self._on_first_delivery
-        headers = self._headers + user_headers if user_headers else self._headers
-        while True:
-            try:
-                self._producer.produce(self.topic, value, key, partition, headers=headers, **kwargs)
-                break
-            except BufferError:
-                self._producer.poll(0.05)
-        self._counts[partition] = count + 1
-        stage = self._stage
-        stage["partition"].append(partition)
-        stage["key"].append(key)
-        stage["value"].append(value)
-        stage["headers"].append(user_headers)
-        if len(stage["value"]) >= _STAGE_CHUNK:
-            self._flush_stage()
-
-    def _on_first_delivery(self, err, msg) -> None:
+    def _on_delivery(self, err, msg) -> None:
         if err is not None:
             self._delivery_errors.append(str(err))
-        else:
-            self._first[msg.partition()] = msg.offset()
-
-    def _flush_stage(self, final: bool = False) -> None:
-        stage = self._stage
-        if stage["value"]:
-            self._stage_writer.write_batch(pa.RecordBatch.from_pydict(stage, schema=STAGED_SCHEMA))
-            for column in stage.values():
-                column.clear()
-        if final:
-            self._stage_writer.close()
-            self._stage_stream.close()
+            return
+        p, offset = msg.partition(), msg.offset()
+        self._first[p] = min(offset, self._first.get(p, offset))
+        self._last[p] = max(offset, self._last.get(p, offset))
 
     def _settled_eos(self, produced: int) -> dict[str, Any]:
         """The first statistics sample showing every record delivered (later than the flush)."""

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from onceflow.kafka.txn_protocol import end_txn
-from onceflow.kafka.visibility import Observer, State, confirm_aborted
+from onceflow.kafka.visibility import SEEK_GAP, Observer, State, confirm_aborted
 from onceflow.kafka.writer import BATCH_HEADER, SPLIT_HEADER, TransactionalSplitWriter, TxnHandle, staged_uri
 from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.kafka.helpers import create_topic
@@ -21,7 +21,7 @@ BATCH = "0000000001"
 PARTITIONS = 2
 
 
-def _interleaved_splits(config, tmp_path, topic: str) -> list[TxnHandle]:
+def _splits(config, tmp_path, topic: str, turns: int, rows: int) -> list[TxnHandle]:
     """Two splits of one batch writing by turns into the same partitions, both left open."""
     pipeline = f"pipe-{uuid.uuid4().hex[:8]}"
     writers = [
@@ -30,10 +30,10 @@ def _interleaved_splits(config, tmp_path, topic: str) -> list[TxnHandle]:
     ]
     for w in writers:
         w.begin()
-    for turn in range(3):
+    for turn in range(turns):
         for s, w in enumerate(writers):
-            keys = [f"k{i}".encode() for i in range(40)]
-            values = [f"{s}-{turn}-{i}".encode() for i in range(40)]
+            keys = [f"k{i}".encode() for i in range(rows)]
+            values = [f"{s}-{turn}-{i}".encode() for i in range(rows)]
             w.write_batch(pa.RecordBatch.from_pydict({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())}))
             time.sleep(0.15)  # past linger.ms: this turn is on the broker before the next one
     handles = [w.precommit() for w in writers]
@@ -64,11 +64,13 @@ def _offsets_by_split(config, topic: str) -> dict[tuple[int, int], list[int]]:
     return offsets
 
 
-@pytest.fixture
-def interleaved(kafka_broker, tmp_path):
+# Short turns: records interleave. One long turn each: 15,000 records of one split
+# between the probes of the two, which the scan skips with a seek.
+@pytest.fixture(params=[(3, 40), (1, 30_000)], ids=["interleaved", "one-after-the-other"])
+def interleaved(kafka_broker, tmp_path, request):
     config = kafka_broker.config()
     topic = create_topic(config, partitions=PARTITIONS, prefix="vis")
-    handles = _interleaved_splits(config, tmp_path, topic)
+    handles = _splits(config, tmp_path, topic, *request.param)
     return config, handles, _offsets_by_split(config, topic)
 
 
@@ -78,9 +80,13 @@ def test_handles_record_first_and_last_offset_of_each_split_in_each_partition(in
         for p, write in h.partitions.items():
             mine = offsets[(h.split, p)]
             assert (write.first_offset, write.last_offset, write.count) == (min(mine), max(mine), len(mine))
-    # The premise of the tests below: the splits' records really interleave.
+    # The premise of the tests below: the splits' records interleave, or lie far apart.
     a, b = handles
-    assert any(a.partitions[p].first_offset < b.partitions[p].first_offset < a.partitions[p].last_offset for p in a.partitions)
+    assert any(
+        a.partitions[p].first_offset < b.partitions[p].first_offset < a.partitions[p].last_offset
+        or b.partitions[p].last_offset - a.partitions[p].last_offset > SEEK_GAP
+        for p in a.partitions
+    )
 
 
 def test_open_splits_are_open_and_committed_ones_settle_in_one_scan(interleaved):

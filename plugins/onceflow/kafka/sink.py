@@ -35,7 +35,7 @@ from ..protocol.plan import Plan
 from .config import base_config, producer_config
 from .fencing import FencingError, fence_transactional_ids
 from .ids import repair_id, transactional_id
-from .txn_protocol import Action, EndTxnReply, end_txn
+from .txn_protocol import Action, EndTxnReply, end_txns
 from .visibility import Observer, SplitView, State, confirm_aborted, observe
 from .writer import REPAIR_HEADER, TxnHandle, _as_uri, open_staged, record_headers, staging_dir
 
@@ -56,6 +56,10 @@ def handles_of(vote: Vote) -> list[TxnHandle]:
 
 def _where(h: TxnHandle) -> str:
     return f"batch {h.batch_id} split {h.split} ({h.transactional_id}) on {h.topic}"
+
+
+def _identity(h: TxnHandle) -> tuple[str, int, int]:
+    return h.transactional_id, h.producer_id, h.epoch
 
 
 def _worst(results: Sequence[Result]) -> Result:
@@ -148,11 +152,8 @@ class KafkaSinkParticipant:
         handles = [h for h in handles_of(vote) if h.partitions]
         with Observer(self.config, self.timeout_s) as obs:
             before = confirm_aborted(obs, handles, obs.observe(handles))
-            replies = {
-                i: end_txn(self.config, h.transactional_id, h.producer_id, h.epoch, commit=True, timeout_s=self.timeout_s)
-                for i, (h, view) in enumerate(zip(handles, before))
-                if view.state is State.OPEN
-            }
+            still_open = [i for i, view in enumerate(before) if view.state is State.OPEN]
+            replies = dict(zip(still_open, end_txns(self.config, [_identity(handles[i]) for i in still_open], True, self.timeout_s)))
             faults.fault_point(AFTER_END_TXN)
             ended = [i for i, reply in replies.items() if reply.action not in (Action.RETRY, Action.FAIL)]
             after = dict(zip(ended, confirm_aborted(obs, [handles[i] for i in ended], obs.settle([handles[i] for i in ended]))))
@@ -252,12 +253,9 @@ class KafkaSinkParticipant:
 
     def abort(self, plan: Plan, votes: Sequence[Vote]) -> Result:
         """End known transactions, fence every id the plan allows, delete staging."""
-        details = []
-        for vote in votes:
-            for h in handles_of(vote):
-                if h.partitions:
-                    reply = end_txn(self.config, h.transactional_id, h.producer_id, h.epoch, commit=False, timeout_s=self.timeout_s)
-                    details.append(f"{h.transactional_id}: EndTxn(abort) {reply.error_name}")
+        written = [h for vote in votes for h in handles_of(vote) if h.partitions]
+        replies = end_txns(self.config, [_identity(h) for h in written], False, self.timeout_s)
+        details = [f"{h.transactional_id}: EndTxn(abort) {reply.error_name}" for h, reply in zip(written, replies)]
         try:
             ids = plan.sink(self.name).transactional_ids
         except KeyError as exc:
@@ -266,7 +264,6 @@ class KafkaSinkParticipant:
             fence_transactional_ids(self.config, ids, self.timeout_s)
         except FencingError as exc:
             return Result(Outcome.RETRY_LATER, str(exc))
-        written = [h for vote in votes for h in handles_of(vote) if h.partitions]
         for h, view in zip(written, observe(self.config, written, self.timeout_s)):
             if view.state is State.ABORTED:
                 continue

@@ -22,8 +22,14 @@ from __future__ import annotations
 import enum
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.metadata import FindCoordinatorRequest
+from kafka.protocol.producer import EndTxnRequest
 
 from .config import kafka_python_config
 
@@ -86,9 +92,6 @@ def end_txn(
 
     Returns the last answer; the caller acts on ``reply.action``.
     """
-    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError
-    from kafka.net.compat import KafkaNetClient
-
     deadline = time.monotonic() + timeout_s
     attempts = 0
     backoff = 0.05
@@ -112,10 +115,24 @@ def end_txn(
         client.close()
 
 
-def _find_and_end(client, transactional_id: str, producer_id: int, epoch: int, commit: bool, timeout_s: float) -> int:
-    from kafka.protocol.metadata import FindCoordinatorRequest
-    from kafka.protocol.producer import EndTxnRequest
+def end_txns(
+    config: Mapping[str, Any],
+    handles: Sequence[tuple[str, int, int]],
+    commit: bool,
+    timeout_s: float = 30.0,
+) -> list[EndTxnReply]:
+    """``end_txn`` for many (transactional id, producer id, epoch) at once, one client each.
 
+    Concurrently: each call waits for a coordinator's answer, and a batch has
+    a transaction per split. Answers come back in the order of ``handles``.
+    """
+    if not handles:
+        return []
+    with ThreadPoolExecutor(max_workers=min(len(handles), 8), thread_name_prefix="end-txn") as pool:
+        return list(pool.map(lambda h: end_txn(config, h[0], h[1], h[2], commit, timeout_s), handles))
+
+
+def _find_and_end(client, transactional_id: str, producer_id: int, epoch: int, commit: bool, timeout_s: float) -> int:
     timeout_ms = int(timeout_s * 1000)
     client.get_broker_version(timeout_ms)
     node = client.least_loaded_node()

@@ -8,8 +8,10 @@ puts the handles in the vote with ``vote_payload``. Then::
                           this sink, its staged copy exists, its transaction
                           is still open and younger than
                           safety_fraction * transaction.timeout.ms
-    commit(vote)          per handle: observe -> EndTxn(commit) -> observe;
-                          repair from the staged copy if the broker aborted it
+    commit(vote)          observe every handle -> EndTxn(commit) for the open
+                          ones, concurrently -> read until every split is
+                          visible (one scan); repair from the staged copy
+                          any split the broker aborted
     abort(plan, votes)    EndTxn(abort) for known handles, then fence every
                           transactional.id the plan allows, delete staging
 

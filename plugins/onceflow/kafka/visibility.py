@@ -201,7 +201,8 @@ class Observer:
                         if share.reached_end(m.offset(), wait):
                             settle(tp, share)
                     continue
-                positions[tp] = m.offset()
+                if m.offset() > positions.get(tp, -1):  # records fetched before a seek may still arrive
+                    positions[tp] = m.offset()
                 headers = m.headers()
                 for share in list(waiting.get(tuple(headers[:2]), ())) if headers else ():
                     if share.saw(m.offset(), len(headers) > 2 and headers[2][0] == REPAIR_HEADER):

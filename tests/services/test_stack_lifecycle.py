@@ -109,6 +109,36 @@ def test_broker_that_cannot_start_reports_its_log(tmp_path):
         proc.start(["sh", "-c", "echo boom; exit 3"], port=1, ready=lambda: False, timeout=10)
 
 
+def _answers(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+
+
+def test_a_port_answered_by_another_process_is_not_taken_for_the_service(tmp_path):
+    """Two stacks starting at once may pick the same port: the loser must not use the winner's service."""
+    from onceflow.services.process import ServiceError
+
+    with socket.socket() as other_stack:
+        other_stack.bind(("127.0.0.1", 0))
+        other_stack.listen()
+        port = other_stack.getsockname()[1]
+        loser = ManagedProcess("broker", tmp_path / "broker")
+        with pytest.raises(ServiceError, match="not from the process just started"):
+            loser.start(["sleep", "30"], port=port, ready=lambda: _answers(port), timeout=10)
+        assert loser.running_pid() is None
+
+
+def test_a_service_listening_on_its_port_is_ready(tmp_path):
+    port = pick_port(None)
+    listener = f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(30)"
+    proc = ManagedProcess("listener", tmp_path / "listener")
+    pid = proc.start([sys.executable, "-c", listener], port=port, ready=lambda: _answers(port), timeout=10)
+    try:
+        assert proc.running_pid() == pid
+    finally:
+        proc.stop()
+
+
 def test_commands_without_a_stack_name_the_fix(tmp_path, monkeypatch):
     from onceflow import settings
 

@@ -47,6 +47,39 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
+def held_by_session(port: int, session: int) -> bool | None:
+    """Whether a process of ``session`` listens on TCP ``port``; None where /proc cannot tell.
+
+    ``pick_port`` and the service's bind race: two stacks starting at once can
+    both pick the same free port, and the loser's readiness check then reaches
+    the winner's service. Linux only (/proc); elsewhere the check is skipped.
+    """
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    if not Path("/proc/net/tcp").exists():
+        return None
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # The fields after the command name (which may hold spaces): state ppid pgrp session ...
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[3]) != session:
+                continue
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                return True
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+    return False
+
+
 def pick_port(preferred: int | None, host: str = "127.0.0.1") -> int:
     """The preferred port when it is free, otherwise any free port."""
     if preferred and port_is_free(preferred, host):
@@ -170,10 +203,18 @@ class ManagedProcess:
                     f"log {self.log_file}:\n{self.log_tail()}"
                 )
             try:
-                if ready():
-                    return proc.pid
+                answered = ready()
             except Exception:  # not up yet: any client error means "try again"
-                pass
+                answered = False
+            if answered:
+                if held_by_session(port, proc.pid) is False:
+                    self.stop()
+                    raise ServiceError(
+                        f"{self.name}: port {port} answers, but not from the process just started: another "
+                        "service took the port first (two stacks starting at once?). Start again: a free port "
+                        f"is picked; log {self.log_file}:\n{self.log_tail()}"
+                    )
+                return proc.pid
             time.sleep(0.2)
         self.stop()
         raise ServiceError(

@@ -9,9 +9,9 @@ puts the handles in the vote with ``vote_payload``. Then::
                           is still open and younger than
                           safety_fraction * transaction.timeout.ms
     commit(vote)          observe every handle -> EndTxn(commit) for the open
-                          ones, concurrently -> read until every split is
-                          visible (one scan); repair from the staged copy
-                          any split the broker aborted
+                          ones -> read until every split is visible (one
+                          scan); repair from the staged copy any split the
+                          broker aborted
     abort(plan, votes)    EndTxn(abort) for known handles, then fence every
                           transactional.id the plan allows, delete staging
 

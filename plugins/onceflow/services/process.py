@@ -48,7 +48,8 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def held_by_session(port: int, session: int) -> bool | None:
-    """Whether a process of ``session`` listens on TCP ``port``; None where /proc cannot tell.
+    """Whether a process of ``session`` listens on TCP ``port``; None when nobody does (yet)
+    or /proc cannot tell, so False means: another process holds the port.
 
     ``pick_port`` and the service's bind race: two stacks starting at once can
     both pick the same free port, and the loser's readiness check then reaches
@@ -64,7 +65,7 @@ def held_by_session(port: int, session: int) -> bool | None:
             fields = row.split()
             if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
                 inodes.add(f"socket:[{fields[9]}]")
-    if not Path("/proc/net/tcp").exists():
+    if not inodes:  # nobody listens (yet), or /proc cannot tell
         return None
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -207,7 +208,7 @@ class ManagedProcess:
             except Exception:  # not up yet: any client error means "try again"
                 answered = False
             if answered:
-                if held_by_session(port, proc.pid) is False:
+                if port and held_by_session(port, proc.pid) is False:
                     self.stop()
                     raise ServiceError(
                         f"{self.name}: port {port} answers, but not from the process just started: another "

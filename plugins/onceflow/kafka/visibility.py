@@ -41,7 +41,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from .config import consumer_config
 from .offsets import stable_offsets_from_stats
-from .writer import BATCH_HEADER, REPAIR_HEADER, SPLIT_HEADER, PartitionWrite, TxnHandle
+from .writer import REPAIR_HEADER, PartitionWrite, TxnHandle, record_headers
 
 
 SEEK_GAP = 10_000  # records; reading fewer costs less than a seek's fresh fetch
@@ -256,7 +256,7 @@ class _Share:
         self.partition = partition
         self.write = write
         self.probe = write.last_offset
-        self.headers = ((BATCH_HEADER, handle.batch_id.encode()), (SPLIT_HEADER, str(handle.split).encode()))
+        self.headers = tuple(record_headers(handle.batch_id, handle.split))  # as the writer put them on each record
         self.split_name = f"{handle.batch_id}/{handle.split}"
         self.exact = exact  # count every original instead of trusting the probe
         self.original = 0

@@ -5,7 +5,8 @@
 Uses the broker ``onceflow.settings.kafka_broker()`` names (``onceflow
 services up``, or ONCEFLOW_KAFKA_BOOTSTRAP). ``--events`` click events (5%
 malformed) are produced once to a fresh input topic of ``--partitions``
-partitions; then, in ONE Spark session, alternating ``--repeat`` times:
+partitions; then, in ONE Spark session, ``--repeat`` times, each side once
+(plain first in even repeats, onceflow first in odd ones):
 
 - plain: the same ``onceflow_kafka_range`` read of the same ranges (input cost
   equal), the same transform, ``page_minute_counts`` by ``df.write.parquet``
@@ -19,10 +20,19 @@ partitions; then, in ONE Spark session, alternating ``--repeat`` times:
   after commit (``after_commit``: mirror offsets, drop staged copies) is
   outside the timing, as it is outside the batch's latency.
 
-An untimed warm-up (plain, 5,000 events per partition) runs first.
-Both sides repartition every output to ``--splits`` (the plan's sink splits).
-Prints one line per repeat, then the medians, events/s and the ratio
-onceflow/plain (issue 5 target: <= 1.15).
+An untimed warm-up of both sides (5,000 events per partition) runs first:
+the first use of a Python data source in a Spark session costs about 3 s.
+Each timed run starts on an idle machine (``quiet.py``: noida-db re-saves
+all it stores after each write, a few CPU seconds that would land on either
+side at random). Each repeat's output topics are deleted after it, the input
+topic at the end. Both sides repartition every output to ``--splits`` (the
+plan's sink splits).
+
+Prints one line per repeat, then the medians, events/s, the ratio of the
+medians and the median of the per-repeat ratios (issue 5 target: both
+<= 1.15), and the median CPU seconds used during each side's runs by its own
+processes (driver, Spark's JVM, Python workers) and by all others (the
+broker and S3 on this machine), plain first.
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
+
+from quiet import CpuMeter, wait_for_quiet  # noqa: E402 (benchmarks/ is the script's directory)
 
 PRODUCER_TUNING = {"linger.ms": 20, "queue.buffering.max.messages": 500_000}
 
@@ -98,11 +110,13 @@ def plain_producer(config: dict, topic: str):
     return produce_partition
 
 
-def run_plain(spark, spec, deployment: str, ranges, config: dict, out_dir: Path, splits: int) -> int:
+def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: int) -> int:
     """The same read and transform as run_batch, written with no staging and no transactions (driver)."""
+    from onceflow.runtime import Deployment
     from onceflow.spark.batch_job import read_input
 
-    records = read_input(spark, spec, ranges, deployment).cache()
+    # The deployment only tells the reader where the broker is; nothing is written to its warehouse.
+    records = read_input(spark, spec, ranges, Deployment(f"file://{out_dir}", broker).to_option()).cache()
     count = records.count()
     outputs = spec.transform_function()(records, "0000000001")
     for sink in spec.sinks:
@@ -114,6 +128,49 @@ def run_plain(spark, spec, deployment: str, ranges, config: dict, out_dir: Path,
             sent.agg({"sent": "sum"}).collect()
     records.unpersist()
     return count
+
+
+def plan_ranges(spec, broker, warehouse: Path):
+    """The ranges onceflow would plan for ``spec`` (the plain side reads exactly these; its plan is never run)."""
+    from onceflow.runtime import Deployment, PipelineRuntime
+
+    runtime = PipelineRuntime(spec, Deployment(f"file://{warehouse}", broker))
+    with runtime.offset_source() as source:
+        return runtime.coordinator.plan_next(source, runtime.plan_config(), run_id="plain").ranges
+
+
+def run_onceflow(spark, spec, broker, warehouse: Path, meter: CpuMeter, expected: int | None = None) -> tuple[float, float]:
+    """Plan, run_batch, commit (driver); returns the seconds of the job and of the commit."""
+    from onceflow.runtime import Deployment, PipelineRuntime
+    from onceflow.spark.batch_job import run_batch
+
+    runtime = PipelineRuntime(spec, Deployment(f"file://{warehouse}", broker))
+    with runtime.offset_source() as source:
+        plan = runtime.coordinator.plan_next(source, runtime.plan_config(), run_id="once")
+    if expected is not None and plan.records != expected:
+        raise RuntimeError(f"onceflow plan {plan.batch_id} covers {plan.records} events, expected {expected}")
+    if expected is not None:
+        wait_for_quiet()
+    with meter:
+        t0 = time.perf_counter()
+        run_batch(spark, runtime, plan.batch_seq)
+        t1 = time.perf_counter()
+        status = commit_with_retries(runtime.coordinator, plan.batch_seq)
+        t2 = time.perf_counter()
+    if status.state.value != "committed":
+        raise RuntimeError(f"batch {plan.batch_id} of {spec.name}: commit ended {status.state.value}")
+    runtime.after_commit(plan)
+    return t1 - t0, t2 - t1
+
+
+def drop(config: dict, topics: list[str]) -> None:
+    """Delete the run's topics: noida-db keeps every record in memory and re-saves all of
+    them in the background, which would slow the later repeats of both sides (and end
+    in the broker being killed for memory)."""
+    from onceflow.kafka.admin import delete_topics
+
+    delete_topics(config, topics)
+    topics.clear()
 
 
 def commit_with_retries(coordinator, seq: int, deadline_s: float = 60.0):
@@ -141,8 +198,7 @@ def main(argv=None) -> int:
 
     from onceflow import settings
     from onceflow.kafka.admin import ensure_topics
-    from onceflow.runtime import Deployment, PipelineRuntime
-    from onceflow.spark.batch_job import register_data_sources, run_batch
+    from onceflow.spark.batch_job import register_data_sources
     from onceflow.spark_session import local_spark
 
     broker = settings.kafka_broker()
@@ -159,54 +215,61 @@ def main(argv=None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     register_data_sources(spark)
     work = Path(tempfile.mkdtemp(prefix="onceflow-bench-job-"))
+    made: list[str] = []  # output topics, dropped after each repeat
+    cpu: list[tuple[CpuMeter, CpuMeter]] = []  # (plain, onceflow) per repeat
     plain_s, once_s = [], []
     try:
-        for i in range(args.repeat):
-            # plain
-            spec = job_spec(f"{run_tag}-p{i}", input_topic, args.splits)
+        def fresh(tag: str):
+            spec = job_spec(f"{run_tag}-{tag}", input_topic, args.splits)
             ensure_topics(config, kafka_targets(spec), partitions=args.partitions)
-            deployment = Deployment(f"file://{work}/plain-{i}", broker)
-            runtime = PipelineRuntime(spec, deployment)
-            with runtime.offset_source() as source:  # the ranges only; this plan is never run
-                ranges = runtime.coordinator.plan_next(source, runtime.plan_config(), run_id=f"plain-{i}").ranges
-            if i == 0:  # warm-up, untimed: JVM code paths and Python workers of both writers
-                head = [dataclasses.replace(r, end=min(r.end, r.start + 5_000)) for r in ranges]
-                run_plain(spark, spec, deployment.to_option(), head, config, work / "warm-up", args.splits)
-            t0 = time.perf_counter()
-            count = run_plain(spark, spec, deployment.to_option(), ranges, config, work / f"plain-out-{i}", args.splits)
-            plain_s.append(time.perf_counter() - t0)
-            print(f"repeat {i}: plain {plain_s[-1]:.1f} s", flush=True)
-            if count != args.events:
-                raise RuntimeError(f"plain run {i} read {count} events, expected {args.events}")
+            made.extend(kafka_targets(spec))
+            return spec
 
-            # onceflow
-            spec = job_spec(f"{run_tag}-o{i}", input_topic, args.splits)
-            ensure_topics(config, kafka_targets(spec), partitions=args.partitions)
-            runtime = PipelineRuntime(spec, Deployment(f"file://{work}/once-{i}", broker))
-            with runtime.offset_source() as source:
-                plan = runtime.coordinator.plan_next(source, runtime.plan_config(), run_id=f"once-{i}")
-            if plan.records != args.events:
-                raise RuntimeError(f"onceflow plan {plan.batch_id} covers {plan.records} events, expected {args.events}")
-            t0 = time.perf_counter()
-            run_batch(spark, runtime, plan.batch_seq)
-            t1 = time.perf_counter()
-            status = commit_with_retries(runtime.coordinator, plan.batch_seq)
-            t2 = time.perf_counter()
-            once_s.append(t2 - t0)
-            if status.state.value != "committed":
-                raise RuntimeError(f"batch {plan.batch_id} of {spec.name}: commit ended {status.state.value}")
-            runtime.after_commit(plan)
-            print(f"repeat {i}: onceflow {once_s[-1]:.1f} s (job {t1 - t0:.1f} s, commit {t2 - t1:.1f} s), "
-                  f"ratio {once_s[-1] / plain_s[-1]:.3f}", flush=True)
+        # Warm-up, untimed: JVM code paths, Python workers and both writers' data sources.
+        warm = 5_000
+        spec = fresh("warm-p")
+        ranges = plan_ranges(spec, broker, work / "warm-p")
+        run_plain(spark, spec, broker, [dataclasses.replace(r, end=min(r.end, r.start + warm)) for r in ranges],
+                  config, work / "warm-p-out", args.splits)
+        run_onceflow(spark, dataclasses.replace(fresh("warm-o"), max_records_per_partition=warm), broker, work / "warm-o", CpuMeter())
+        drop(config, made)
+
+        for i in range(args.repeat):
+            plain_cpu, once_cpu = CpuMeter(), CpuMeter()
+            # Alternate which side goes first, so neither always inherits the other's after-effects.
+            for side in ("plain", "onceflow") if i % 2 == 0 else ("onceflow", "plain"):
+                if side == "plain":
+                    spec = fresh(f"p{i}")
+                    ranges = plan_ranges(spec, broker, work / f"plain-{i}")
+                    wait_for_quiet()
+                    with plain_cpu:
+                        t0 = time.perf_counter()
+                        count = run_plain(spark, spec, broker, ranges, config, work / f"plain-out-{i}", args.splits)
+                        plain_s.append(time.perf_counter() - t0)
+                    if count != args.events:
+                        raise RuntimeError(f"plain run {i} read {count} events, expected {args.events}")
+                else:
+                    job_s, commit_s = run_onceflow(spark, fresh(f"o{i}"), broker, work / f"once-{i}", once_cpu, args.events)
+                    once_s.append(job_s + commit_s)
+            print(f"repeat {i}: plain {plain_s[-1]:.1f} s, onceflow {once_s[-1]:.1f} s (job {job_s:.1f} s, "
+                  f"commit {commit_s:.1f} s), ratio {once_s[-1] / plain_s[-1]:.3f}; CPU s of other processes "
+                  f"(broker, S3) during plain {plain_cpu.others_s:.1f}, during onceflow {once_cpu.others_s:.1f}; "
+                  f"own CPU s {plain_cpu.own_s:.1f} / {once_cpu.own_s:.1f}", flush=True)
+            cpu.append((plain_cpu, once_cpu))
+            drop(config, made)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+        drop(config, made + [input_topic])
     p, o = statistics.median(plain_s), statistics.median(once_s)
+    paired = statistics.median(x / y for x, y in zip(once_s, plain_s))
     print(json.dumps({
         "events": args.events, "splits": args.splits, "partitions": args.partitions, "broker": broker.name,
         "plain_s": round(p, 2), "onceflow_s": round(o, 2),
         "plain_events_per_s": round(args.events / p), "onceflow_events_per_s": round(args.events / o),
-        "ratio": round(o / p, 3), "target_met": o / p <= 1.15,
+        "ratio": round(o / p, 3), "median_repeat_ratio": round(paired, 3), "target_met": max(o / p, paired) <= 1.15,
+        "own_cpu_s": [round(statistics.median(m[side].own_s for m in cpu), 1) for side in (0, 1)],
+        "others_cpu_s": [round(statistics.median(m[side].others_s for m in cpu), 1) for side in (0, 1)],
     }))
     return 0
 

@@ -25,3 +25,13 @@ def ensure_topics(config: Mapping[str, Any], names: Iterable[str], partitions: i
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
     return created
+
+
+def delete_topics(config: Mapping[str, Any], names: Iterable[str], timeout_s: float = 30.0) -> None:
+    """Delete the topics that exist (benchmarks drop what they made). Idempotent."""
+    admin = AdminClient(dict(config))
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    doomed = [n for n in dict.fromkeys(names) if n in existing]
+    if doomed:
+        for future in admin.delete_topics(doomed, operation_timeout=timeout_s).values():
+            future.result(timeout_s)

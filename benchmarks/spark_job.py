@@ -130,23 +130,25 @@ def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: 
     return count
 
 
-def plan_ranges(spec, broker, warehouse: Path):
-    """The ranges onceflow would plan for ``spec`` (the plain side reads exactly these; its plan is never run)."""
+def planned(spec, broker, warehouse: Path, run_id: str):
+    """A fresh pipeline runtime on ``warehouse`` and its next plan (driver)."""
     from onceflow.runtime import Deployment, PipelineRuntime
 
     runtime = PipelineRuntime(spec, Deployment(f"file://{warehouse}", broker))
     with runtime.offset_source() as source:
-        return runtime.coordinator.plan_next(source, runtime.plan_config(), run_id="plain").ranges
+        return runtime, runtime.coordinator.plan_next(source, runtime.plan_config(), run_id=run_id)
+
+
+def plan_ranges(spec, broker, warehouse: Path):
+    """The ranges onceflow would plan for ``spec`` (the plain side reads exactly these; its plan is never run)."""
+    return planned(spec, broker, warehouse, "plain")[1].ranges
 
 
 def run_onceflow(spark, spec, broker, warehouse: Path, meter: CpuMeter, expected: int | None = None) -> tuple[float, float]:
     """Plan, run_batch, commit (driver); returns the seconds of the job and of the commit."""
-    from onceflow.runtime import Deployment, PipelineRuntime
     from onceflow.spark.batch_job import run_batch
 
-    runtime = PipelineRuntime(spec, Deployment(f"file://{warehouse}", broker))
-    with runtime.offset_source() as source:
-        plan = runtime.coordinator.plan_next(source, runtime.plan_config(), run_id="once")
+    runtime, plan = planned(spec, broker, warehouse, "once")
     if expected is not None and plan.records != expected:
         raise RuntimeError(f"onceflow plan {plan.batch_id} covers {plan.records} events, expected {expected}")
     if expected is not None:

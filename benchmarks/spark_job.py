@@ -53,7 +53,8 @@ sys.path.insert(0, str(ROOT / "plugins"))
 
 from quiet import CpuMeter, wait_for_quiet  # noqa: E402 (benchmarks/ is the script's directory)
 
-PRODUCER_TUNING = {"linger.ms": 20, "queue.buffering.max.messages": 500_000}
+# The plain producers get the settings onceflow's writer runs with (writer.py, config.producer_config).
+PRODUCER_TUNING = {"linger.ms": 20, "queue.buffering.max.messages": 500_000, "enable.sparse.connections": False}
 
 
 def produce_events(config: dict, topic: str, events: int, partitions: int) -> None:

@@ -5,6 +5,12 @@ moment after each write: about 5 CPU seconds per million click events held.
 On two cores, a save that overlaps a timed run slows whichever side it lands
 on by 10-30%, at random. Waiting until the machine is idle before each timed
 run keeps one side's writes from being billed to the other.
+
+"Idle" means idle for ``QUIET_FOR_S`` seconds in a row: the save starts
+about a second after the last write (measured: a one-record write to an
+idle broker, the save's CPU began 1.0-1.5 s later), so one idle second right
+after a run ended could be the pause before that run's save, which then
+landed on the next side.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass
 
 IDLE_BELOW = 0.15   # busy fraction of all cores, over one sample
 SAMPLE_S = 1.0
+QUIET_FOR_S = 3     # idle samples in a row, longer than noida-db's pause before a save
 
 
 def _busy_and_total() -> tuple[int, int]:
@@ -33,15 +40,17 @@ def busy_fraction(sample_s: float = SAMPLE_S) -> float:
 
 
 def wait_for_quiet(limit_s: float = 120.0) -> float:
-    """Block until a sample shows the machine idle; returns the seconds waited.
+    """Block until ``QUIET_FOR_S`` samples in a row show the machine idle; returns the seconds waited.
 
     Gives up after ``limit_s`` and says so: the run then goes ahead on a busy machine.
     """
     start = time.monotonic()
+    idle_samples = 0
     while True:
         busy = busy_fraction()
         waited = time.monotonic() - start
-        if busy < IDLE_BELOW:
+        idle_samples = idle_samples + 1 if busy < IDLE_BELOW else 0
+        if idle_samples >= QUIET_FOR_S:
             return waited
         if waited > limit_s:
             print(f"# machine still {busy:.0%} busy after {waited:.0f} s; timing anyway", flush=True)

@@ -49,10 +49,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow import settings
-from onceflow.kafka.admin import delete_topics
+from onceflow.kafka.admin import delete_topics, ensure_topics
 from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.reader import FIELDS, RangeReader
 from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
@@ -60,15 +59,11 @@ from onceflow.kafka.writer import TransactionalSplitWriter, record_headers, stag
 from onceflow.protocol.participant import Vote
 from onceflow.protocol.plan import OffsetRange
 
-# The raw producer gets the settings onceflow's writer runs with (writer.py, config.producer_config),
-# so the ratios price onceflow's work, not a tuning difference.
-PRODUCER_TUNING = {"linger.ms": 20, "queue.buffering.max.messages": 500_000, "enable.sparse.connections": False}
-
+from baseline import PRODUCER_TUNING  # benchmarks/ is the script's directory
 
 def create_topic(config: dict, partitions: int) -> str:
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient(config)
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    ensure_topics(config, [topic], partitions=partitions)
     time.sleep(0.5)
     return topic
 
@@ -167,7 +162,6 @@ def onceflow_write(config: dict, topic: str, batch: pa.RecordBatch, staging: str
     started = time.perf_counter()
     writer = TransactionalSplitWriter(
         config, pipeline, "out", "0000000001", 0, topic, staged_uri(staging, pipeline, "out", "0000000001", 0, 0),
-        producer_overrides=PRODUCER_TUNING,
     )
     writer.begin()
     writer.write_batch(batch)

@@ -51,10 +51,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 
-from quiet import CpuMeter, wait_for_quiet  # noqa: E402 (benchmarks/ is the script's directory)
-
-# The plain producers get the settings onceflow's writer runs with (writer.py, config.producer_config).
-PRODUCER_TUNING = {"linger.ms": 20, "queue.buffering.max.messages": 500_000, "enable.sparse.connections": False}
+from baseline import PRODUCER_TUNING  # noqa: E402 (benchmarks/ is the script's directory)
+from quiet import CpuMeter, wait_for_quiet  # noqa: E402
 
 
 def produce_events(config: dict, topic: str, events: int, partitions: int) -> None:

@@ -49,6 +49,8 @@ STAGED_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE)]
 )
 _WRITE_CHUNK = 50_000  # rows of write() calls produced together
+# A split is produced in bulk: batch for 20 ms, and queue a whole Arrow batch without blocking.
+THROUGHPUT_SETTINGS = {"linger.ms": 20, "queue.buffering.max.messages": 500_000}
 AFTER_FLUSH = faults.declare("kafka.precommit.after_flush", "Kafka split writer: records flushed in the open transaction, staged copy not closed, no handle yet")
 
 
@@ -150,8 +152,7 @@ class TransactionalSplitWriter:
         overrides = {
             "statistics.interval.ms": 50,
             "stats_cb": self._stats.append,
-            "linger.ms": 20,
-            "queue.buffering.max.messages": 500_000,
+            **THROUGHPUT_SETTINGS,
             "transaction.timeout.ms": 60_000,
             **(producer_overrides or {}),
         }

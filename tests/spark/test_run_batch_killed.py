@@ -11,8 +11,11 @@ empty audit. A last, unkilled run of the replayed batch must then commit it
 exactly once, audited record by record against the input.
 
 Kill points are reproducible: ``random.Random(seed)`` draws a delay inside
-a window of the job (from process start: JVM start-up and reading; or from the
-first open Kafka transaction: files staged and voted, Kafka records pending).
+a window of the job, measured from an event the test watches for: the process
+start (JVM start-up), the attempt claimed in the ledger (reading and
+transforming) or the first open Kafka transaction (files staged and voted,
+Kafka records pending). Anchoring each window to the phase it aims at keeps
+the kill in that phase on a quiet machine as on a loaded one.
 Every assertion message names the seed, the delay and what the ledger showed
 at the kill.
 """
@@ -56,8 +59,9 @@ SEED_OFFSET = int(os.environ.get("ONCEFLOW_KILL_SEED", "0"))
 @dataclass(frozen=True)
 class Kill:
     """SIGKILL ``delay`` seconds after ``anchor`` ("start": the process was
-    spawned; "txn": the first Kafka output has an open transaction), the delay drawn
-    from ``random.Random(seed).uniform(*window)``."""
+    spawned; "attempt": the job claimed its attempt in the ledger; "txn": the first
+    Kafka output has an open transaction), the delay drawn from
+    ``random.Random(seed).uniform(*window)``."""
 
     anchor: str
     window: tuple[float, float]
@@ -72,11 +76,12 @@ class Kill:
         return f"kill(seed={self.seed}+{SEED_OFFSET}, {self.delay}s after {self.anchor}, then {self.then})"
 
 
-# Phases measured on this 2-core machine under load (seconds after spawn):
-# JVM up ~2, attempt claimed ~8-10, input read and transformed ~10-30, first
-# vote (files) ~33-50, then each Kafka output ~1 s apart; the job exits ~1 s later.
+# Phases measured on this 2-core machine (seconds after spawn, idle / under load):
+# attempt claimed ~5 / ~8-10; input read and transformed until the first vote
+# (files) ~15 / ~33-50, so ~10 / ~25-40 s after the claim; then each Kafka
+# output ~0.6-1 s apart; the job exits ~0.7-1 s after the last vote.
 EARLY = Kill("start", (2.0, 7.0), seed=11, then="recover")       # JVM / driver start-up, maybe attempt claimed
-READING = Kill("start", (12.0, 24.0), seed=23, then="rollback")  # attempt claimed, reading or transforming
+READING = Kill("attempt", (1.0, 8.0), seed=23, then="rollback")  # attempt claimed, reading or transforming
 WRITING = Kill("txn", (0.0, 0.3), seed=37, then="rollback")     # files voted, a Kafka transaction open
 
 CASES = [
@@ -154,15 +159,12 @@ class Job:
     def run_and_kill(self, seq: int, kill: Kill) -> str:
         """Start the job, SIGKILL its group at ``kill``; returns what the
         ledger showed at that moment (for messages)."""
+        claimed_before = self.runtime.coordinator.describe(seq).attempt
         proc, log = self.start(seq, f"{seq}-killed")
         started = time.monotonic()
         try:
-            if kill.anchor == "txn":
-                topic = self.runtime.spec.sinks[1].target  # the first Kafka output
-                while not open_transaction(self.runtime.deployment.kafka, topic):
-                    assert proc.poll() is None, f"{kill}: the job exited {proc.returncode} before any open transaction:\n{log.read_text()[-3000:]}"
-                    assert time.monotonic() - started < JOB_TIMEOUT_S, f"{kill}: no open transaction after {JOB_TIMEOUT_S} s"
-                    time.sleep(0.1)
+            if kill.anchor != "start":
+                self.wait_for(kill, seq, proc, log, started, claimed_before)
             time.sleep(kill.delay)
             status = self.runtime.coordinator.describe(seq)
             finished = proc.poll()
@@ -174,6 +176,22 @@ class Job:
               f"attempt {status.attempt}, votes {sorted(status.votes)}, open transactions on {pending}")
         assert finished is None, f"{at}: the job had already exited {finished}; the kill window is too late:\n{log.read_text()[-2000:]}"
         return at
+
+    def wait_for(self, kill: Kill, seq: int, proc: subprocess.Popen, log: Path, started: float, claimed_before: int) -> None:
+        """Block until ``kill.anchor`` happened in the running job."""
+        if kill.anchor == "attempt":
+            what = "its attempt claimed"
+            happened = lambda: self.runtime.coordinator.describe(seq).attempt > claimed_before  # noqa: E731
+        elif kill.anchor == "txn":
+            what = "an open transaction"
+            topic = self.runtime.spec.sinks[1].target  # the first Kafka output
+            happened = lambda: open_transaction(self.runtime.deployment.kafka, topic)  # noqa: E731
+        else:
+            raise ValueError(f"unknown kill anchor {kill.anchor!r}")
+        while not happened():
+            assert proc.poll() is None, f"{kill}: the job exited {proc.returncode} before {what}:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() - started < JOB_TIMEOUT_S, f"{kill}: not {what} after {JOB_TIMEOUT_S} s"
+            time.sleep(0.05)
 
 
 def open_transaction(broker, topic: str) -> bool:

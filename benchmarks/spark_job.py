@@ -28,11 +28,14 @@ side at random). Each repeat's output topics are deleted after it, the input
 topic at the end. Both sides repartition every output to ``--splits`` (the
 plan's sink splits).
 
-Prints one line per repeat, then the medians, events/s, the ratio of the
-medians and the median of the per-repeat ratios (issue 5 target: both
-<= 1.15), and the median CPU seconds used during each side's runs by its own
+Prints two lines per repeat: the totals, and the seconds of each stage on
+both sides (the input read and cached, then each output: computing it from
+the cached input and writing it, for onceflow including the pre-commit and
+the vote; then onceflow's commit). Then the medians, events/s, the ratio of
+the medians and the median of the per-repeat ratios (issue 5 target: both
+<= 1.15), the median CPU seconds used during each side's runs by its own
 processes (driver, Spark's JVM, Python workers) and by all others (the
-broker and S3 on this machine), plain first.
+broker and S3 on this machine), plain first, and each stage's median.
 """
 
 from __future__ import annotations
@@ -109,24 +112,31 @@ def plain_producer(config: dict, topic: str):
     return produce_partition
 
 
-def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: int) -> int:
-    """The same read and transform as run_batch, written with no staging and no transactions (driver)."""
+def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: int) -> tuple[int, dict[str, float]]:
+    """The same read and transform as run_batch, written with no staging and no transactions (driver).
+
+    Returns the records read and the seconds of each stage, named as run_batch's ``JobResult.seconds``.
+    """
     from onceflow.runtime import Deployment
     from onceflow.spark.batch_job import read_input
 
+    started = time.perf_counter()
     # The deployment only tells the reader where the broker is; nothing is written to its warehouse.
     records = read_input(spark, spec, ranges, Deployment(f"file://{out_dir}", broker).to_option()).cache()
     count = records.count()
+    seconds = {"read": time.perf_counter() - started}
     outputs = spec.transform_function()(records, "0000000001")
     for sink in spec.sinks:
+        started = time.perf_counter()
         frame = outputs[sink.name].repartition(splits)
         if sink.kind == "files":
             frame.write.parquet(str(out_dir / sink.name))
         else:
             sent = frame.select("key", "value").mapInArrow(plain_producer(config, sink.target), "sent long")
             sent.agg({"sent": "sum"}).collect()
+        seconds[sink.name] = time.perf_counter() - started
     records.unpersist()
-    return count
+    return count, seconds
 
 
 def planned(spec, broker, warehouse: Path, run_id: str):
@@ -143,8 +153,9 @@ def plan_ranges(spec, broker, warehouse: Path):
     return planned(spec, broker, warehouse, "plain")[1].ranges
 
 
-def run_onceflow(spark, spec, broker, warehouse: Path, meter: CpuMeter, expected: int | None = None) -> tuple[float, float]:
-    """Plan, run_batch, commit (driver); returns the seconds of the job and of the commit."""
+def run_onceflow(spark, spec, broker, warehouse: Path, meter: CpuMeter, expected: int | None = None) -> dict[str, float]:
+    """Plan, run_batch, commit (driver); returns the seconds of the job's stages (``JobResult.seconds``),
+    of the whole job ("job") and of the commit ("commit")."""
     from onceflow.spark.batch_job import run_batch
 
     runtime, plan = planned(spec, broker, warehouse, "once")
@@ -154,14 +165,14 @@ def run_onceflow(spark, spec, broker, warehouse: Path, meter: CpuMeter, expected
         wait_for_quiet()
     with meter:
         t0 = time.perf_counter()
-        run_batch(spark, runtime, plan.batch_seq)
+        result = run_batch(spark, runtime, plan.batch_seq)
         t1 = time.perf_counter()
         status = commit_with_retries(runtime.coordinator, plan.batch_seq)
         t2 = time.perf_counter()
     if status.state.value != "committed":
         raise RuntimeError(f"batch {plan.batch_id} of {spec.name}: commit ended {status.state.value}")
     runtime.after_commit(plan)
-    return t1 - t0, t2 - t1
+    return {**result.seconds, "job": t1 - t0, "commit": t2 - t1}
 
 
 def drop(config: dict, topics: list[str]) -> None:
@@ -219,6 +230,7 @@ def main(argv=None) -> int:
     made: list[str] = []  # output topics, dropped after each repeat
     cpu: list[tuple[CpuMeter, CpuMeter]] = []  # (plain, onceflow) per repeat
     plain_s, once_s = [], []
+    stages: list[tuple[dict, dict]] = []  # (plain, onceflow) seconds per stage, per repeat
     try:
         def fresh(tag: str):
             spec = job_spec(f"{run_tag}-{tag}", input_topic, args.splits)
@@ -245,18 +257,22 @@ def main(argv=None) -> int:
                     wait_for_quiet()
                     with plain_cpu:
                         t0 = time.perf_counter()
-                        count = run_plain(spark, spec, broker, ranges, config, work / f"plain-out-{i}", args.splits)
+                        count, plain_stages = run_plain(spark, spec, broker, ranges, config, work / f"plain-out-{i}", args.splits)
                         plain_s.append(time.perf_counter() - t0)
                     if count != args.events:
                         raise RuntimeError(f"plain run {i} read {count} events, expected {args.events}")
                 else:
-                    job_s, commit_s = run_onceflow(spark, fresh(f"o{i}"), broker, work / f"once-{i}", once_cpu, args.events)
-                    once_s.append(job_s + commit_s)
-            print(f"repeat {i}: plain {plain_s[-1]:.1f} s, onceflow {once_s[-1]:.1f} s (job {job_s:.1f} s, "
-                  f"commit {commit_s:.1f} s), ratio {once_s[-1] / plain_s[-1]:.3f}; CPU s of other processes "
+                    once_stages = run_onceflow(spark, fresh(f"o{i}"), broker, work / f"once-{i}", once_cpu, args.events)
+                    once_s.append(once_stages["job"] + once_stages["commit"])
+            print(f"repeat {i}: plain {plain_s[-1]:.1f} s, onceflow {once_s[-1]:.1f} s (job {once_stages['job']:.1f} s, "
+                  f"commit {once_stages['commit']:.1f} s), ratio {once_s[-1] / plain_s[-1]:.3f}; CPU s of other processes "
                   f"(broker, S3) during plain {plain_cpu.others_s:.1f}, during onceflow {once_cpu.others_s:.1f}; "
                   f"own CPU s {plain_cpu.own_s:.1f} / {once_cpu.own_s:.1f}", flush=True)
+            print("  stages, plain / onceflow s: " + ", ".join(
+                f"{name} {plain_stages[name]:.1f} / {once_stages[name]:.1f}" for name in plain_stages) + ", commit - / "
+                f"{once_stages['commit']:.1f}", flush=True)
             cpu.append((plain_cpu, once_cpu))
+            stages.append((plain_stages, once_stages))
             drop(config, made)
     finally:
         spark.stop()
@@ -271,6 +287,9 @@ def main(argv=None) -> int:
         "ratio": round(o / p, 3), "median_repeat_ratio": round(paired, 3), "target_met": max(o / p, paired) <= 1.15,
         "own_cpu_s": [round(statistics.median(m[side].own_s for m in cpu), 1) for side in (0, 1)],
         "others_cpu_s": [round(statistics.median(m[side].others_s for m in cpu), 1) for side in (0, 1)],
+        "stage_s": {name: [round(statistics.median(r[side][name] for r in stages), 2) for side in (0, 1)]
+                    for name in stages[0][0]},
+        "commit_s": round(statistics.median(r[1]["commit"] for r in stages), 2),
     }))
     return 0
 

@@ -91,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"run_batch: {exc}", file=sys.stderr)
         return 3
     print(json.dumps({"pipeline": spec.name, "batch": result.batch_seq, "attempt": result.attempt,
-                      "input_records": result.input_records, "outputs": list(result.outputs)}))
+                      "input_records": result.input_records, "outputs": list(result.outputs),
+                      "seconds": {k: round(v, 2) for k, v in result.seconds.items()}}))
     return 0
 
 

@@ -89,6 +89,9 @@ def test_spark_submit_pre_commits_a_planned_batch_that_then_commits_exactly_once
     assert summary, proc.stdout[-2000:]
     result = json.loads(summary[-1])
     assert (result["batch"], result["input_records"]) == (plan.batch_seq, plan.records)
+    # Where the job's time went, for the operator reading the task log: the read, then each output.
+    assert list(result["seconds"]) == ["read", *(s.name for s in spec.sinks)], result
+    assert all(v > 0 for v in result["seconds"].values()), result
     assert plan.records == produced  # 300 per partition: one batch takes them all
 
     assert runtime.coordinator.commit(plan.batch_seq).state.value == "committed"

@@ -61,6 +61,7 @@ from onceflow.protocol.plan import OffsetRange
 
 from baseline import PRODUCER_TUNING  # benchmarks/ is the script's directory
 
+
 def create_topic(config: dict, partitions: int) -> str:
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     ensure_topics(config, [topic], partitions=partitions)

@@ -191,7 +191,7 @@ class Job:
         while not happened():
             assert proc.poll() is None, f"{kill}: the job exited {proc.returncode} before {what}:\n{log.read_text()[-3000:]}"
             assert time.monotonic() - started < JOB_TIMEOUT_S, f"{kill}: not {what} after {JOB_TIMEOUT_S} s"
-            time.sleep(0.05)
+            time.sleep(0.1)
 
 
 def open_transaction(broker, topic: str) -> bool:

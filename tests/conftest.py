@@ -7,6 +7,7 @@
   ``ONCEFLOW_TEST_BROKERS=noida,tansu,external``.
 - ``restart_broker``: restart the embedded broker a test runs on.
 - ``spark``: a local[2] SparkSession whose Python workers use this venv.
+- ``spark_standalone``: a Spark standalone master and worker (cluster mode).
 - ``airflow_home``: a migrated SQLite Airflow home pointing at dags/ and plugins/.
 
 Service state lives in ``.onceflow/test/``. Processes are started so they die
@@ -28,6 +29,7 @@ import pytest
 from onceflow.services.kafka_broker import BROKERS, KafkaBroker, start_broker
 from onceflow.services.process import ManagedProcess
 from onceflow.services.s3 import S3Endpoint, start_moto
+from onceflow.services.spark_standalone import SparkStandalone, start_standalone
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS_ROOT = ROOT / ".onceflow" / "test"
@@ -134,6 +136,12 @@ def kafka_broker(request, _brokers) -> KafkaBroker:
 
 
 @pytest.fixture
+def one_kafka_broker(_brokers) -> KafkaBroker:
+    """The first broker of the matrix (noida by default): for tests whose subject is not the broker."""
+    return _brokers.get(_broker_params()[0])
+
+
+@pytest.fixture
 def restart_broker(kafka_broker, _brokers):
     """Call as ``restart_broker(kill=True)``; returns the broker (same address)."""
     return lambda kill=False: _brokers.restart(kafka_broker.name, kill=kill)
@@ -146,6 +154,15 @@ def spark():
     session = local_spark("onceflow-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_standalone() -> SparkStandalone:
+    master, worker = _fresh_process("spark-master"), _fresh_process("spark-worker")
+    cluster = start_standalone(master, worker, die_with_parent=True)
+    yield cluster
+    worker.stop(grace=5)
+    master.stop(grace=5)
 
 
 @pytest.fixture(scope="session")

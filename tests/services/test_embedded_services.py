@@ -46,6 +46,12 @@ def test_spark_python_workers_run_the_venv_python(spark):
     assert executables == {sys.executable}
 
 
+def test_spark_standalone_cluster_has_its_worker_registered_on_loopback(spark_standalone):
+    status = spark_standalone.status()
+    assert status["status"] == "ALIVE" and spark_standalone.master_url.startswith("spark://127.0.0.1:")
+    assert [(w["host"], w["state"], w["cores"], w["memory"]) for w in status["workers"]] == [("127.0.0.1", "ALIVE", 2, 2048)]
+
+
 def test_airflow_parses_the_project_dags_and_a_missing_warehouse_is_named(airflow_home):
     airflow = str(Path(sys.executable).parent / "airflow")
 

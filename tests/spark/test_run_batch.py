@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -53,48 +54,112 @@ def test_no_warehouse_exits_2_before_spark_starts(run_batch, monkeypatch, capsys
     assert "ONCEFLOW_WAREHOUSE" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # planning on a real broker, then a spark-submit process: about a minute
-def test_spark_submit_pre_commits_a_planned_batch_that_then_commits_exactly_once(kafka_broker, tmp_path):
-    from onceflow.audit.clickstream_audit import audit_clickstream
+def planned_batch(broker, warehouse: str, s3=None):
+    """A fresh clickstream pipeline on ``broker`` with 600 events, and the plan of its first batch."""
     from onceflow.kafka.admin import ensure_topics
     from onceflow.runtime import Deployment, PipelineRuntime
-    from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
     from tests.spark.test_batch_job import produce, unique_clickstream
-    from tests.support import require
 
-    require(kafka_broker, HIDES_ABORTED_RECORDS)
     spec = unique_clickstream(uuid.uuid4().hex[:8])
-    ensure_topics(kafka_broker.config(), [spec.topics[0], *(s.target for s in spec.sinks if s.kind == "kafka")])
-    warehouse = f"file://{tmp_path}/warehouse"
-    runtime = PipelineRuntime(spec, Deployment(warehouse, kafka_broker))
-    produced = produce(kafka_broker, spec.topics[0], 600, seed=3)
+    ensure_topics(broker.config(), [spec.topics[0], *(s.target for s in spec.sinks if s.kind == "kafka")])
+    runtime = PipelineRuntime(spec, Deployment(warehouse, broker, s3))
+    produced = produce(broker, spec.topics[0], 600, seed=3)
     with runtime.offset_source() as source:
         plan = runtime.coordinator.plan_next(source, runtime.plan_config(), run_id="run-1")
+    assert plan.records == produced  # 300 per partition: one batch takes them all
+    return runtime, plan
 
-    # The spec lives in a module of its own, as a user's pipeline would.
+
+def spark_submit(tmp_path: Path, runtime, plan, env: dict[str, str], master: str = "local[2]",
+                 conf: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """spark-submit run_batch.py as the DAG does (onceflow shipped with --py-files), the spec in a
+    module of its own as a user's pipeline would be."""
+    spec = runtime.spec
     (tmp_path / "my_pipelines.py").write_text(
         f"from onceflow.spec import PipelineSpec\nSPEC = PipelineSpec.from_json({spec.to_json()!r})\n")
     archive = shutil.make_archive(str(tmp_path / "onceflow"), "zip", root_dir=ROOT / "plugins", base_dir="onceflow")
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", ONCEFLOW_WAREHOUSE=warehouse,
-               ONCEFLOW_KAFKA_BOOTSTRAP=kafka_broker.bootstrap, ONCEFLOW_KAFKA_CONFIG=json.dumps(kafka_broker.client_config),
-               PYTHONPATH=str(tmp_path))
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]", "--py-files", archive,
-         "--conf", "spark.ui.enabled=false", str(SCRIPT),
-         "--pipeline", spec.name, "--batch", str(plan.batch_seq), "--spec", "my_pipelines:SPEC"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400,
-    )
+    argv = [str(Path(sys.executable).parent / "spark-submit"), "--master", master, "--name", f"onceflow-{spec.name}",
+            "--py-files", archive, "--conf", "spark.ui.enabled=false"]
+    for key, value in (conf or {}).items():
+        argv += ["--conf", f"{key}={value}"]
+    argv += [str(SCRIPT), "--pipeline", spec.name, "--batch", str(plan.batch_seq), "--spec", "my_pipelines:SPEC"]
+    env = dict(env, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(tmp_path),
+               ONCEFLOW_WAREHOUSE=runtime.deployment.warehouse, ONCEFLOW_KAFKA_BOOTSTRAP=runtime.deployment.kafka.bootstrap,
+               ONCEFLOW_KAFKA_CONFIG=json.dumps(runtime.deployment.kafka.client_config))
+    return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+
+
+def job_summary(proc: subprocess.CompletedProcess) -> dict:
+    """The JSON line run_batch.py prints when every output voted."""
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = [line for line in proc.stdout.splitlines() if line.startswith('{"')]
     assert summary, proc.stdout[-2000:]
-    result = json.loads(summary[-1])
-    assert (result["batch"], result["input_records"]) == (plan.batch_seq, plan.records)
-    # Where the job's time went, for the operator reading the task log: the read, then each output.
-    assert list(result["seconds"]) == ["read", *(s.name for s in spec.sinks)], result
-    assert all(v > 0 for v in result["seconds"].values()), result
-    assert plan.records == produced  # 300 per partition: one batch takes them all
+    return json.loads(summary[-1])
+
+
+def assert_committed_exactly_once(runtime, plan) -> None:
+    from onceflow.audit.clickstream_audit import audit_clickstream
 
     assert runtime.coordinator.commit(plan.batch_seq).state.value == "committed"
     report = audit_clickstream(runtime)
     assert report.ok, report.summary()
-    assert report.input_records == produced and report.valid + report.malformed == produced
+    assert report.input_records == plan.records and report.valid + report.malformed == plan.records
+
+
+@pytest.mark.slow  # planning on a real broker, then a spark-submit process: about a minute
+def test_spark_submit_pre_commits_a_planned_batch_that_then_commits_exactly_once(kafka_broker, tmp_path):
+    from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
+    from tests.support import require
+
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    runtime, plan = planned_batch(kafka_broker, f"file://{tmp_path}/warehouse")
+    result = job_summary(spark_submit(tmp_path, runtime, plan, dict(os.environ, PYSPARK_PYTHON=sys.executable)))
+    assert (result["batch"], result["input_records"]) == (plan.batch_seq, plan.records)
+    # Where the job's time went, for the operator reading the task log: the read, then each output.
+    assert list(result["seconds"]) == ["read", *(s.name for s in runtime.spec.sinks)], result
+    assert all(v > 0 for v in result["seconds"].values()), result
+    assert_committed_exactly_once(runtime, plan)
+
+
+def python_without_onceflow(directory: Path) -> Path:
+    """This venv's interpreter without its installed onceflow: its packages are on the path, but
+    not the editable install's .pth (``-S`` skips site), so onceflow imports only from --py-files."""
+    site_packages = next(p for p in sys.path if p.endswith("site-packages"))
+    wrapper = directory / "python-without-onceflow"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="$PYTHONPATH:{site_packages}" exec {sys.executable} -S "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+# Not marked slow although it takes about 45 s: it is the suite's only run in cluster mode.
+def test_on_a_standalone_cluster_executors_get_onceflow_from_py_files_and_secrets_from_executor_env(
+    one_kafka_broker, s3_endpoint, s3_bucket, spark_standalone, tmp_path
+):
+    """Cluster mode: executors started by the cluster's worker, with its environment plus the job's
+    spark.executorEnv, and a Python that finds onceflow nowhere but in the --py-files zip (the
+    driver's too). The warehouse is on S3, written from the executors. Without the S3 keys in
+    spark.executorEnv the job fails naming that setting; run again with them, the batch commits
+    exactly once."""
+    from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
+    from tests.support import require
+
+    require(one_kafka_broker, HIDES_ABORTED_RECORDS)
+    python = python_without_onceflow(tmp_path)
+    hidden = subprocess.run([str(python), "-c", "import pyarrow, pyspark, confluent_kafka, onceflow"], capture_output=True, text=True)
+    assert "No module named 'onceflow'" in hidden.stderr, hidden.stderr
+
+    runtime, plan = planned_batch(one_kafka_broker, f"s3://{s3_bucket}/warehouse", s3_endpoint)
+    # The driver gets the S3 keys from its environment, as the DAG's spark task gives them.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ONCEFLOW_", "PYSPARK_", "SPARK_"))}
+    env.update(PYSPARK_PYTHON=str(python), ONCEFLOW_S3_ENDPOINT=s3_endpoint.endpoint_url, **s3_endpoint.env())
+    submit = functools.partial(spark_submit, tmp_path, runtime, plan, env, master=spark_standalone.master_url)
+
+    failed = submit(conf={"spark.task.maxFailures": "1"})  # the error, not Spark's retries of it
+    assert failed.returncode not in (0, 2, 3), failed.stderr[-3000:]
+    assert "this Spark worker has no AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY: pass them to executors (spark.executorEnv.*)" in failed.stderr
+
+    result = job_summary(submit(conf={"spark.executorEnv.AWS_ACCESS_KEY_ID": s3_endpoint.access_key,
+                                      "spark.executorEnv.AWS_SECRET_ACCESS_KEY": s3_endpoint.secret_key}))
+    assert (result["batch"], result["attempt"], result["input_records"]) == (plan.batch_seq, 2, plan.records)
+    assert f"onceflow-{runtime.spec.name}" in spark_standalone.completed_app_names()
+    assert_committed_exactly_once(runtime, plan)

@@ -6,7 +6,6 @@ import functools
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -14,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from onceflow.dag_factory import RUN_BATCH as SCRIPT, library_zip
 from onceflow.pipelines.clickstream import CLICKSTREAM
 from onceflow.settings import ConfigurationError
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "spark_jobs" / "run_batch.py"
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 
 
 @pytest.fixture(scope="module")
@@ -72,14 +71,13 @@ def planned_batch(broker, warehouse: str, s3=None):
 
 def spark_submit(tmp_path: Path, runtime, plan, env: dict[str, str], master: str = "local[2]",
                  conf: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """spark-submit run_batch.py as the DAG does (onceflow shipped with --py-files), the spec in a
-    module of its own as a user's pipeline would be."""
+    """spark-submit run_batch.py as the DAG does (onceflow shipped with --py-files, the zip the DAG
+    ships), the spec in a module of its own as a user's pipeline would be."""
     spec = runtime.spec
     (tmp_path / "my_pipelines.py").write_text(
         f"from onceflow.spec import PipelineSpec\nSPEC = PipelineSpec.from_json({spec.to_json()!r})\n")
-    archive = shutil.make_archive(str(tmp_path / "onceflow"), "zip", root_dir=ROOT / "plugins", base_dir="onceflow")
-    argv = [str(Path(sys.executable).parent / "spark-submit"), "--master", master, "--name", f"onceflow-{spec.name}",
-            "--py-files", archive, "--conf", "spark.ui.enabled=false"]
+    argv = [str(SPARK_SUBMIT), "--master", master, "--name", f"onceflow-{spec.name}",
+            "--py-files", library_zip(), "--conf", "spark.ui.enabled=false"]
     for key, value in (conf or {}).items():
         argv += ["--conf", f"{key}={value}"]
     argv += [str(SCRIPT), "--pipeline", spec.name, "--batch", str(plan.batch_seq), "--spec", "my_pipelines:SPEC"]

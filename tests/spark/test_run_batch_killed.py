@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +37,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from onceflow.audit.clickstream_audit import audit_clickstream
+from onceflow.dag_factory import library_zip
 from onceflow.files import layout
 from onceflow.files.reader import committed_manifests
 from onceflow.kafka.admin import ensure_topics
@@ -45,11 +45,9 @@ from onceflow.protocol.states import BatchState
 from onceflow.runtime import Deployment, PipelineRuntime
 from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS, LSO_FROM_LIST_OFFSETS
 from tests.spark.test_batch_job import produce, unique_clickstream
+from tests.spark.test_run_batch import SCRIPT, SPARK_SUBMIT
 from tests.support import require
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "spark_jobs" / "run_batch.py"
-SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 RECORDS = 600
 JOB_TIMEOUT_S = 300
 # Soak runs explore other kill points: ONCEFLOW_KILL_SEED=<n> shifts every seed.
@@ -96,9 +94,8 @@ CASES = [
 
 # -- the job as a process group ------------------------------------------------------
 @pytest.fixture(scope="module")
-def onceflow_zip(tmp_path_factory) -> str:
-    where = tmp_path_factory.mktemp("pyfiles")
-    return shutil.make_archive(str(where / "onceflow"), "zip", root_dir=ROOT / "plugins", base_dir="onceflow")
+def onceflow_zip() -> str:
+    return library_zip()  # what the DAG ships
 
 
 def group_members(pgid: int) -> list[int]:

@@ -69,8 +69,8 @@ def main(argv=None) -> int:
 
     import pyarrow.parquet as pq
 
-    from onceflow.pipelines.clickstream import transform
-    from onceflow.pipelines.clickstream_data import as_kafka_records, generate
+    from onceflow_examples.clickstream import transform
+    from onceflow_examples.clickstream_data import as_kafka_records, generate
     from onceflow.spark.file_sink import register
     from onceflow.spark_session import local_spark
 

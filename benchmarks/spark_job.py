@@ -59,13 +59,13 @@ from quiet import CpuMeter, wait_for_quiet  # noqa: E402
 
 
 def produce_events(config: dict, topic: str, events: int, partitions: int) -> None:
-    from onceflow.pipelines.clickstream_data import generate, produce
+    from onceflow_examples.clickstream_data import generate, produce
 
     produce({**config, **PRODUCER_TUNING}, topic, generate(events, seed=1), partitions)
 
 
 def job_spec(tag: str, input_topic: str, splits: int):
-    from onceflow.pipelines.clickstream import CLICKSTREAM
+    from onceflow_examples.clickstream import CLICKSTREAM
     from onceflow.spec import FILES, KAFKA, SinkSpec
 
     return dataclasses.replace(

@@ -8,6 +8,6 @@ demo`` sets them all for the embedded stack.
 """
 
 from onceflow.dag_factory import pipeline_dag
-from onceflow.pipelines.clickstream import CLICKSTREAM
+from onceflow_examples.clickstream import CLICKSTREAM
 
 dag = pipeline_dag(CLICKSTREAM, dag_id="clickstream_exactly_once")

@@ -11,9 +11,9 @@ import os
 from airflow.sdk import DAG, task
 
 from onceflow.dag_factory import outputs
-from onceflow.pipelines.clickstream import CLICKSTREAM
+from onceflow_examples.clickstream import CLICKSTREAM
 
-WAREHOUSE = os.environ.get("ONCEFLOW_WAREHOUSE", "file:///tmp/onceflow-warehouse")
+WAREHOUSE = os.environ["ONCEFLOW_WAREHOUSE"]  # no default: a DAG must never read another warehouse
 PAGE_COUNTS = next(a for a in outputs(CLICKSTREAM, WAREHOUSE) if a.name.endswith(".page_minute_counts"))
 
 with DAG(dag_id="clickstream_page_report", schedule=[PAGE_COUNTS], catchup=False, tags=["onceflow", "downstream"]):

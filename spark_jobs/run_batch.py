@@ -1,100 +1,14 @@
-"""Spark driver entry point: pre-commit every output of one batch.
+"""spark-submit entry point for deployments that copy folders: the same job as
+``onceflow/spark/submit.py`` in the installed package (what the DAG factory
+submits). Needs onceflow importable in the driver (``--py-files`` or installed).
 
-    spark-submit --py-files onceflow.zip spark_jobs/run_batch.py \\
-        --pipeline clickstream --batch 7 [--spec my_pipelines.module:SPEC]
-
-Run by the DAG's ``spark`` task (SparkSubmitOperator), with the deployment in
-the environment: ``ONCEFLOW_WAREHOUSE``, ``ONCEFLOW_KAFKA_BOOTSTRAP`` /
-``ONCEFLOW_KAFKA_CONFIG`` and, for an S3 warehouse, ``ONCEFLOW_S3_ENDPOINT``
-plus the standard ``AWS_*`` variables. In cluster mode pass the same
-variables to executors (``spark.executorEnv.*``); only secrets travel that
-way, everything else reaches executors as data source options.
-
-What it does (``onceflow.spark.batch_job``): claim the next attempt of the
-batch (fencing older ones), read exactly the planned Kafka ranges, run the
-pipeline's transform, pre-commit each output and record the votes in the
-ledger. It never commits: the Airflow commit task does. Exit codes: 0 all
-outputs voted; 2 configuration error (message names the setting); 3 the
-batch is already decided (a zombie or late retry: nothing was written);
-anything else: the job failed and the rollback task will clean up.
+    spark-submit --py-files onceflow.zip,my_pipelines.zip spark_jobs/run_batch.py \
+        --pipeline orders --batch 7 --spec my_pipelines.orders:ORDERS
 """
 
-from __future__ import annotations
-
-import argparse
-import importlib
-import json
-import logging
 import sys
-from typing import Sequence
 
-from onceflow.settings import ConfigurationError
-from onceflow.spec import PipelineSpec
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="run_batch.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pipeline", required=True, help="pipeline name (onceflow.pipelines.REGISTRY, or --spec)")
-    parser.add_argument("--batch", required=True, type=int, help="batch sequence number (from the plan task)")
-    parser.add_argument("--spec", help="module[:attr] holding the PipelineSpec, for pipelines not in the registry")
-    parser.add_argument("--spec-json", help="the PipelineSpec itself (PipelineSpec.to_json()); what the DAG factory passes")
-    parser.add_argument("--warehouse", help="warehouse URI (default: $ONCEFLOW_WAREHOUSE)")
-    parser.add_argument("--master", help="Spark master when not run by spark-submit (e.g. local[2])")
-    return parser.parse_args(argv)
-
-
-def load_spec(name: str, spec_location: str | None) -> PipelineSpec:
-    if spec_location is None:
-        from onceflow.pipelines import get_pipeline
-
-        return get_pipeline(name)
-    module_name, _, attr = spec_location.partition(":")
-    module = importlib.import_module(module_name)
-    candidates = [getattr(module, attr)] if attr else list(vars(module).values())
-    for spec in candidates:
-        if isinstance(spec, PipelineSpec) and spec.name == name:
-            return spec
-    raise ConfigurationError(f"--spec {spec_location}: no PipelineSpec named {name!r} there; pass the module "
-                             "that defines the spec (module or module:attribute), or omit --spec for registered pipelines")
-
-
-def spark_session(master: str | None):
-    if master:
-        from onceflow.spark_session import local_spark
-
-        return local_spark("onceflow-run-batch", master=master)
-    from pyspark.sql import SparkSession
-
-    return SparkSession.builder.getOrCreate()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args = parse_args(argv)
-    from onceflow.protocol.states import IllegalTransition
-    from onceflow.runtime import Deployment, PipelineRuntime
-    from onceflow.spark.batch_job import run_batch
-
-    try:
-        spec = PipelineSpec.from_json(args.spec_json) if args.spec_json else load_spec(args.pipeline, args.spec)
-        if spec.name != args.pipeline:
-            raise ConfigurationError(f"--spec-json describes pipeline {spec.name!r}, not --pipeline {args.pipeline!r}")
-        deployment = Deployment.from_environment(args.warehouse)
-    except ConfigurationError as exc:
-        print(f"run_batch: {exc}", file=sys.stderr)
-        return 2
-    spark = spark_session(args.master)
-    runtime = PipelineRuntime(spec, deployment, identity=f"spark-driver:{spec.name}:{args.batch}", spark=spark)
-    try:
-        result = run_batch(spark, runtime, args.batch)
-    except IllegalTransition as exc:
-        print(f"run_batch: {exc}", file=sys.stderr)
-        return 3
-    print(json.dumps({"pipeline": spec.name, "batch": result.batch_seq, "attempt": result.attempt,
-                      "input_records": result.input_records, "outputs": list(result.outputs),
-                      "seconds": {k: round(v, 2) for k, v in result.seconds.items()}}))
-    return 0
-
+from onceflow.spark.submit import main
 
 if __name__ == "__main__":
     sys.exit(main())

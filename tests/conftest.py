@@ -26,12 +26,15 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.services.kafka_broker import BROKERS, KafkaBroker, start_broker
-from onceflow.services.process import ManagedProcess
-from onceflow.services.s3 import S3Endpoint, start_moto
-from onceflow.services.spark_standalone import SparkStandalone, start_standalone
+from onceflow_devkit.services.kafka_broker import BROKERS, KafkaBroker, start_broker
+from onceflow_devkit.services.process import ManagedProcess
+from onceflow_devkit.services.s3 import S3Endpoint, start_moto
+from onceflow_devkit.services.spark_standalone import SparkStandalone, start_standalone
 
 ROOT = Path(__file__).resolve().parent.parent
+# boto3's credential chain (a test without keys) must never ask a cloud metadata
+# address: tests talk to 127.0.0.1 only. Subprocesses inherit this.
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 TESTS_ROOT = ROOT / ".onceflow" / "test"
 # One directory per pytest process, so concurrent sessions never share a broker.
 TEST_HOME = TESTS_ROOT / f"session-{os.getpid()}"
@@ -71,9 +74,9 @@ def _broker_params() -> list[str]:
 @pytest.fixture(scope="session")
 def s3_endpoint():
     if os.environ.get("ONCEFLOW_S3_ENDPOINT"):
-        from onceflow import settings
-
-        yield settings.s3_endpoint()
+        # An external endpoint for the whole suite: its keys are what tests hand to Airflow connections.
+        yield S3Endpoint(os.environ["ONCEFLOW_S3_ENDPOINT"], os.environ["AWS_ACCESS_KEY_ID"],
+                         os.environ["AWS_SECRET_ACCESS_KEY"], os.environ["AWS_DEFAULT_REGION"])
         return
     proc = _fresh_process("s3")
     endpoint = start_moto(proc, die_with_parent=True)
@@ -98,9 +101,10 @@ class _Brokers:
     def get(self, name: str) -> KafkaBroker:
         if name not in self.running:
             if name == "external":
-                from onceflow import settings
+                from onceflow.kafka.cluster import KafkaCluster
 
-                self.running[name] = (settings.kafka_broker(), None)
+                cluster = KafkaCluster.from_environment()
+                self.running[name] = (KafkaBroker(cluster.bootstrap, cluster.client_config, name="external"), None)
             else:
                 s3 = self.request.getfixturevalue("s3_endpoint") if name == "tansu" else None
                 proc = _fresh_process(f"kafka-{name}")

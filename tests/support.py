@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.services.kafka_broker import KafkaBroker
+from onceflow_devkit.services.kafka_broker import KafkaBroker
 
 
 def require(broker: KafkaBroker, capability: str) -> None:

@@ -45,7 +45,7 @@ def test_any_point_fires_on_the_nth_step_reached():
 
 
 def test_env_spec_is_parsed_and_checked():
-    import onceflow.protocol.coordinator  # noqa: F401  (declares its points)
+    import onceflow.coordinator  # noqa: F401  (declares its points)
 
     assert faults.parse("ledger.decision.after_write=crash, commit.between_effects=raise@2") == {
         "ledger.decision.after_write": ("crash", 1),
@@ -63,7 +63,7 @@ def test_env_spec_is_parsed_and_checked():
 
 
 def test_registry_lists_every_step_of_the_protocol():
-    import onceflow.protocol.coordinator  # noqa: F401
+    import onceflow.coordinator  # noqa: F401
 
     for kind in ("plan", "attempt", "vote", "decision", "done", "head"):
         assert {f"ledger.{kind}.before_write", f"ledger.{kind}.after_write"} <= set(faults.ALL_POINTS)
@@ -71,7 +71,7 @@ def test_registry_lists_every_step_of_the_protocol():
 
 
 def test_env_armed_crash_kills_the_process_with_137():
-    code = "import onceflow.protocol.coordinator as c; from onceflow import faults; faults.fault_point('commit.between_effects'); print('survived')"
+    code = "import onceflow.coordinator as c; from onceflow import faults; faults.fault_point('commit.between_effects'); print('survived')"
     env = {"ONCEFLOW_FAULTS": "commit.between_effects=crash"}
     import os
 
@@ -87,7 +87,7 @@ def test_a_point_armed_by_environment_may_be_declared_by_a_module_this_process_n
     import sys
 
     code = (
-        "from onceflow.protocol import coordinator\n"  # not batch_job, which declares job.*
+        "from onceflow import coordinator\n"  # not batch_job, which declares job.*
         "from onceflow import faults\n"
         "faults.fault_point('commit.effect.before')\n"
         "print('ok')\n"

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from onceflow.pipelines.clickstream import CLICKSTREAM
+from onceflow_examples.clickstream import CLICKSTREAM
 from onceflow.settings import ConfigurationError
 from onceflow.spec import INPUT_COLUMNS, PipelineSpec
 

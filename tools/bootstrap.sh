@@ -2,7 +2,7 @@
 # Create or update .venv so that it matches requirements.txt exactly.
 #
 # Idempotent and quick on a second run: the install runs only when
-# requirements.txt, constraints.txt or pyproject.toml changed since the last
+# requirements.txt, constraints.txt or a pyproject.toml changed since the last
 # successful install (a hash of them is kept in .venv/.onceflow-installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +26,7 @@ PYTHON=${PYTHON:-python3}
   || fail "Python 3.10+ is required; '$PYTHON' is $("$PYTHON" --version 2>&1). Set PYTHON=/path/to/python3.11."
 
 stamp=.venv/.onceflow-installed
-want=$(cat requirements.txt constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt constraints.txt pyproject.toml devkit/pyproject.toml examples/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/onceflow ]; then
   exit 0
 fi
@@ -39,8 +39,9 @@ echo "onceflow setup: installing pinned dependencies into .venv (first run: a fe
 # (Never uninstall pyspark-client: that deletes files PySpark needs.)
 pyspark_pin=$(grep -E '^pyspark==' requirements.txt)
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$pyspark_pin"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
-.venv/bin/python -c 'import pyspark, onceflow; assert pyspark.__version__ == "'"${pyspark_pin#pyspark==}"'", pyspark.__version__' \
+# The library, its examples and the dev kit, editable: three packages, one direction of imports.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e . -e examples -e devkit
+.venv/bin/python -c 'import pyspark, onceflow, onceflow_devkit, onceflow_examples; assert pyspark.__version__ == "'"${pyspark_pin#pyspark==}"'", pyspark.__version__' \
   || fail "PySpark in .venv is not ${pyspark_pin#pyspark==} after the repair step; remove .venv and run again."
 echo "$want" > "$stamp"
 echo "onceflow setup: .venv is ready"

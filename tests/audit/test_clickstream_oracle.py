@@ -11,9 +11,9 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from onceflow.audit import clickstream_oracle as oracle
-from onceflow.pipelines import clickstream
-from onceflow.pipelines.clickstream_data import generate
+from onceflow_devkit.audit import clickstream_oracle as oracle
+from onceflow_examples import clickstream
+from onceflow_examples.clickstream_data import generate
 
 
 def test_oracle_gives_every_generated_record_the_reason_the_generator_intended():

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.chaos import schedule
-from onceflow.chaos.runner import ChaosOptions, run_chaos
+from onceflow_devkit.chaos import schedule
+from onceflow_devkit.chaos.runner import ChaosOptions, run_chaos
 
 
 def _assert_exactly_once(figures, min_faulted: int) -> None:

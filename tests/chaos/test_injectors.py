@@ -4,13 +4,13 @@ test_chaos_run.py)."""
 
 from __future__ import annotations
 
-from onceflow.chaos.injectors import _TASK_TITLE, _is_python_worker, _is_spark_submit
+from onceflow_devkit.chaos.injectors import _TASK_TITLE, _is_python_worker, _is_spark_submit
 
 SPARK_SUBMIT = (
     "/usr/lib/jvm/java-17-openjdk-amd64/bin/java -cp /venv/lib/python3.11/site-packages/pyspark/conf:/x/jars/* "
-    "-Xmx1g org.apache.spark.deploy.SparkSubmit --master local[2] --py-files /tmp/onceflow-lib-0-abc.zip run_batch.py"
+    "-Xmx1g org.apache.spark.deploy.SparkSubmit --master local[2] --py-files /tmp/onceflow-onceflow-0-abc.zip /venv/lib/python3.11/site-packages/onceflow/spark/submit.py"
 )
-DRIVER = "/venv/bin/python3 /work/main/spark_jobs/run_batch.py --pipeline clickstream --batch 3"
+DRIVER = "/venv/bin/python3 /venv/lib/python3.11/site-packages/onceflow/spark/submit.py --pipeline clickstream --batch 3"
 DAEMON = "/venv/bin/python3 -m pyspark.daemon"
 DATA_SOURCE_WORKER = "/venv/bin/python3 -m pyspark.sql.worker.write_into_data_source"
 TASK = "airflow worker -- 01a20216-3eda-771f-9484-52509be30a68"

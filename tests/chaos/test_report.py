@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.chaos import report, schedule
+from onceflow_devkit.chaos import report, schedule
 from onceflow.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,9 +18,9 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, HTTPClientError
 from pyarrow import fs
 
-from onceflow.chaos.s3_proxy import S3_FAULT_KINDS, FaultEvent, S3FaultProxy, S3FaultRates
-from onceflow.services.process import pick_port
-from onceflow.services.s3 import S3Endpoint
+from onceflow_devkit.chaos.s3_proxy import S3_FAULT_KINDS, FaultEvent, S3FaultProxy, S3FaultRates
+from onceflow_devkit.services.process import pick_port
+from onceflow_devkit.services.s3 import S3Endpoint
 
 pytestmark = pytest.mark.chaos
 

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from onceflow import faults
-from onceflow.chaos import schedule
+from onceflow_devkit.chaos import schedule
 
 
 def test_the_same_seed_asks_for_the_same_faults_in_the_same_order():

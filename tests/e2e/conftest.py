@@ -12,13 +12,13 @@ from contextlib import contextmanager
 
 import pytest
 
-from onceflow.airflow_env import onceflow_airflow
+from onceflow_devkit.airflow_env import onceflow_airflow
 from onceflow.kafka.admin import ensure_topics
-from onceflow.pipelines.clickstream import CLICKSTREAM
-from onceflow.pipelines.clickstream_data import generate, produce
+from onceflow_examples.clickstream import CLICKSTREAM
+from onceflow_examples.clickstream_data import generate, produce
 from onceflow.runtime import Deployment, PipelineRuntime
-from onceflow.services.kafka_broker import start_broker
-from onceflow.services.process import ManagedProcess
+from onceflow_devkit.services.kafka_broker import start_broker
+from onceflow_devkit.services.process import ManagedProcess
 from tests.conftest import TEST_HOME
 
 
@@ -75,7 +75,7 @@ class ClickstreamWorld:
             consumer.close()
 
     def audit(self):
-        from onceflow.audit.clickstream_audit import audit_clickstream
+        from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 
         return audit_clickstream(self.runtime)
 

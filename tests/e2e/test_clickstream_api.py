@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from onceflow.local_airflow.metadata import MetadataDb
+from onceflow_devkit.local_airflow.metadata import MetadataDb
 from onceflow.protocol.states import BatchState
 
 DAG_ID = "clickstream_exactly_once"

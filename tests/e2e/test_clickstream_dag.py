@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from onceflow import faults
-from onceflow.pipelines.clickstream import CLICKSTREAM
+from onceflow_examples.clickstream import CLICKSTREAM
 from onceflow.protocol.states import BatchState
 
 DAG_ID = "clickstream_exactly_once"

@@ -8,7 +8,7 @@ import pytest
 from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.reader import SCHEMA, RangeReader, RangeReadError, read_range, split_range
 from onceflow.protocol.plan import OffsetRange
-from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
+from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.kafka.helpers import create_topic, produce_txn
 from tests.support import require
 
@@ -113,7 +113,7 @@ def test_split_range_rejects_nonsense():
 
 
 def test_a_range_starting_after_an_aborted_transaction_still_sees_the_same_producers_commits(kafka_broker):
-    from onceflow.services.kafka_broker import FETCH_AFTER_ABORT_SEES_LATER_COMMITS
+    from onceflow_devkit.services.kafka_broker import FETCH_AFTER_ABORT_SEES_LATER_COMMITS
 
     require(kafka_broker, FETCH_AFTER_ABORT_SEES_LATER_COMMITS)
     config = kafka_broker.config()

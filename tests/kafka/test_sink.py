@@ -22,7 +22,7 @@ from onceflow.kafka.txn_protocol import end_txn
 from onceflow.kafka.writer import REPAIR_HEADER, PreCommitError, TransactionalSplitWriter, record_headers, staged_uri
 from onceflow.protocol.participant import Outcome, Vote
 from onceflow.protocol.plan import Plan, SinkPlan
-from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
+from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.kafka.helpers import create_topic, read_committed
 from tests.support import require
 

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from onceflow.kafka.txn_protocol import end_txn
 from onceflow.kafka.visibility import SEEK_GAP, Observer, State, confirm_aborted
 from onceflow.kafka.writer import BATCH_HEADER, SPLIT_HEADER, TransactionalSplitWriter, TxnHandle, staged_uri
-from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
+from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.kafka.helpers import create_topic
 from tests.support import require
 

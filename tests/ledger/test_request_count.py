@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from onceflow.ledger.ledger import BATCH_EFFECT
 from onceflow.ledger.records import Decision, DecisionOutcome, DoneMarker, Head
 from onceflow.ledger.s3 import S3LedgerStorage
-from onceflow.protocol.coordinator import Coordinator
+from onceflow.coordinator import Coordinator
 from onceflow.protocol.plan import OffsetRange, Plan
 from onceflow.protocol.states import BatchState
 from tests.protocol.fakes import FakeSource, World, participants

@@ -11,7 +11,8 @@ from onceflow.ledger.errors import LedgerUnavailable
 from onceflow.ledger.hadoop import HadoopLedgerStorage
 from onceflow.ledger.local import LocalLedgerStorage
 from onceflow.ledger.s3 import S3LedgerStorage
-from onceflow.ledger.storage import LedgerStorage, open_ledger_storage
+from onceflow.ledger.backends import open_ledger_storage
+from onceflow.ledger.storage import LedgerStorage
 
 
 def test_create_if_absent_never_overwrites(storage: LedgerStorage):
@@ -77,8 +78,8 @@ def test_racing_creates_have_exactly_one_winner(storage: LedgerStorage):
 
 
 def test_s3_endpoint_unreachable_names_endpoint_bucket_and_fix():
-    from onceflow.services.process import pick_port
-    from onceflow.services.s3 import S3Endpoint
+    from onceflow_devkit.services.process import pick_port
+    from onceflow_devkit.services.s3 import S3Endpoint
 
     port = pick_port(1)
     storage = S3LedgerStorage("ledger-bucket", "root", S3Endpoint(f"http://127.0.0.1:{port}"))

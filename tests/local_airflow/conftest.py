@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.local_airflow import LocalAirflow
+from onceflow_devkit.local_airflow import LocalAirflow
 
 DAGS = Path(__file__).resolve().parent / "dags"
 PROBE_HOST = "probe-host.invalid"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from onceflow.local_airflow import LocalAirflow
+from onceflow_devkit.local_airflow import LocalAirflow
 from tests.local_airflow.conftest import DAGS
 
 
@@ -22,7 +22,7 @@ def test_a_sigkilled_caller_loses_its_leaders_and_stop_on_the_home_removes_the_r
         f"""
         import time
         from pathlib import Path
-        from onceflow.local_airflow import LocalAirflow
+        from onceflow_devkit.local_airflow import LocalAirflow
         airflow = LocalAirflow(Path({str(home)!r}), Path({str(DAGS)!r}))
         airflow.start(timeout=180)
         print("started", flush=True)

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from onceflow.local_airflow import AirflowHarnessError
+from onceflow_devkit.local_airflow import AirflowHarnessError
 from tests.local_airflow.conftest import PROBE_HOST
 
 

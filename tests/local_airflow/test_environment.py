@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from onceflow.local_airflow import AirflowHarnessError, LocalAirflow
+from onceflow_devkit.local_airflow import AirflowHarnessError, LocalAirflow
 
 
 @pytest.fixture

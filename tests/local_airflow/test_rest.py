@@ -7,8 +7,8 @@ import json
 import httpx
 import pytest
 
-from onceflow.local_airflow import rest
-from onceflow.local_airflow.errors import AirflowHarnessError
+from onceflow_devkit.local_airflow import rest
+from onceflow_devkit.local_airflow.errors import AirflowHarnessError
 
 
 class FlakyAirflow:

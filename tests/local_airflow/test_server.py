@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from onceflow.local_airflow import LocalAirflow
-from onceflow.services.process import port_is_free
+from onceflow_devkit.local_airflow import LocalAirflow
+from onceflow_devkit.services.process import port_is_free
 from tests.local_airflow.conftest import PROBE_HOST
 
 DAG = "harness_probe"

@@ -11,10 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from onceflow.pipelines import get_pipeline
-from onceflow.pipelines.clickstream import CLICKSTREAM, transform
-from onceflow.settings import ConfigurationError
-from onceflow.pipelines.clickstream_data import ClickRecord, as_kafka_records, generate
+from onceflow_examples.clickstream import CLICKSTREAM, transform
+from onceflow_examples.clickstream_data import ClickRecord, as_kafka_records, generate
 
 BATCH = "0000000042"
 
@@ -88,14 +86,12 @@ def test_page_minute_counts_match_an_independent_count(sample, outputs):
         assert row.batch_id == BATCH
 
 
-def test_the_registered_pipeline_declares_exactly_the_transform_outputs(outputs):
-    spec = get_pipeline("clickstream")
-    assert spec is CLICKSTREAM and spec.transform_function() is transform
+def test_the_example_pipeline_declares_exactly_the_transform_outputs(outputs):
+    spec = CLICKSTREAM
+    assert spec.transform_function() is transform
     assert sorted(s.name for s in spec.sinks) == sorted(outputs)
     assert spec.sink("page_minute_counts").target == "clickstream/page_minute_counts"
     assert {s.kind for s in spec.sinks} == {"files", "kafka"}
-    with pytest.raises(ConfigurationError, match="registered"):
-        get_pipeline("nope")
 
 
 def test_generator_is_deterministic_by_seed():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onceflow.protocol.coordinator import Coordinator
+from onceflow.coordinator import Coordinator
 from onceflow.protocol.plan import Plan, SinkPlan
 from onceflow.protocol.planning import PlanConfig
 

@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from onceflow import faults
 from onceflow.ledger.records import Decision, DecisionOutcome
-from onceflow.protocol.coordinator import Coordinator
+from onceflow.coordinator import Coordinator
 from onceflow.protocol.errors import BatchAborted, CommitFailed, RetryLater, StaleAttempt
 from onceflow.protocol.states import BatchState, IllegalTransition
 

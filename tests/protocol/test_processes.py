@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from onceflow.ledger.local import LocalLedgerStorage
-from onceflow.protocol.coordinator import Coordinator
+from onceflow.coordinator import Coordinator
 from onceflow.protocol.states import BatchState
 
 from .fakes import participants

@@ -7,7 +7,7 @@ import time
 
 from onceflow.ledger.local import LocalLedgerStorage
 from onceflow.ledger.s3 import S3LedgerStorage
-from onceflow.protocol.coordinator import Coordinator
+from onceflow.coordinator import Coordinator
 from onceflow.protocol.errors import BatchAborted
 from onceflow.protocol.states import BatchState
 

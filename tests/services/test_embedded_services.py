@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS, SURVIVES_SIGKILL
-from onceflow.smoke import kafka_round_trip, s3_round_trip, spark_parquet_round_trip
+from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS, SURVIVES_SIGKILL
+from onceflow_devkit.smoke import kafka_round_trip, s3_round_trip, spark_parquet_round_trip
 from tests.support import require
 
 

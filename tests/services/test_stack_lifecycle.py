@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -13,16 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.services.process import ManagedProcess, pick_port, port_is_free
-from onceflow.services.stack import EmbeddedStack
+from onceflow_devkit.services.process import ManagedProcess, pick_port, port_is_free
+from onceflow_devkit.services.stack import EmbeddedStack
 
 ONCEFLOW = str(Path(sys.executable).parent / "onceflow")
 
 
-def _cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def _cli(home: Path, *args: str, timeout: float = 120, extra_env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "ONCEFLOW_HOME": str(home)}
     for var in ("ONCEFLOW_KAFKA_BOOTSTRAP", "ONCEFLOW_S3_ENDPOINT"):
         env.pop(var, None)
+    env.update(extra_env or {})
     return subprocess.run([ONCEFLOW, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -44,6 +46,21 @@ def test_cli_up_status_down_round_trip(stack_home):
     info = json.loads((stack_home / "stack.json").read_text())
     host, port = info["kafka"]["bootstrap"].split(":")
     socket.create_connection((host, int(port)), timeout=5).close()
+
+    # Nothing falls back to a running stack: `services up` writes the settings
+    # that point at it into a file only its owner can read, and says so.
+    env_file = stack_home / "stack.env"
+    assert f". {env_file};" in up.stdout
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    settings = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+    assert settings["ONCEFLOW_KAFKA_BOOTSTRAP"] == info["kafka"]["bootstrap"]
+    assert settings["ONCEFLOW_S3_ENDPOINT"] == info["s3"]["endpoint_url"]
+    without = _cli(stack_home, "status", "--pipeline", "clickstream", "--spec", "onceflow_examples.clickstream:CLICKSTREAM",
+                   "--warehouse", f"file://{stack_home}/warehouse")
+    assert without.returncode == 2 and "ONCEFLOW_KAFKA_BOOTSTRAP is not set" in without.stderr
+    with_settings = _cli(stack_home, "status", "--pipeline", "clickstream", "--spec", "onceflow_examples.clickstream:CLICKSTREAM",
+                         "--warehouse", f"file://{stack_home}/warehouse", extra_env=settings)
+    assert with_settings.returncode == 0 and "no batches yet" in with_settings.stdout, with_settings.stderr
 
     again = _cli(stack_home, "services", "up")  # idempotent: nothing restarts
     assert again.returncode == 0
@@ -102,7 +119,7 @@ def test_taken_default_port_falls_back_to_a_free_one():
 
 
 def test_broker_that_cannot_start_reports_its_log(tmp_path):
-    from onceflow.services.process import ServiceError
+    from onceflow_devkit.services.process import ServiceError
 
     proc = ManagedProcess("broken", tmp_path / "broken")
     with pytest.raises(ServiceError, match="(?s)exited with code 3.*boom"):
@@ -116,7 +133,7 @@ def _answers(port: int) -> bool:
 
 def test_a_port_answered_by_another_process_is_not_taken_for_the_service(tmp_path):
     """Two stacks starting at once may pick the same port: the loser must not use the winner's service."""
-    from onceflow.services.process import ServiceError
+    from onceflow_devkit.services.process import ServiceError
 
     with socket.socket() as other_stack:
         other_stack.bind(("127.0.0.1", 0))
@@ -139,36 +156,6 @@ def test_a_service_listening_on_its_port_is_ready(tmp_path):
         proc.stop()
 
 
-def test_commands_without_a_stack_name_the_fix(tmp_path, monkeypatch):
-    from onceflow import settings
-
-    monkeypatch.delenv("ONCEFLOW_KAFKA_BOOTSTRAP", raising=False)
-    monkeypatch.delenv("ONCEFLOW_S3_ENDPOINT", raising=False)
-    monkeypatch.setenv("ONCEFLOW_HOME", str(tmp_path / "nothing"))
-    with pytest.raises(settings.ConfigurationError, match="onceflow services up.*ONCEFLOW_KAFKA_BOOTSTRAP"):
-        settings.kafka_broker()
-    with pytest.raises(settings.ConfigurationError, match="onceflow services up.*ONCEFLOW_S3_ENDPOINT"):
-        settings.s3_endpoint()
-    monkeypatch.setenv("ONCEFLOW_S3_ENDPOINT", "http://127.0.0.1:1")
-    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
-    with pytest.raises(settings.ConfigurationError, match="AWS_SECRET_ACCESS_KEY"):
-        settings.s3_endpoint()
-
-
-def test_external_kafka_settings_pass_through_and_bad_json_names_the_variable(monkeypatch):
-    from onceflow import settings
-
-    monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "kafka-1:9093,kafka-2:9093")
-    monkeypatch.setenv("ONCEFLOW_KAFKA_CONFIG", '{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}')
-    broker = settings.kafka_broker()
-    assert broker.config()["bootstrap.servers"] == "kafka-1:9093,kafka-2:9093"
-    assert broker.config()["security.protocol"] == "SASL_SSL"
-    monkeypatch.setenv("ONCEFLOW_KAFKA_CONFIG", "{not json")
-    with pytest.raises(settings.ConfigurationError, match="ONCEFLOW_KAFKA_CONFIG"):
-        settings.kafka_broker()
-
-
 def _is_zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
@@ -188,8 +175,8 @@ def test_a_run_killed_half_way_leaves_nothing_that_breaks_the_next(tmp_path):
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from onceflow.services.process import ManagedProcess\n"
-        "from onceflow.services.s3 import start_moto\n"
+        "from onceflow_devkit.services.process import ManagedProcess\n"
+        "from onceflow_devkit.services.s3 import start_moto\n"
         f"proc = ManagedProcess('s3', Path({str(tmp_path)!r}) / 's3').reset()\n"
         "start_moto(proc, die_with_parent=True)\n"
         "print('up', flush=True)\n"
@@ -206,7 +193,7 @@ def test_a_run_killed_half_way_leaves_nothing_that_breaks_the_next(tmp_path):
     assert proc.running_pid() is None, "the service outlived the killed run"
     assert proc.pid_file.exists() is False  # the stale PID file was recognised and removed
 
-    from onceflow.services.s3 import start_moto
+    from onceflow_devkit.services.s3 import start_moto
 
     endpoint = start_moto(proc.reset(), die_with_parent=True)
     try:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.audit.clickstream_audit import audit_clickstream
+from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow.kafka.admin import ensure_topics
-from onceflow.pipelines.clickstream import CLICKSTREAM
-from onceflow.pipelines.clickstream_data import generate, produce as produce_clicks
+from onceflow_examples.clickstream import CLICKSTREAM
+from onceflow_examples.clickstream_data import generate, produce as produce_clicks
 from onceflow.runtime import Deployment, PipelineRuntime
-from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
+from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from onceflow.spark.batch_job import run_batch
 from onceflow.spec import SinkSpec
 from tests.support import require

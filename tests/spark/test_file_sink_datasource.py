@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from onceflow.files import FileSink, committed_files, layout, read_committed
-from onceflow.files.storage import storage_for
+from onceflow.files.backends import storage_for
 from onceflow.protocol.participant import Outcome
 from onceflow.protocol.plan import Plan
 from onceflow.spark.file_sink import FORMAT, register

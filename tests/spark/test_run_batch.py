@@ -1,9 +1,8 @@
-"""spark_jobs/run_batch.py: the spark-submit entry point of a batch."""
+"""onceflow/spark/submit.py: the spark-submit application of a batch (what the DAG submits)."""
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.dag_factory import RUN_BATCH as SCRIPT, library_zip
-from onceflow.pipelines.clickstream import CLICKSTREAM
+from onceflow.dag_factory import SUBMIT_APPLICATION as SCRIPT, library_zip
+from onceflow.spark import submit as run_batch_module
+from onceflow_examples.clickstream import CLICKSTREAM
 from onceflow.settings import ConfigurationError
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
@@ -22,16 +22,12 @@ SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 
 @pytest.fixture(scope="module")
 def run_batch():
-    spec = importlib.util.spec_from_file_location("run_batch", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return run_batch_module
 
 
-def test_the_spec_is_found_by_module_or_registry(run_batch):
-    assert run_batch.load_spec("clickstream", None) is CLICKSTREAM
-    assert run_batch.load_spec("clickstream", "onceflow.pipelines.clickstream") is CLICKSTREAM
-    assert run_batch.load_spec("clickstream", "onceflow.pipelines.clickstream:CLICKSTREAM") is CLICKSTREAM
+def test_the_spec_is_found_by_module(run_batch):
+    assert run_batch.load_spec("clickstream", "onceflow_examples.clickstream") is CLICKSTREAM
+    assert run_batch.load_spec("clickstream", "onceflow_examples.clickstream:CLICKSTREAM") is CLICKSTREAM
 
 
 @pytest.mark.parametrize(
@@ -39,7 +35,8 @@ def test_the_spec_is_found_by_module_or_registry(run_batch):
     [
         # onceflow.spec defines the class, not a pipeline: a DAG must pass the defining module.
         ("clickstream", "onceflow.spec", "no PipelineSpec named 'clickstream'"),
-        ("other", None, "no pipeline named 'other'"),
+        ("other", None, "no spec for pipeline 'other': pass --spec-json"),
+        ("clickstream", "no_such_module:SPEC", "cannot import 'no_such_module'"),
     ],
 )
 def test_a_wrong_spec_fails_fast_naming_the_fix(run_batch, name, location, message):
@@ -96,7 +93,7 @@ def job_summary(proc: subprocess.CompletedProcess) -> dict:
 
 
 def assert_committed_exactly_once(runtime, plan) -> None:
-    from onceflow.audit.clickstream_audit import audit_clickstream
+    from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 
     assert runtime.coordinator.commit(plan.batch_seq).state.value == "committed"
     report = audit_clickstream(runtime)
@@ -106,7 +103,7 @@ def assert_committed_exactly_once(runtime, plan) -> None:
 
 @pytest.mark.slow  # planning on a real broker, then a spark-submit process: about a minute
 def test_spark_submit_pre_commits_a_planned_batch_that_then_commits_exactly_once(kafka_broker, tmp_path):
-    from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
+    from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
     from tests.support import require
 
     require(kafka_broker, HIDES_ABORTED_RECORDS)
@@ -138,7 +135,7 @@ def test_on_a_standalone_cluster_executors_get_onceflow_from_py_files_and_secret
     driver's too). The warehouse is on S3, written from the executors. Without the S3 keys in
     spark.executorEnv the job fails naming that setting; run again with them, the batch commits
     exactly once."""
-    from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS
+    from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
     from tests.support import require
 
     require(one_kafka_broker, HIDES_ABORTED_RECORDS)
@@ -154,10 +151,83 @@ def test_on_a_standalone_cluster_executors_get_onceflow_from_py_files_and_secret
 
     failed = submit(conf={"spark.task.maxFailures": "1"})  # the error, not Spark's retries of it
     assert failed.returncode not in (0, 2, 3), failed.stderr[-3000:]
-    assert "this Spark worker has no AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY: pass them to executors (spark.executorEnv.*)" in failed.stderr
+    assert "this Spark worker (warehouse s3://" in failed.stderr and "found no AWS credentials" in failed.stderr, failed.stderr[-3000:]
+    assert "(spark.executorEnv.*) or a role of their own" in failed.stderr
 
     result = job_summary(submit(conf={"spark.executorEnv.AWS_ACCESS_KEY_ID": s3_endpoint.access_key,
                                       "spark.executorEnv.AWS_SECRET_ACCESS_KEY": s3_endpoint.secret_key}))
     assert (result["batch"], result["attempt"], result["input_records"]) == (plan.batch_seq, 2, plan.records)
     assert f"onceflow-{runtime.spec.name}" in spark_standalone.completed_app_names()
+    assert_committed_exactly_once(runtime, plan)
+
+
+def hermetic_aws_env(tmp_path: Path, s3_endpoint) -> dict[str, str]:
+    """The environment of a driver with no AWS settings at all: no AWS_* keys, no
+    profile files, no cloud metadata address; only the endpoint and region."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(PYSPARK_PYTHON=sys.executable, ONCEFLOW_S3_ENDPOINT=s3_endpoint.endpoint_url,
+               AWS_DEFAULT_REGION=s3_endpoint.region, AWS_EC2_METADATA_DISABLED="true",
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "no-credentials"), AWS_CONFIG_FILE=str(tmp_path / "no-config"))
+    return env
+
+
+class ContainerRole:
+    """A container-credentials endpoint on 127.0.0.1 (what ECS or EKS Pod Identity
+    serve): temporary keys with a session token, the way a role reaches boto3's chain."""
+
+    def __init__(self, access_key: str, secret_key: str):
+        import http.server
+        import threading
+        from datetime import datetime, timedelta, timezone
+
+        body = json.dumps({"AccessKeyId": access_key, "SecretAccessKey": secret_key, "Token": "session-token-of-the-role",
+                           "Expiration": (datetime.now(timezone.utc) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")})
+        self.requests = 0
+        role = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                role.requests += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v2/credentials/onceflow-job"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+def test_a_driver_without_aws_settings_fails_naming_them_and_with_a_role_it_commits(
+    one_kafka_broker, s3_endpoint, s3_bucket, tmp_path
+):
+    """No fallback credential: a driver on an S3 warehouse with nothing in its AWS chain exits 2
+    before Spark starts, naming what to set. Given a role instead of keys (temporary keys and a
+    session token from a credentials endpoint), the same job pre-commits, and the batch commits
+    exactly once."""
+    from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
+    from tests.support import require
+
+    require(one_kafka_broker, HIDES_ABORTED_RECORDS)
+    runtime, plan = planned_batch(one_kafka_broker, f"s3://{s3_bucket}/warehouse", s3_endpoint)
+    env = hermetic_aws_env(tmp_path, s3_endpoint)
+
+    failed = spark_submit(tmp_path, runtime, plan, env)
+    assert failed.returncode == 2, failed.stderr[-3000:]
+    assert "found no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in failed.stderr
+    assert runtime.coordinator.describe(plan.batch_seq).attempt == 0  # it stopped before claiming an attempt
+
+    role = ContainerRole(s3_endpoint.access_key, s3_endpoint.secret_key)
+    try:
+        result = job_summary(spark_submit(tmp_path, runtime, plan, dict(env, AWS_CONTAINER_CREDENTIALS_FULL_URI=role.url)))
+    finally:
+        role.close()
+    assert role.requests >= 1
+    assert (result["batch"], result["attempt"], result["input_records"]) == (plan.batch_seq, 1, plan.records)
     assert_committed_exactly_once(runtime, plan)

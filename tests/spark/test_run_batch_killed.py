@@ -2,7 +2,7 @@
 and an S3 warehouse.
 
 Each kill hits the whole process group of a real ``spark-submit`` of
-spark_jobs/run_batch.py (launcher, JVM, Python driver and workers) while it
+onceflow/spark/submit.py (launcher, JVM, Python driver and workers) while it
 pre-commits a planned batch. The Airflow side then does what it would do:
 the rollback task (``rollback(seq)``) or the next run's plan task
 (``recover()``), alternately. After that nothing of the batch may be visible
@@ -36,14 +36,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from onceflow.audit.clickstream_audit import audit_clickstream
+from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow.dag_factory import library_zip
 from onceflow.files import layout
 from onceflow.files.reader import committed_manifests
 from onceflow.kafka.admin import ensure_topics
 from onceflow.protocol.states import BatchState
 from onceflow.runtime import Deployment, PipelineRuntime
-from onceflow.services.kafka_broker import HIDES_ABORTED_RECORDS, LSO_FROM_LIST_OFFSETS
+from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS, LSO_FROM_LIST_OFFSETS
 from tests.spark.test_batch_job import produce, unique_clickstream
 from tests.spark.test_run_batch import SCRIPT, SPARK_SUBMIT
 from tests.support import require

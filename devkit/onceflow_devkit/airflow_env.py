@@ -1,0 +1,52 @@
+"""A local Airflow set up to run onceflow's DAGs against given services.
+
+Used by ``onceflow demo`` and the end-to-end tests (the caller's process);
+Airflow itself runs in subprocesses. Connections follow the providers'
+formats: ``onceflow_kafka`` (kafka: extra = librdkafka settings),
+``onceflow_spark`` (spark: host = master), ``onceflow_s3`` (aws: login,
+password, extra endpoint_url/region_name).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from onceflow_devkit.local_airflow import LocalAirflow
+from onceflow.kafka.cluster import KafkaCluster
+from onceflow.s3_connection import S3Connection
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# The dev kit runs from a checkout: its example DAG files are the repository's.
+DAGS_FOLDER = PROJECT_ROOT / "dags"
+
+
+def onceflow_airflow(
+    home: Path,
+    kafka: KafkaCluster,
+    warehouse: str,
+    s3: S3Connection | None = None,
+    spark_master: str = "local[2]",
+    extra_env: Mapping[str, str] | None = None,
+) -> LocalAirflow:
+    airflow = LocalAirflow(
+        Path(home),
+        dags_folder=DAGS_FOLDER,
+        plugins_folder=PROJECT_ROOT / "plugins",
+        extra_env={"ONCEFLOW_WAREHOUSE": warehouse, **(extra_env or {})},
+    )
+    airflow.set_connection(
+        "onceflow_kafka", {"conn_type": "onceflow_kafka", "extra": {"bootstrap.servers": kafka.bootstrap, **kafka.client_config}}
+    )
+    airflow.set_connection("onceflow_spark", {"conn_type": "spark", "host": spark_master})
+    if s3 is not None:
+        airflow.set_connection(
+            "onceflow_s3",
+            {
+                "conn_type": "onceflow_s3",
+                "login": s3.access_key,
+                "password": s3.secret_key,
+                "extra": {"endpoint_url": s3.endpoint_url, "region_name": s3.region},
+            },
+        )
+    return airflow

@@ -1,0 +1,286 @@
+"""``onceflow audit`` for the clickstream pipeline: count every input record
+of the committed ranges in every real output.
+
+Runs anywhere with access to the warehouse and the brokers (CLI, a test, the
+demo). It reads:
+
+- the ledger, only for *which* ranges are committed (and checks they are
+  contiguous per partition: I1);
+- the input topic over those ranges (read_committed), classifying each record
+  with an independent Python oracle, not with the Spark transform;
+- the committed Parquet of ``page_minute_counts`` (only batches whose
+  ``_SUCCESS`` manifest exists) and the whole of ``clicks_enriched`` and
+  ``clicks_dead_letter`` as a read_committed consumer sees them.
+
+Then: per page and minute window the sum of ``views`` equals the number of
+valid input events; every valid input record appears exactly once in
+``clicks_enriched`` and every malformed one exactly once in
+``clicks_dead_letter`` (matched by source topic/partition/offset); nothing
+else is visible. On a broker that shows aborted records to read_committed
+consumers (Tansu), output records are first restricted to those the
+committed transactions wrote (by offset range and split headers), and the
+report says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from onceflow.kafka.writer import BATCH_HEADER, SPLIT_HEADER
+from onceflow.protocol.plan import OffsetRange, Plan
+from onceflow.protocol.states import BatchState
+from onceflow_devkit.audit import clickstream_oracle as oracle
+
+Source = tuple[str, int, int]  # topic, partition, offset
+
+
+@dataclass
+class OutputAudit:
+    name: str
+    records: int = 0
+    duplicates: int = 0
+    missing: int = 0
+    unexpected: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.duplicates or self.missing or self.unexpected)
+
+    def note(self, text: str) -> None:
+        if len(self.examples) < 5:
+            self.examples.append(text)
+
+
+@dataclass
+class AuditReport:
+    pipeline: str
+    committed_batches: int
+    input_records: int
+    valid: int
+    malformed: int
+    outputs: dict[str, OutputAudit]
+    contiguity_errors: list[str]
+    visibility: str
+
+    @property
+    def duplicates(self) -> int:
+        return sum(o.duplicates for o in self.outputs.values())
+
+    @property
+    def missing(self) -> int:
+        return sum(o.missing for o in self.outputs.values())
+
+    @property
+    def ok(self) -> bool:
+        return not self.contiguity_errors and all(o.ok for o in self.outputs.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "pipeline": self.pipeline,
+            "committed_batches": self.committed_batches,
+            "input_records": self.input_records,
+            "valid": self.valid,
+            "malformed": self.malformed,
+            "duplicates": self.duplicates,
+            "missing": self.missing,
+            "outputs": {name: {**asdict(o), "ok": o.ok} for name, o in self.outputs.items()},
+            "contiguity_errors": self.contiguity_errors,
+            "visibility": self.visibility,
+        }
+
+    def summary(self) -> str:
+        lines = [
+            f"audit of {self.pipeline}: {'OK' if self.ok else 'FAILED'} — {self.committed_batches} committed batches, "
+            f"{self.input_records} input records ({self.valid} valid, {self.malformed} malformed)",
+        ]
+        for o in self.outputs.values():
+            lines.append(
+                f"  {o.name:<20} {o.records:>8} records  duplicates {o.duplicates}  missing {o.missing}  unexpected {o.unexpected}"
+                + (f"  e.g. {'; '.join(o.examples)}" if o.examples else "")
+            )
+        lines += [f"  contiguity: {e}" for e in self.contiguity_errors]
+        lines.append(f"  visibility: {self.visibility}")
+        return "\n".join(lines)
+
+
+def committed_plans(coordinator) -> list[tuple[Plan, Any]]:
+    """(plan, status) of every committed batch, oldest first (a full scan: tooling only)."""
+    out = []
+    for seq in range(1, coordinator.latest_seq() + 1):
+        status = coordinator.describe(seq)
+        if status is not None and status.state is BatchState.COMMITTED:
+            out.append((status.plan, status))
+    return out
+
+
+def contiguity_errors(plans: Iterable[Plan]) -> list[str]:
+    """I1: per partition, committed ranges follow each other without gap or overlap."""
+    errors = []
+    last_end: dict[tuple[str, int], tuple[int, str]] = {}
+    for plan in plans:
+        for rng in plan.ranges:
+            key = (rng.topic, rng.partition)
+            if key in last_end and last_end[key][0] != rng.start:
+                prev_end, prev_batch = last_end[key]
+                kind = "gap" if rng.start > prev_end else "overlap"
+                errors.append(
+                    f"{kind} in {rng.topic}[{rng.partition}]: batch {prev_batch} ended at {prev_end}, "
+                    f"batch {plan.batch_id} starts at {rng.start}"
+                )
+            if rng.size or key not in last_end:
+                last_end[key] = (rng.end, plan.batch_id)
+    return errors
+
+
+def _read_records(config, rng: OffsetRange) -> Iterable[dict]:
+    from onceflow.kafka.reader import read_range
+
+    for batch in read_range(config, rng):
+        yield from batch.to_pylist()
+
+
+def _topic_ranges(config, topic: str) -> list[OffsetRange]:
+    from onceflow.kafka.offsets import KafkaOffsetSource
+
+    with KafkaOffsetSource(config) as source:
+        partitions = source.partitions([topic])
+        earliest, stable = source.earliest_offsets(partitions), source.last_stable_offsets(partitions)
+        return [OffsetRange(topic, tp.partition, earliest[tp], stable[tp]) for tp in partitions]
+
+
+Written = dict[tuple[bytes, bytes, int], list[tuple[int, int]]]
+
+
+def _committed_writes(statuses, sink: str) -> Written:
+    """(batch header, split header, partition) -> [first, last] offsets of each committed transaction of ``sink``.
+
+    Splits interleave in a partition, so a committed record is one inside its
+    own split's range *and* carrying that split's headers; earlier attempts of
+    the split lie before the range.
+    """
+    from onceflow.kafka.sink import handles_of
+
+    written: Written = {}
+    for status in statuses:
+        vote = status.decision.votes.get(sink) if status.decision else None
+        if vote is None:
+            continue
+        for handle in handles_of(vote):
+            for partition, write in handle.partitions.items():
+                key = (handle.batch_id.encode(), str(handle.split).encode(), int(partition))
+                written.setdefault(key, []).append((write.first_offset, write.last_offset))
+    return written
+
+
+def _written_by(written: Written, partition: int, record: dict) -> bool:
+    headers = {h["key"]: h["value"] for h in record["headers"] or ()}
+    ranges = written.get((headers.get(BATCH_HEADER), headers.get(SPLIT_HEADER), partition), ())
+    return any(first <= record["offset"] <= last for first, last in ranges)
+
+
+def _source_of(value: dict, nested: bool) -> Source:
+    src = value["source"] if nested else value
+    return (str(src["topic"]), int(src["partition"]), int(src["offset"]))
+
+
+def _audit_topic(
+    out: OutputAudit, config, topic: str, expected: set[Source], nested_source: bool, committed: Written | None
+) -> None:
+    seen: Counter[Source] = Counter()
+    for rng in _topic_ranges(config, topic):
+        for rec in _read_records(config, rng):
+            if committed is not None and not _written_by(committed, rng.partition, rec):
+                continue
+            out.records += 1
+            try:
+                seen[_source_of(json.loads(rec["value"]), nested_source)] += 1
+            except (ValueError, KeyError, TypeError):
+                out.unexpected += 1
+                out.note(f"{topic}[{rng.partition}]@{rec['offset']} is not an output record of this pipeline")
+    for source, count in seen.items():
+        if source not in expected:
+            out.unexpected += count
+            out.note(f"{source} is outside the committed ranges")
+        elif count > 1:
+            out.duplicates += count - 1
+            out.note(f"{source} appears {count} times")
+    for source in expected - seen.keys():
+        out.missing += 1
+        out.note(f"{source} is missing")
+
+
+def audit_clickstream(runtime, hides_aborted: bool = True) -> AuditReport:
+    spec = runtime.spec
+    config = runtime.deployment.kafka.config()
+    committed = committed_plans(runtime.coordinator)
+    plans = [p for p, _ in committed]
+    statuses = [s for _, s in committed]
+
+    valid: dict[Source, dict] = {}
+    malformed: dict[Source, str] = {}
+    input_records = 0
+    for plan in plans:
+        for rng in plan.ranges:
+            for rec in _read_records(config, rng):
+                input_records += 1
+                source = (rng.topic, rng.partition, rec["offset"])
+                verdict = oracle.classify(rec["value"])
+                if verdict.valid:
+                    valid[source] = verdict.event
+                else:
+                    malformed[source] = verdict.reason
+
+    outputs: dict[str, OutputAudit] = {}
+
+    # Files: per (page, window) the committed views equal the valid events.
+    from onceflow.files.reader import read_committed
+
+    counts = OutputAudit("page_minute_counts")
+    expected_views = Counter((e["page"], oracle.window_start_ms(e["ts"])) for e in valid.values())
+    table = read_committed(runtime.sink_uri("page_minute_counts"), runtime.file_storage())
+    got_views: Counter[tuple[str, int]] = Counter()
+    if table.num_rows:
+        for row in table.select(["page", "window_start", "views"]).to_pylist():
+            window = row["window_start"]
+            window_ms = int(window.timestamp() * 1000) if hasattr(window, "timestamp") else int(window)
+            got_views[(row["page"], window_ms)] += int(row["views"])
+            counts.records += 1
+    for key in expected_views.keys() | got_views.keys():
+        diff = got_views[key] - expected_views[key]
+        if diff > 0:
+            if key in expected_views:
+                counts.duplicates += diff
+            else:
+                counts.unexpected += diff
+            counts.note(f"{key}: {got_views[key]} views, expected {expected_views[key]}")
+        elif diff < 0:
+            counts.missing += -diff
+            counts.note(f"{key}: {got_views[key]} views, expected {expected_views[key]}")
+    outputs[counts.name] = counts
+
+    for sink_name, expected, nested in (
+        ("clicks_enriched", set(valid), True),
+        ("clicks_dead_letter", set(malformed), False),
+    ):
+        audit = OutputAudit(sink_name)
+        committed = None if hides_aborted else _committed_writes(statuses, sink_name)
+        _audit_topic(audit, config, spec.sink(sink_name).target, expected, nested, committed)
+        outputs[sink_name] = audit
+
+    return AuditReport(
+        pipeline=spec.name,
+        committed_batches=len(plans),
+        input_records=input_records,
+        valid=len(valid),
+        malformed=len(malformed),
+        outputs=outputs,
+        contiguity_errors=contiguity_errors(plans),
+        visibility="read_committed consumer (broker hides aborted records)"
+        if hides_aborted
+        else "restricted to records written by committed transactions, by offset range and split headers (this broker shows aborted records)",
+    )

@@ -1,0 +1,261 @@
+"""Inject one batch's fault while its DAG run is under way (chaos harness process).
+
+``inject(fault, target)`` runs in a thread next to the run and returns an
+``Injection`` saying whether the fault really happened, and when: a process
+that had already exited cannot be killed, a commit that finished before the
+fence cannot be fenced. Only injections that happened count as faults in the
+figures; the others are reported as missed.
+
+Processes are found among the Airflow home's own processes (its components
+and everything they forked, orphans included), never by name machine-wide:
+other Airflows and Spark jobs may run on the same machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+from onceflow_devkit.chaos import schedule
+
+_POLL_S = 0.1
+# Task processes carry the title "airflow worker -- <task instance id>"; the
+# executor's own workers are "airflow worker -- LocalExecutor ...".
+_TASK_TITLE = re.compile(r"^airflow worker -- ([0-9a-f]{8}-[0-9a-f-]{27})$")
+
+
+@dataclass
+class Injection:
+    kind: str
+    injected: bool
+    what: str
+    at_s: float | None = None  # seconds after the run was triggered
+    counts: dict[str, int] = field(default_factory=dict)  # per sub-kind (S3 faults, fault points)
+
+
+@dataclass
+class RunTarget:
+    """What an injector may touch during one DAG run."""
+
+    api: Any                  # local_airflow.rest.AirflowApi
+    dag_id: str
+    run_id: str
+    airflow: Any              # local_airflow.LocalAirflow
+    stack: Any                # services.stack.EmbeddedStack
+    runtime: Any              # runtime.PipelineRuntime (harness view: direct S3, no proxy)
+    proxy: Any | None         # s3_proxy.S3FaultProxy in front of the warehouse's S3, if any
+    fired_log: Path           # faults.FIRED_LOG_VAR of the Airflow processes
+    run_finished: threading.Event
+    started: float = field(default_factory=time.monotonic)
+    task_of: dict[str, str | None] = field(default_factory=dict)  # task instance id -> task id
+
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self.started, 2)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; False when the run finished meanwhile."""
+        return not self.run_finished.wait(seconds)
+
+
+def _cmdline(proc: psutil.Process) -> str:
+    try:
+        # setproctitle leaves the old argv slots as empty strings
+        return " ".join(part for part in proc.cmdline() if part)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return ""
+
+
+def _airflow_processes(target: RunTarget) -> list[psutil.Process]:
+    procs = []
+    for pid in target.airflow.processes():
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    return procs
+
+
+def _is_spark_submit(cmd: str) -> bool:
+    return "java" in cmd.split(" ", 1)[0] and "org.apache.spark.deploy.SparkSubmit" in cmd
+
+
+def _is_python_worker(cmd: str) -> bool:
+    # pyspark.daemon and the workers it forks, and the data source workers
+    # (pyspark.sql.worker.*) that Spark starts for plan/write/commit.
+    return "pyspark" in cmd and "java" not in cmd.split(" ", 1)[0] and "SparkSubmit" not in cmd
+
+
+def _task_process(target: RunTarget, task_id: str) -> psutil.Process | None:
+    for proc in _airflow_processes(target):
+        match = _TASK_TITLE.match(_cmdline(proc))
+        if not match:
+            continue
+        ti_id = match.group(1)
+        if ti_id not in target.task_of:  # a new try has a new id: ask the API once per id
+            target.task_of.update({ti["id"]: ti["task_id"] for ti in target.api.task_instances(target.dag_id, target.run_id)})
+            target.task_of.setdefault(ti_id, None)  # another run's: not asked about again
+        if target.task_of.get(ti_id) == task_id:
+            return proc
+    return None
+
+
+def _wait_for(target: RunTarget, find: Callable[[], Any]) -> Any:
+    while not target.run_finished.is_set():
+        found = find()
+        if found:
+            return found
+        time.sleep(_POLL_S)
+    return None
+
+
+def _sigkill(proc: psutil.Process) -> bool:
+    try:
+        proc.send_signal(signal.SIGKILL)
+        return True
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _kill_first(target: RunTarget, kind: str, what: str, find: Callable[[], psutil.Process | None], after_s: float) -> Injection:
+    proc = _wait_for(target, find)
+    if proc is None:
+        return Injection(kind, False, f"no {what} appeared before the run ended")
+    if not target.wait(after_s):
+        return Injection(kind, False, f"the run ended within {after_s} s of the {what} starting")
+    victim = find() or proc  # Python workers come and go: take one alive now
+    if not victim.is_running() or not _sigkill(victim):
+        return Injection(kind, False, f"the {what} exited before the kill ({after_s} s after it started)")
+    return Injection(kind, True, f"SIGKILL {what} pid {victim.pid} {after_s} s after it started", target.elapsed())
+
+
+def _find(target: RunTarget, predicate: Callable[[str], bool]) -> Callable[[], psutil.Process | None]:
+    def find() -> psutil.Process | None:
+        alive = [p for p in _airflow_processes(target) if predicate(_cmdline(p))]
+        return alive[-1] if alive else None
+
+    return find
+
+
+def _restart_broker(target: RunTarget, fault: schedule.Fault) -> Injection:
+    if not target.wait(fault.detail["after_s"]):
+        return Injection(fault.kind, False, "the run ended before the restart moment")
+    broker = target.runtime.deployment.kafka
+    # noida loses acknowledged data on SIGKILL (CAPABILITIES: SURVIVES_SIGKILL);
+    # a broker that survives SIGKILL gets the harder restart.
+    from onceflow_devkit.services.kafka_broker import SURVIVES_SIGKILL
+
+    kill = SURVIVES_SIGKILL in broker.capabilities
+    at = target.elapsed()
+    target.stack.restart_broker(kill=kill)
+    return Injection(fault.kind, True, f"broker restarted ({'SIGKILL' if kill else 'SIGTERM'}) {at} s into the run", at)
+
+
+def _unreachable_broker(target: RunTarget, fault: schedule.Fault) -> Injection:
+    commit = _wait_for(target, lambda: _task_process(target, "commit"))
+    if commit is None:
+        return Injection(fault.kind, False, "the commit task never ran")
+    pid = target.stack.kafka_proc.running_pid()
+    if pid is None:
+        return Injection(fault.kind, False, "no broker process to stop")
+    at = target.elapsed()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(fault.detail["hold_s"])
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return Injection(fault.kind, True, f"broker stopped answering (SIGSTOP) for {fault.detail['hold_s']} s while commit ran", at)
+
+
+def _fence_open_transactions(target: RunTarget, fault: schedule.Fault) -> Injection:
+    from onceflow.kafka.fencing import fence_transactional_ids
+    from onceflow.kafka.ids import transactional_ids
+
+    coordinator = target.runtime.coordinator
+
+    def voted_undecided():
+        status = coordinator.describe()
+        if status is None or status.plan.params.get("run_id") != target.run_id:
+            return None
+        if status.attempt and not status.missing_votes and status.decision is None:
+            return status
+        return None
+
+    status = _wait_for(target, voted_undecided)
+    if status is None:
+        return Injection(fault.kind, False, "no batch of this run had every vote and no decision")
+    ids = [
+        txn_id
+        for sink in status.plan.sinks if sink.kind == "kafka"
+        for txn_id in transactional_ids(status.plan.pipeline, sink.name, sink.splits)
+    ]
+    at = target.elapsed()
+    fence_transactional_ids(target.runtime.deployment.kafka.config(), ids)
+    decision = target.runtime.coordinator.ledger.read_decision(status.batch_seq)
+    if decision is not None:
+        return Injection(fault.kind, False, f"the commit decided while {len(ids)} ids were being fenced", at)
+    return Injection(fault.kind, True, f"fenced {len(ids)} transactional ids of batch {status.batch_id} after its votes, before the decision", at)
+
+
+def _s3_faults(target: RunTarget, fault: schedule.Fault) -> Injection:
+    from onceflow_devkit.chaos.s3_proxy import S3_FAULT_KINDS, S3FaultRates
+
+    if target.proxy is None:
+        return Injection(fault.kind, False, "no S3 warehouse behind a fault proxy")
+    share = fault.detail["error_share"]
+    before = target.proxy.counts()
+    target.proxy.rates = S3FaultRates(**{kind: share / len(S3_FAULT_KINDS) for kind in S3_FAULT_KINDS})
+    try:
+        target.run_finished.wait()
+    finally:
+        target.proxy.rates = S3FaultRates()
+    after = target.proxy.counts()
+    counts = {k: after.get(k, 0) - before.get(k, 0) for k in S3_FAULT_KINDS}
+    requests = after.get("requests", 0) - before.get("requests", 0)
+    injected = sum(counts.values())
+    return Injection(fault.kind, injected > 0, f"{injected} of {requests} S3 requests failed or slowed", 0.0, counts)
+
+
+def _fired_points(target: RunTarget, fault: schedule.Fault) -> Injection:
+    offset = target.fired_log.stat().st_size if target.fired_log.exists() else 0
+    target.run_finished.wait()
+    with open(target.fired_log, "a+") as log:
+        log.seek(offset)
+        fired = [line.split() for line in log.read().splitlines() if line.strip()]
+    asked = fault.run_param
+    if not fired:
+        return Injection(fault.kind, False, f"{asked}: no armed point was reached")
+    counts: dict[str, int] = {}
+    for point, action, _pid in fired:
+        counts[f"{point}={action}"] = counts.get(f"{point}={action}", 0) + 1
+    return Injection(fault.kind, True, f"{asked}: fired {', '.join(counts)}", None, counts)
+
+
+def inject(fault: schedule.Fault, target: RunTarget) -> Injection:
+    """Apply ``fault`` to the run ``target`` (blocks until done or the run ends)."""
+    kind = fault.kind
+    if kind in (schedule.POINT_CRASH, schedule.POINT_RAISE):
+        return _fired_points(target, fault)
+    if kind == schedule.KILL_SPARK_SUBMIT:
+        return _kill_first(target, kind, "spark-submit JVM", _find(target, _is_spark_submit), fault.detail["after_s"])
+    if kind == schedule.KILL_PYTHON_WORKER:
+        return _kill_first(target, kind, "Spark Python worker", _find(target, _is_python_worker), fault.detail["after_s"])
+    if kind == schedule.KILL_TASK_PROCESS:
+        task = fault.detail["task"]
+        return _kill_first(target, kind, f"Airflow task process of {task!r}", lambda: _task_process(target, task), fault.detail["after_s"])
+    if kind == schedule.BROKER_RESTART:
+        return _restart_broker(target, fault)
+    if kind == schedule.BROKER_UNREACHABLE:
+        return _unreachable_broker(target, fault)
+    if kind == schedule.BROKER_FENCE:
+        return _fence_open_transactions(target, fault)
+    if kind == schedule.S3_FAULTS:
+        return _s3_faults(target, fault)
+    raise ValueError(f"unknown chaos fault kind {kind!r}")

@@ -1,0 +1,266 @@
+"""``run_chaos``: N faulted batches of the clickstream DAG in a real Airflow, then an audit.
+
+Runs in the caller's process (``onceflow chaos``, a test). Call sequence::
+
+    stack up (own home) -> S3 fault proxy (S3 warehouse) -> produce input
+    -> Airflow up (api-server, scheduler, dag-processor; fault injection enabled)
+    -> for each Fault of schedule.fault_sequence(seed): trigger a run, inject, wait
+    -> drain: fault-free runs until every input record is in a committed batch
+    -> audit every output -> ChaosFigures
+
+Nothing here decides whether exactly-once held except the audit: it reads the
+input topic and every real output (Parquet, both Kafka topics) and counts
+each input record in each.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from onceflow import faults
+from onceflow.settings import ConfigurationError
+from onceflow_devkit.chaos import schedule
+from onceflow_devkit.services.stack import onceflow_home
+from onceflow_devkit.chaos.figures import BatchRun, ChaosFigures, LedgerFigures
+from onceflow_devkit.chaos.injectors import Injection, RunTarget, inject
+
+DAG_ID = "clickstream_exactly_once"
+WAREHOUSES = ("file", "s3")
+S3_BUCKET = "chaos-warehouse"
+MALFORMED_RATIO = 0.1
+DRAIN_RECORDS_PER_PARTITION = 1_000_000
+MAX_DRAIN_RUNS = 4
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    batches: int
+    seed: int
+    broker: str = "noida"
+    warehouse: str = "file"            # "file" (file:// under the run's home) or "s3" (moto behind the fault proxy)
+    records_per_partition: int = 100   # per batch; the input topic has 2 partitions
+    run_timeout_s: float = 900.0
+    kinds: tuple[str, ...] | None = None  # default: every kind the warehouse allows
+    home: Path | None = None
+
+    def check(self) -> None:
+        from onceflow_devkit.services.kafka_broker import BROKERS
+
+        if self.batches < 1:
+            raise ConfigurationError(f"--batches must be at least 1, got {self.batches}")
+        if self.broker not in BROKERS:
+            raise ConfigurationError(f"--broker {self.broker!r}: choose one of {', '.join(BROKERS)}")
+        if self.warehouse not in WAREHOUSES:
+            raise ConfigurationError(f"--warehouse {self.warehouse!r}: choose one of {', '.join(WAREHOUSES)}")
+        unknown = set(self.kinds or ()) - set(schedule.ALL_KINDS)
+        if unknown:
+            raise ConfigurationError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(schedule.ALL_KINDS)}")
+        if self.warehouse == "file" and schedule.S3_FAULTS in (self.kinds or ()):
+            raise ConfigurationError("fault kind s3_faults needs --warehouse s3")
+
+
+def _ledger_figures(coordinator) -> LedgerFigures:
+    from onceflow.ledger.ledger import BATCH_EFFECT
+    from onceflow.protocol.states import BatchState
+
+    figures = LedgerFigures()
+    for seq in range(1, coordinator.latest_seq() + 1):
+        status = coordinator.describe(seq)
+        figures.batches += 1
+        if status.state is BatchState.COMMITTED:
+            figures.committed += 1
+        elif status.state is BatchState.ABORTED:
+            figures.aborted += 1
+        else:
+            figures.unfinished += 1
+        done = status.done.get(BATCH_EFFECT)
+        # done_by is "airflow:<dag>/<run id>/<task>#try<n>@<host>:<pid>" (operators.batch)
+        if done is not None and f"/{status.plan.params.get('run_id')}/" not in done.done_by:
+            figures.recovered += 1
+    return figures
+
+
+def _committed_input(coordinator) -> int:
+    from onceflow_devkit.audit.clickstream_audit import committed_plans
+
+    return sum(plan.records for plan, _ in committed_plans(coordinator))
+
+
+class _Run:
+    """One chaos run's world: stack, proxy, Airflow, the harness's runtime."""
+
+    def __init__(self, options: ChaosOptions, say: Callable[[str], None]):
+        self.options = options
+        self.say = say
+        self.home = options.home or onceflow_home() / "chaos" / f"{options.broker}-{options.warehouse}"
+        self.proxy = None
+        self.stack = None
+        self.airflow = None
+
+    def up(self) -> None:
+        from onceflow_devkit.airflow_env import onceflow_airflow
+        from onceflow.kafka.admin import ensure_topics
+        from onceflow_examples.clickstream import CLICKSTREAM
+        from onceflow.runtime import Deployment, PipelineRuntime
+        from onceflow_devkit.services.s3 import S3Endpoint
+        from onceflow_devkit.services.stack import EmbeddedStack
+
+        options = self.options
+        # Not die_with_parent: PR_SET_PDEATHSIG follows the parent *thread*, and
+        # a broker restarted by an injector thread would die when that thread
+        # ends. A killed harness leaves the stack up; the next run's down() stops it.
+        self.stack = EmbeddedStack(self.home / "stack")
+        self.stack.down()
+        shutil.rmtree(self.home, ignore_errors=True)  # every chaos run starts from nothing
+        info = self.stack.up(broker=options.broker)
+        self.info = info
+        clients_s3 = None
+        if options.warehouse == "s3":
+            info.s3.client().create_bucket(Bucket=S3_BUCKET)
+            self.warehouse = f"s3://{S3_BUCKET}/warehouse"
+            from onceflow_devkit.chaos.s3_proxy import S3FaultProxy
+
+            self.proxy = S3FaultProxy(info.s3.endpoint_url, seed=options.seed)
+            clients_s3 = S3Endpoint(self.proxy.start(), info.s3.access_key, info.s3.secret_key, info.s3.region)
+        else:
+            self.warehouse = f"file://{self.home / 'warehouse'}"
+        # The harness reads S3 directly: audits must not depend on the proxy's luck.
+        self.runtime = PipelineRuntime(CLICKSTREAM, Deployment(self.warehouse, info.kafka, info.s3 if clients_s3 else None))
+        ensure_topics(info.kafka.config(), ["clicks", *(s.target for s in CLICKSTREAM.sinks if s.kind == "kafka")], partitions=2)
+        self.fired_log = self.home / "faults-fired.log"
+        self.airflow = onceflow_airflow(
+            self.home / "airflow", info.kafka, self.warehouse, clients_s3,
+            extra_env={
+                "ONCEFLOW_SCHEDULE": "none",
+                faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE,
+                faults.FIRED_LOG_VAR: str(self.fired_log),
+            },
+        )
+        self.airflow.migrate()
+        self.airflow.start(timeout=300)
+
+    def produce_input(self) -> int:
+        from onceflow_examples.clickstream_data import generate, produce
+
+        total = self.options.batches * 2 * self.options.records_per_partition
+        return produce(self.info.kafka.config(), "clicks", generate(total, seed=self.options.seed, malformed_ratio=MALFORMED_RATIO))
+
+    def down(self) -> None:
+        if self.airflow is not None:
+            self.airflow.stop()
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.stack is not None:
+            self.stack.down()
+
+    def run_batch(self, api, n: int, fault: schedule.Fault | None, records_per_partition: int) -> tuple[str, str, Injection | None, float]:
+        conf = {"max_records_per_partition": records_per_partition}
+        if fault is not None and fault.run_param:
+            conf[faults.RUN_PARAM] = fault.run_param
+        finished = threading.Event()
+        started = time.monotonic()
+        run_id = api.trigger(DAG_ID, conf=conf)
+        result: list[Injection] = []
+        thread = None
+        if fault is not None:
+            target = RunTarget(api, DAG_ID, run_id, self.airflow, self.stack, self.runtime, self.proxy, self.fired_log, finished, started)
+
+            def work() -> None:
+                try:
+                    result.append(inject(fault, target))
+                except Exception as exc:  # an injector that breaks is a harness failure, reported as such
+                    result.append(Injection(fault.kind, False, f"injector failed: {type(exc).__name__}: {exc}"))
+
+            thread = threading.Thread(target=work, name=f"chaos-{n}", daemon=True)
+            thread.start()
+        try:
+            state = api.wait_for_run(DAG_ID, run_id, timeout=self.options.run_timeout_s)
+        except Exception as exc:
+            state = f"stuck ({exc})"
+        finally:
+            finished.set()
+            if thread is not None:
+                thread.join(timeout=120)
+        if self.stack.kafka_proc.running_pid() is None:  # a failed restart must not sink the next batch
+            self.say(f"[chaos]   the broker was down after run {run_id}: starting it again")
+            self.stack.restart_broker()
+        return run_id, state, (result[0] if result else None), time.monotonic() - started
+
+
+def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> ChaosFigures:
+    """Run ``options.batches`` faulted batches, drain, audit; return the figures."""
+    from onceflow_devkit.audit.clickstream_audit import audit_clickstream
+    from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
+
+    options.check()
+    began = time.monotonic()
+    kinds = options.kinds or schedule.kinds_for(options.warehouse == "s3")
+    sequence = schedule.fault_sequence(options.seed, options.batches, kinds)
+    figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence)
+    world = _Run(options, say)
+    try:
+        world.up()
+        figures.records_in = world.produce_input()
+        say(f"[chaos]   {options.broker} / {world.warehouse}: {figures.records_in} input records, "
+            f"{options.batches} faulted batches, seed {options.seed}; state in {world.home}")
+        with world.airflow.api() as api:
+            api.wait_for_dag(DAG_ID, timeout=300)
+            api.unpause(DAG_ID)
+            for n, fault in enumerate(sequence, 1):
+                run_id, state, injection, seconds = world.run_batch(api, n, fault, options.records_per_partition)
+                batch = world.runtime.batch_of_run(run_id)
+                record = BatchRun(n, fault, injection or Injection(fault.kind, False, "no report"), run_id, state,
+                                  batch.batch_id if batch else None, seconds)
+                figures.runs.append(record)
+                say(record.line())
+                if state.startswith("stuck"):
+                    figures.failures.append(f"run #{n} {run_id} with {fault.describe()}: {state}")
+                    break
+            # Drain: everything produced must end up committed, or it counts as missing.
+            while not figures.failures and figures.drain_runs < MAX_DRAIN_RUNS:
+                if _committed_input(world.runtime.coordinator) >= figures.records_in:
+                    break
+                figures.drain_runs += 1
+                run_id, state, _, seconds = world.run_batch(api, 0, None, DRAIN_RECORDS_PER_PARTITION)
+                say(f"[chaos]   drain run {figures.drain_runs}: {state} in {seconds:.0f} s")
+        figures.ledger = _ledger_figures(world.runtime.coordinator)
+        report = audit_clickstream(world.runtime, hides_aborted=HIDES_ABORTED_RECORDS in world.info.kafka.capabilities)
+        figures.audit_summary = report.summary()
+        figures.records_committed_in = report.input_records
+        figures.records_out = {name: o.records for name, o in report.outputs.items()}
+        figures.duplicates = report.duplicates
+        figures.unexpected = sum(o.unexpected for o in report.outputs.values())
+        figures.missing = report.missing + max(0, figures.records_in - report.input_records)
+        if report.contiguity_errors:
+            figures.failures += [f"contiguity: {e}" for e in report.contiguity_errors]
+        if figures.ledger.unfinished:
+            figures.failures.append(f"{figures.ledger.unfinished} batches left unfinished after the drain")
+        say(report.summary())
+    except Exception as exc:  # reported with the seed and sequence, like any failure
+        import traceback
+
+        figures.failures.append(f"harness error: {type(exc).__name__}: {exc}")
+        say(traceback.format_exc())
+    finally:
+        figures.wall_time_s = time.monotonic() - began
+        world.down()
+    return figures
+
+
+def run_matrix(batches: int, seed: int, brokers: Sequence[str], warehouses: Sequence[str], say: Callable[[str], None] = print,
+               **options) -> list[ChaosFigures]:
+    """``batches`` faulted batches spread evenly over every broker x warehouse combination."""
+    combos = [(b, w) for b in brokers for w in warehouses]
+    results = []
+    for i, (broker, warehouse) in enumerate(combos):
+        share = batches // len(combos) + (1 if i < batches % len(combos) else 0)
+        if share:
+            figures = run_chaos(ChaosOptions(share, seed, broker, warehouse, **options), say)
+            say(figures.summary())
+            results.append(figures)
+    return results

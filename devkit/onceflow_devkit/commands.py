@@ -1,0 +1,140 @@
+"""The dev kit's ``onceflow`` commands (entry point group ``onceflow.commands``).
+
+    onceflow services up [--broker noida|tansu]   start the embedded stack; writes <home>/stack.env
+    onceflow services down                        stop it
+    onceflow services status [--json]             what runs, where
+    onceflow demo [--warehouse URI]               the end-to-end demo through Airflow
+    onceflow audit --pipeline clickstream ...     count every input record in every output
+    onceflow chaos --batches N --seed S [--broker B|all] [--warehouse file|s3|all] [--json]
+    onceflow chaos-report FILE...                 saved chaos runs added up and checked against the bar
+
+The library's own commands (``onceflow status``) read the deployment from the
+environment only: ``set -a; . .onceflow/stack.env; set +a`` points them at
+the embedded stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from onceflow.cli import add_pipeline_arguments, runtime_from_args
+from onceflow_devkit.services.kafka_broker import BROKERS
+from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
+
+
+def _services(args: argparse.Namespace) -> int:
+    stack = EmbeddedStack(onceflow_home())
+    if args.action == "up":
+        info = stack.up(broker=args.broker)
+        print(f"kafka ({info.kafka.name}): {info.kafka.bootstrap}")
+        print(f"s3 (moto_server):  {info.s3.endpoint_url}")
+        print(f"state and logs:    {stack.home}")
+        print(f"client settings:   set -a; . {stack.env_file}; set +a")
+    elif args.action == "down":
+        stopped = stack.down()
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    else:
+        rows = stack.status()
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            for row in rows:
+                state = f"running (pid {row['pid']}, port {row['port']})" if row["pid"] else "stopped"
+                print(f"{row['service']:<6} {state}  log: {row['log']}")
+        return 0 if all(r["pid"] for r in rows) else 3
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from onceflow_devkit.demo import run_demo
+
+    return run_demo(broker=args.broker, warehouse=args.warehouse, keep_running=args.keep_running)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from onceflow.settings import ConfigurationError
+    from onceflow_devkit.audit.clickstream_audit import audit_clickstream
+    from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS, broker_at
+
+    if args.pipeline != "clickstream":
+        raise ConfigurationError(
+            f"no audit is defined for pipeline {args.pipeline!r}: onceflow audit knows the clickstream example"
+        )
+    runtime = runtime_from_args(args)
+    broker = broker_at(runtime.deployment.kafka.bootstrap, EmbeddedStack(onceflow_home()).info())
+    report = audit_clickstream(runtime, hides_aborted=broker.has(HIDES_ABORTED_RECORDS))
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
+    return 0 if report.ok else 1
+
+
+def _chaos(args: argparse.Namespace) -> int:
+    from onceflow_devkit.chaos.figures import combined
+    from onceflow_devkit.chaos.runner import WAREHOUSES, run_matrix
+
+    brokers = BROKERS if args.broker == "all" else (args.broker,)
+    warehouses = WAREHOUSES if args.warehouse == "all" else (args.warehouse,)
+    say = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (lambda text: print(text, flush=True))
+    results = run_matrix(args.batches, args.seed, brokers, warehouses, say=say,
+                         records_per_partition=args.records_per_partition)
+    total = combined(results)
+    if args.json:
+        print(json.dumps(total, indent=2))
+    else:
+        print(f"[chaos]   all: {'OK' if total['ok'] else 'FAILED'} — {total['faulted_batches']} faulted batches of "
+              f"{total['batches_run']}, faults {total['faults_injected']}, {total['batches_aborted']} aborted, "
+              f"{total['batches_recovered']} recovered, duplicates {total['duplicates']}, missing {total['missing']}, "
+              f"{total['wall_time_s']:.0f} s")
+    return 0 if total["ok"] else 1
+
+
+def _chaos_report(args: argparse.Namespace) -> int:
+    from onceflow_devkit.chaos.figures import totals
+    from onceflow_devkit.chaos.report import check, load_runs, markdown
+
+    runs = load_runs(args.files)
+    verdict = check(runs)
+    if args.json:
+        print(json.dumps({**totals(runs), "bar_met": verdict.met, "shortfalls": list(verdict.shortfalls)}, indent=2))
+    else:
+        print(markdown(runs))
+        print("\n" + ("The long run's bar is met." if verdict.met else
+                      "Short of the long run's bar:\n" + "\n".join(f"- {s}" for s in verdict.shortfalls)))
+    return 0 if all(run["ok"] for run in runs) else 1
+
+
+def add_commands(sub) -> None:
+    services = sub.add_parser("services", help="start, stop or inspect the embedded stack (dev kit)")
+    services.add_argument("action", choices=["up", "down", "status"])
+    services.add_argument("--broker", choices=BROKERS, default="noida", help="embedded Kafka broker (default: noida)")
+    services.add_argument("--json", action="store_true", help="status as JSON")
+    services.set_defaults(func=_services)
+
+    demo = sub.add_parser("demo", help="run the demo end to end on the embedded stack (dev kit)")
+    demo.add_argument("--broker", choices=BROKERS, default="noida")
+    demo.add_argument("--keep-running", action="store_true", help="leave the stack up afterwards")
+    demo.add_argument("--warehouse", help="where outputs and the ledger go (default: a local directory; "
+                      "s3://bucket/prefix uses the embedded S3 endpoint)")
+    demo.set_defaults(func=_demo)
+
+    audit = sub.add_parser("audit", help="check every output against the input, exit 0 only when exactly once "
+                           "(dev kit: the clickstream example's oracle)")
+    add_pipeline_arguments(audit)
+    audit.set_defaults(func=_audit)
+
+    chaos = sub.add_parser("chaos", help="faulted batches of the example pipeline through Airflow, then an audit (dev kit)")
+    chaos.add_argument("--batches", type=int, required=True, help="faulted batches in all (split over the combinations)")
+    chaos.add_argument("--seed", type=int, required=True, help="the same seed asks for the same faults in the same order")
+    chaos.add_argument("--broker", choices=[*BROKERS, "all"], default="noida")
+    chaos.add_argument("--warehouse", choices=["file", "s3", "all"], default="file",
+                       help="file: a local directory; s3: the embedded S3 behind a fault-injecting proxy")
+    chaos.add_argument("--records-per-partition", type=int, default=100, help="input records per partition and batch")
+    chaos.add_argument("--json", action="store_true", help="figures as JSON on stdout (progress on stderr)")
+    chaos.set_defaults(func=_chaos)
+
+    report = sub.add_parser("chaos-report", help="add up saved chaos runs (their --json) and check them against "
+                            "the long run's bar (dev kit)")
+    report.add_argument("files", nargs="+", help="JSON files printed by 'onceflow chaos --json'")
+    report.add_argument("--json", action="store_true")
+    report.set_defaults(func=_chaos_report)

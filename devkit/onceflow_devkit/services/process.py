@@ -1,0 +1,246 @@
+"""One background service process: start, find again, stop.
+
+Runs on the machine that hosts the embedded stack (a developer's laptop, CI).
+
+Every service owns a directory ``<home>/<name>/`` holding::
+
+    pid        the process id (the process leads its own session/group)
+    port       the TCP port it listens on
+    service.log stdout and stderr
+    data/      whatever the service persists
+
+A PID file can outlive its process (``kill -9`` of a test run, a reboot), and
+the kernel can hand the same PID to an unrelated process later. So a PID
+counts as ours only if that process carries ``ONCEFLOW_SERVICE_DIR=<dir>`` in
+its environment, which we set at start and children inherit. Anything else is
+a stale file and is removed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from onceflow.cli import CommandError
+
+MARKER_VAR = "ONCEFLOW_SERVICE_DIR"
+_PR_SET_PDEATHSIG = 1
+
+
+class ServiceError(CommandError, RuntimeError):
+    """A service could not be started or did not become ready."""
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def held_by_session(port: int, session: int) -> bool | None:
+    """Whether a process of ``session`` listens on TCP ``port``; None when nobody does (yet)
+    or /proc cannot tell, so False means: another process holds the port.
+
+    ``pick_port`` and the service's bind race: two stacks starting at once can
+    both pick the same free port, and the loser's readiness check then reaches
+    the winner's service. Linux only (/proc); elsewhere the check is skipped.
+    """
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:  # nobody listens (yet), or /proc cannot tell
+        return None
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # The fields after the command name (which may hold spaces): state ppid pgrp session ...
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[3]) != session:
+                continue
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                return True
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+    return False
+
+
+def pick_port(preferred: int | None, host: str = "127.0.0.1") -> int:
+    """The preferred port when it is free, otherwise any free port."""
+    if preferred and port_is_free(preferred, host):
+        return preferred
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: if the test process that
+    # started us is SIGKILLed, the kernel kills us too instead of leaving an
+    # orphan broker holding a port.
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _process_environ(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # The state letter follows the ')' that closes the command name.
+            if stat.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                return None
+        with open(f"/proc/{pid}/environ", "rb") as env:
+            return env.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+        return None
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    directory: Path
+
+    @property
+    def pid_file(self) -> Path:
+        return self.directory / "pid"
+
+    @property
+    def port_file(self) -> Path:
+        return self.directory / "port"
+
+    @property
+    def log_file(self) -> Path:
+        return self.directory / "service.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+    # -- discovery ---------------------------------------------------------
+    def running_pid(self) -> int | None:
+        """The PID of our live process, or None (stale files are removed)."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        environ = _process_environ(pid)
+        marker = f"{MARKER_VAR}={self.directory.resolve()}".encode()
+        if environ is not None and marker in environ.split(b"\0"):
+            return pid
+        self.pid_file.unlink(missing_ok=True)
+        return None
+
+    def port(self) -> int | None:
+        try:
+            return int(self.port_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    # -- lifecycle ---------------------------------------------------------
+    def reset(self) -> "ManagedProcess":
+        """Stop whatever a killed earlier run left behind and wipe the directory."""
+        self.stop(grace=2)
+        shutil.rmtree(self.directory, ignore_errors=True)
+        return self
+
+    def start(
+        self,
+        argv: Sequence[str],
+        port: int,
+        ready: Callable[[], bool],
+        env: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+        die_with_parent: bool = False,
+    ) -> int:
+        """Start ``argv`` in its own process group and wait until ``ready()``.
+
+        Raises ServiceError with the log's tail when the process exits early
+        or is not ready within ``timeout`` seconds.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(exist_ok=True)
+        full_env = dict(os.environ if env is None else env)
+        full_env[MARKER_VAR] = str(self.directory.resolve())
+        with open(self.log_file, "ab") as log:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                env=full_env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if die_with_parent else None,
+            )
+        self.pid_file.write_text(f"{proc.pid}\n")
+        self.port_file.write_text(f"{port}\n")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self.pid_file.unlink(missing_ok=True)
+                raise ServiceError(
+                    f"{self.name} exited with code {proc.returncode} during start-up; "
+                    f"log {self.log_file}:\n{self.log_tail()}"
+                )
+            try:
+                answered = ready()
+            except Exception:  # not up yet: any client error means "try again"
+                answered = False
+            if answered:
+                if port and held_by_session(port, proc.pid) is False:
+                    self.stop()
+                    raise ServiceError(
+                        f"{self.name}: port {port} answers, but not from the process just started: another "
+                        "service took the port first (two stacks starting at once?). Start again: a free port "
+                        f"is picked; log {self.log_file}:\n{self.log_tail()}"
+                    )
+                return proc.pid
+            time.sleep(0.2)
+        self.stop()
+        raise ServiceError(
+            f"{self.name} was not ready after {timeout:.0f} s; log {self.log_file}:\n{self.log_tail()}"
+        )
+
+    def stop(self, grace: float = 10.0) -> bool:
+        """SIGTERM the process group, SIGKILL after ``grace`` seconds.
+
+        Returns True if a process was running. Idempotent.
+        """
+        pid = self.running_pid()
+        if pid is None:
+            return False
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and _process_environ(pid) is not None:
+                time.sleep(0.1)
+            if _process_environ(pid) is None:
+                break
+        self.pid_file.unlink(missing_ok=True)
+        return True

@@ -1,0 +1,118 @@
+"""The embedded stack: one S3 endpoint and one Kafka broker on 127.0.0.1.
+
+Runs on the developer's or CI's machine. State lives under ``<home>/``
+(``.onceflow/`` by default): a directory per service and ``stack.json``, which
+every onceflow command reads to find the services. Variables point commands
+at external services instead (see ``onceflow.settings``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from onceflow_devkit.services.kafka_broker import BROKERS, KafkaBroker, start_broker
+from onceflow_devkit.services.process import ManagedProcess, ServiceError
+from onceflow_devkit.services.s3 import S3Endpoint, start_moto
+
+
+def onceflow_home() -> Path:
+    """Where the dev kit keeps its services' state: ``$ONCEFLOW_HOME`` or ``./.onceflow``."""
+    return Path(os.environ.get("ONCEFLOW_HOME", ".onceflow")).resolve()
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    kafka: KafkaBroker
+    s3: S3Endpoint
+
+    def env(self) -> dict[str, str]:
+        """The variables that point onceflow's CLI and Spark jobs at this stack."""
+        return {"ONCEFLOW_KAFKA_BOOTSTRAP": self.kafka.bootstrap, "ONCEFLOW_S3_ENDPOINT": self.s3.endpoint_url,
+                **{k: v for k, v in self.s3.env().items() if k != "AWS_ENDPOINT_URL"}}
+
+    def to_json(self) -> str:
+        return json.dumps({"kafka": asdict(self.kafka), "s3": asdict(self.s3)}, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "StackInfo":
+        raw = json.loads(text)
+        return cls(KafkaBroker(**raw["kafka"]), S3Endpoint(**raw["s3"]))
+
+
+class EmbeddedStack:
+    def __init__(self, home: Path, die_with_parent: bool = False):
+        self.home = Path(home).resolve()
+        self.die_with_parent = die_with_parent
+        self.s3_proc = ManagedProcess("s3", self.home / "s3")
+        self.kafka_proc = ManagedProcess("kafka", self.home / "kafka")
+
+    @property
+    def info_file(self) -> Path:
+        return self.home / "stack.json"
+
+    @property
+    def env_file(self) -> Path:
+        """``info().env()`` as shell assignments, readable only by its owner."""
+        return self.home / "stack.env"
+
+    def info(self) -> StackInfo | None:
+        """What is running now, or None when the stack is (partly) down."""
+        if not self.info_file.exists():
+            return None
+        if self.s3_proc.running_pid() is None or self.kafka_proc.running_pid() is None:
+            return None
+        return StackInfo.from_json(self.info_file.read_text())
+
+    def up(self, broker: str = "noida") -> StackInfo:
+        """Start whatever is not running. Idempotent; stale PID files from a
+        killed run are detected and replaced."""
+        if broker not in BROKERS:
+            raise ServiceError(f"unknown broker {broker!r}: choose one of {', '.join(BROKERS)}")
+        running = self.info()
+        if running is not None:
+            if running.kafka.name == broker:
+                return running
+            raise ServiceError(
+                f"the stack in {self.home} runs {running.kafka.name}, not {broker}: "
+                "run `onceflow services down` first"
+            )
+        self.down()  # a half-up stack (one service died) is restarted whole
+        s3 = start_moto(self.s3_proc, die_with_parent=self.die_with_parent)
+        kafka = start_broker(broker, self.kafka_proc, s3=s3, die_with_parent=self.die_with_parent)
+        info = StackInfo(kafka, s3)
+        self.info_file.write_text(info.to_json())
+        fd = os.open(self.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.writelines(f"{k}={shlex.quote(v)}\n" for k, v in info.env().items())
+        return info
+
+    def restart_broker(self, kill: bool = False) -> KafkaBroker:
+        """Stop the broker (SIGKILL when ``kill``) and start it on the same port.
+
+        noida-db keeps its data but loses open transactions; Tansu on its
+        S3 engine keeps both.
+        """
+        # The broker may already be down (that is when a restart is needed most).
+        if not self.info_file.exists() or self.s3_proc.running_pid() is None:
+            raise ServiceError(f"the stack in {self.home} is not running: `onceflow services up` starts it")
+        info = StackInfo.from_json(self.info_file.read_text())
+        port = self.kafka_proc.port()
+        self.kafka_proc.stop(grace=0 if kill else 10)
+        return start_broker(info.kafka.name, self.kafka_proc, s3=info.s3, port=port, die_with_parent=self.die_with_parent)
+
+    def down(self) -> list[str]:
+        """Stop every service by PID; returns the names that were running."""
+        stopped = [p.name for p in (self.kafka_proc, self.s3_proc) if p.stop()]
+        self.info_file.unlink(missing_ok=True)
+        self.env_file.unlink(missing_ok=True)
+        return stopped
+
+    def status(self) -> list[dict]:
+        return [
+            {"service": p.name, "pid": p.running_pid(), "port": p.port(), "log": str(p.log_file)}
+            for p in (self.s3_proc, self.kafka_proc)
+        ]

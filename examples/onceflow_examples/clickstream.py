@@ -1,0 +1,149 @@
+"""The example pipeline: click events -> per-page minute counts, enriched events, dead letters.
+
+Input: one batch of Kafka records from topic ``clicks`` (columns ``key``,
+``value`` binary, ``topic``, ``partition``, ``offset``: the spec's
+``input_columns``, so headers and timestamps are not read), each
+value a JSON event ``{"event_id", "user_id", "page": str, "ts": epoch ms int,
+"amount": number}``. Outputs:
+
+- ``page_minute_counts`` (files): ``page``, ``window_start`` (timestamp, 1-minute
+  event-time window), ``views``, ``amount_sum``, ``batch_id``. Counts are per
+  batch: a window that spans batches has one row per batch; sum them.
+- ``clicks_enriched`` (Kafka): key ``event_id``; value the event plus
+  ``window_start`` (epoch ms), ``batch_id`` and its ``source`` offset.
+- ``clicks_dead_letter`` (Kafka): key the record's key; value ``reason``, the
+  original payload (text and base64), source topic/partition/offset, batch id.
+
+Every input record lands in exactly one of ``clicks_enriched`` and
+``clicks_dead_letter``: nothing is dropped. A record is malformed when its
+value is not JSON, not a JSON object, misses a field (or holds ``null``),
+has a field of the wrong JSON type (strings for ids and page, an integer for
+``ts``, any number for ``amount``), or has a ``ts`` outside year 1970..9999.
+The first failing check is its ``reason``.
+
+Pure DataFrame code on the JVM (Spark driver builds it, executors run it):
+the JSON is parsed once into a VARIANT and each field's JSON type is read
+from it, so there is no Python UDF on the per-record path, and every
+extraction is a ``try_`` function that cannot fail a job under ANSI mode.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from onceflow.spec import FILES, KAFKA, PipelineSpec, SinkSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+FIELDS = ("event_id", "user_id", "page", "ts", "amount")
+# JSON type of each field as schema_of_variant spells it; JSON integers are BIGINT.
+ALLOWED_TYPES = {
+    "event_id": ("STRING",),
+    "user_id": ("STRING",),
+    "page": ("STRING",),
+    "ts": ("BIGINT",),
+    "amount": ("BIGINT", "DOUBLE", "DECIMAL"),
+}
+EXTRACT_AS = {"event_id": "string", "user_id": "string", "page": "string", "ts": "bigint", "amount": "double"}
+MAX_TS_MS = 253402300799999  # 9999-12-31T23:59:59.999Z, the last instant Spark timestamps hold
+WINDOW_MS = 60_000
+
+CLICKSTREAM = PipelineSpec(
+    name="clickstream",
+    topics=("clicks",),
+    transform="onceflow_examples.clickstream:transform",
+    sinks=(
+        SinkSpec("page_minute_counts", FILES, "clickstream/page_minute_counts"),
+        SinkSpec("clicks_enriched", KAFKA, "clicks_enriched"),
+        SinkSpec("clicks_dead_letter", KAFKA, "clicks_dead_letter"),
+    ),
+    input_columns=("key", "value", "topic", "partition", "offset"),
+)
+
+
+def _json_type(name: str) -> Column:
+    """schema_of_variant of the field: NULL if absent, 'VOID' if JSON null."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"schema_of_variant(variant_get(_doc, '$.{name}', 'variant'))")
+
+
+def _reason() -> Column:
+    """Why a record is malformed, or NULL if it is a valid event."""
+    from pyspark.sql import functions as F
+
+    doc_type = F.expr("schema_of_variant(_doc)")
+    reason = F.when(F.col("_doc").isNull(), F.lit("bad_json")).when(
+        ~doc_type.startswith("OBJECT"), F.lit("not_a_json_object")
+    )
+    for name in FIELDS:
+        json_type = F.col(f"_type_{name}")
+        allowed = F.lit(False)
+        for prefix in ALLOWED_TYPES[name]:
+            allowed = allowed | json_type.startswith(prefix)
+        reason = reason.when(json_type.isNull() | (json_type == "VOID"), F.lit(f"missing_field:{name}"))
+        reason = reason.when(~allowed, F.lit(f"wrong_type:{name}"))
+    ts = F.expr("try_variant_get(_doc, '$.ts', 'bigint')")
+    return reason.when((ts < 0) | (ts > MAX_TS_MS), F.lit("out_of_range:ts"))
+
+
+def classify(records: DataFrame) -> DataFrame:
+    """The input records with ``_doc`` (parsed VARIANT) and ``reason`` (NULL if valid)."""
+    from pyspark.sql import functions as F
+
+    parsed = records.withColumn("_doc", F.expr("try_parse_json(cast(value AS string))"))
+    parsed = parsed.select("*", *[_json_type(n).alias(f"_type_{n}") for n in FIELDS])
+    return parsed.withColumn("reason", _reason())
+
+
+def _events(classified: DataFrame, batch_id: str) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    fields = [F.expr(f"try_variant_get(_doc, '$.{n}', '{EXTRACT_AS[n]}')").alias(n) for n in FIELDS]
+    events = classified.where(F.col("reason").isNull()).select(*fields, "topic", "partition", "offset")
+    return events.withColumn("window_start_ms", F.col("ts") - F.pmod(F.col("ts"), F.lit(WINDOW_MS))).withColumn(
+        "batch_id", F.lit(batch_id)
+    )
+
+
+def transform(records: DataFrame, batch_id: str) -> dict[str, DataFrame]:
+    """The three outputs of one batch, keyed by output name."""
+    from pyspark.sql import functions as F
+
+    classified = classify(records)
+    events = _events(classified, batch_id)
+
+    counts = (
+        events.groupBy("page", F.expr("timestamp_millis(window_start_ms)").alias("window_start"))
+        .agg(F.count(F.lit(1)).alias("views"), F.sum("amount").alias("amount_sum"))
+        .withColumn("batch_id", F.lit(batch_id))
+    )
+
+    enriched = events.select(
+        F.col("event_id").cast("binary").alias("key"),
+        F.to_json(
+            F.struct(
+                *FIELDS,
+                F.col("window_start_ms").alias("window_start"),
+                "batch_id",
+                F.struct("topic", "partition", "offset").alias("source"),
+            )
+        ).cast("binary").alias("value"),
+    )
+
+    dead = classified.where(F.col("reason").isNotNull()).select(
+        F.col("key"),
+        F.to_json(
+            F.struct(
+                "reason",
+                F.col("value").cast("string").alias("payload"),
+                F.base64("value").alias("payload_base64"),
+                "topic",
+                "partition",
+                "offset",
+                F.lit(batch_id).alias("batch_id"),
+            )
+        ).cast("binary").alias("value"),
+    )
+    return {"page_minute_counts": counts, "clicks_enriched": enriched, "clicks_dead_letter": dead}

@@ -1,0 +1,34 @@
+"""Modules that left the library, and where they went.
+
+``onceflow`` 0.2 split the dev kit and the examples out of the library. An
+import of an old name fails at once with the new one, instead of a bare
+ModuleNotFoundError; the finder is consulted only after every real one.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+
+DEV_KIT = "part of the dev kit: pip install -e devkit from the onceflow repository, not for production"
+MOVED: dict[str, tuple[str, str]] = {
+    # old module: (new module, what it is now)
+    "onceflow.services": ("onceflow_devkit.services", DEV_KIT),
+    "onceflow.local_airflow": ("onceflow_devkit.local_airflow", DEV_KIT),
+    "onceflow.chaos": ("onceflow_devkit.chaos", DEV_KIT),
+    "onceflow.audit": ("onceflow_devkit.audit", DEV_KIT),
+    "onceflow.demo": ("onceflow_devkit.demo", DEV_KIT),
+    "onceflow.smoke": ("onceflow_devkit.smoke", DEV_KIT),
+    "onceflow.airflow_env": ("onceflow_devkit.airflow_env", DEV_KIT),
+    "onceflow.pipelines": ("onceflow_examples", "the example pipelines; onceflow.discovery finds your own"),
+    "onceflow.protocol.coordinator": ("onceflow.coordinator", "still in the library"),
+}
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        for old, (new, where) in MOVED.items():
+            if fullname == old or fullname.startswith(old + "."):
+                raise ModuleNotFoundError(
+                    f"{fullname} moved in onceflow 0.2: import {new}{fullname[len(old):]}, {where}", name=fullname
+                )
+        return None

@@ -1,0 +1,77 @@
+"""The ``onceflow`` command.
+
+    onceflow status --pipeline P [--spec M:A | --dags-folder D] [--warehouse URI] [--json]
+                                                  batches, newest first
+
+The deployment comes from the environment: ``ONCEFLOW_WAREHOUSE`` (or
+--warehouse), Kafka and S3 as ``onceflow.settings`` says. The pipeline is
+found in your own code (``onceflow.discovery``). Other packages add commands
+through the ``onceflow.commands`` entry point group: a callable that takes
+the subparsers and adds its own (the dev kit adds services, demo, chaos,
+chaos-report and audit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib.metadata import entry_points
+
+from .settings import ConfigurationError
+
+COMMANDS_GROUP = "onceflow.commands"
+
+
+class CommandError(Exception):
+    """A command failed for a reason its message explains (exit code 2)."""
+
+
+def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pipeline", required=True, help="the pipeline's name (its spec's name)")
+    parser.add_argument("--spec", help="module[:attribute] defining the pipeline's PipelineSpec")
+    parser.add_argument("--dags-folder", help="a DAGs folder whose DAG files define it "
+                        "(default: $ONCEFLOW_DAGS_FOLDER or $AIRFLOW__CORE__DAGS_FOLDER)")
+    parser.add_argument("--warehouse", help="default: $ONCEFLOW_WAREHOUSE")
+    parser.add_argument("--json", action="store_true")
+
+
+def runtime_from_args(args: argparse.Namespace):
+    from .discovery import find_pipeline
+    from .runtime import Deployment, PipelineRuntime
+
+    spec = find_pipeline(args.pipeline, spec=args.spec, dags_folder=args.dags_folder)
+    return PipelineRuntime(spec, Deployment.from_environment(args.warehouse), identity="onceflow-cli")
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .status import batch_rows, format_rows
+
+    rows = batch_rows(runtime_from_args(args).coordinator, limit=args.limit)
+    print(json.dumps(rows, indent=2) if args.json else format_rows(rows))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="onceflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    status = sub.add_parser("status", help="batches of a pipeline, newest first")
+    add_pipeline_arguments(status)
+    status.add_argument("--limit", type=int, default=20, help="newest N batches (default 20)")
+    status.set_defaults(func=_status)
+    for entry_point in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        entry_point.load()(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (CommandError, ConfigurationError) as exc:
+        print(f"onceflow: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

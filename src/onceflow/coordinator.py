@@ -1,0 +1,425 @@
+"""The two-phase-commit coordinator of one pipeline.
+
+Call sequence of one batch (DESIGN.md §1), and where each step runs::
+
+    plan_next(source, config, run_id)  Airflow plan task      recover(), then write plan.json
+    begin_attempt(seq)                 Spark driver, job start claim attempts/<n>.json
+    record_vote(seq, attempt, vote)    Spark driver (or the data source's commit)
+    commit(seq)                        Airflow commit task    verify votes, write COMMIT,
+                                                              apply each effect, mark done
+    rollback(seq, reason)              Airflow rollback task  write ABORT, abort each effect
+    recover()                          any of the above, first: finish the latest batch
+
+Every step is idempotent and may be re-run after a crash at any point:
+decisions are created once (I2) and followed by every later caller, effects
+are marked done one by one and re-applied (participants' commit/abort are
+idempotent by contract) until the batch done marker exists (I3). Fencing
+(I5): attempts are numbered by create-if-absent; a vote is accepted only for
+the latest attempt and only before the decision; a COMMIT names the attempt
+and embeds its votes, and nothing else is ever committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from . import faults
+from .ledger.ledger import BATCH_EFFECT, BatchLedger
+from .ledger.records import Decision, DecisionOutcome, DoneMarker, Head
+from .ledger.storage import LedgerStorage
+from .protocol.errors import AbortFailed, BatchAborted, CommitFailed, ConcurrentPlanError, RetryLater, StaleAttempt
+from .protocol.participant import Outcome, Participant, Result, Vote
+from .protocol.plan import Plan
+from .protocol.planning import OffsetSource, PlanConfig, next_plan
+from .protocol.states import TRANSITIONS, BatchState, IllegalTransition, check_transition, derive_state
+
+log = logging.getLogger(__name__)
+
+COMMIT_EFFECT_BEFORE = faults.declare("commit.effect.before", "before participant.commit is called")
+COMMIT_EFFECT_AFTER = faults.declare("commit.effect.after", "after participant.commit, before its done marker")
+COMMIT_BETWEEN_EFFECTS = faults.declare("commit.between_effects", "after one effect's done marker, before the next effect")
+ABORT_EFFECT_BEFORE = faults.declare("abort.effect.before", "before participant.abort is called")
+ABORT_EFFECT_AFTER = faults.declare("abort.effect.after", "after participant.abort, before its done marker")
+PLAN_AFTER_RECOVERY = faults.declare("plan.after_recovery", "after recovery finished, before the next plan is written")
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    """One batch as ``onceflow status`` shows it. ``timings`` holds epoch ms
+    of planned / attempt_claimed / last_vote / decided / done (when known)."""
+
+    pipeline: str
+    batch_seq: int
+    state: BatchState
+    plan: Plan
+    attempt: int
+    votes: Mapping[str, Vote]
+    missing_votes: tuple[str, ...]
+    decision: Decision | None
+    done: Mapping[str, DoneMarker]
+    timings: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def batch_id(self) -> str:
+        return f"{self.batch_seq:010d}"
+
+
+def _default_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Coordinator:
+    """Drives the batches of one pipeline through the ledger.
+
+    ``participants`` maps sink name -> Participant; every sink of a plan
+    needs one. ``identity`` names this process in decisions and markers
+    (e.g. the Airflow task instance); ``clock`` returns epoch ms.
+    """
+
+    def __init__(
+        self,
+        storage: LedgerStorage,
+        pipeline: str,
+        participants: Mapping[str, Participant],
+        *,
+        identity: str | None = None,
+        clock: Callable[[], int] | None = None,
+    ):
+        self.ledger = BatchLedger(storage, pipeline)
+        self.pipeline = pipeline
+        self.participants = dict(participants)
+        self.identity = identity or _default_identity()
+        self._clock = clock or (lambda: int(time.time() * 1000))
+
+    # -- reading ---------------------------------------------------------------
+    def latest_seq(self) -> int:
+        """Newest planned batch (0: none). Constant storage requests (head hint + probe)."""
+        return self.ledger.latest_seq()
+
+    def plan(self, seq: int) -> Plan:
+        """The plan of batch ``seq`` (Spark driver: what to read, which ids to use)."""
+        plan = self.ledger.read_plan(seq)
+        if plan is None:
+            raise KeyError(
+                f"pipeline {self.pipeline!r} has no batch {seq:010d} (no {self.ledger.storage.describe(self.ledger.plan_key(seq))}); "
+                "run the plan task first"
+            )
+        return plan
+
+    def _expected(self, plan: Plan) -> list[str]:
+        names = [s.name for s in plan.sinks] if plan.sinks else sorted(self.participants)
+        missing = [n for n in names if n not in self.participants]
+        if missing:
+            from .settings import ConfigurationError
+
+            raise ConfigurationError(
+                f"batch {plan.batch_id} of pipeline {self.pipeline!r} has sinks {missing} in its plan "
+                f"({self.ledger.storage.describe(self.ledger.plan_key(plan.batch_seq))}) but no participant of that "
+                f"name is configured (configured: {sorted(self.participants)}). Configure them: the batch cannot be "
+                "committed or aborted without them."
+            )
+        return names
+
+    def _votes(self, plan: Plan, attempt: int) -> tuple[dict[str, Vote], list[str], int]:
+        votes: dict[str, Vote] = {}
+        missing: list[str] = []
+        last_ms = 0
+        for name in self._expected(plan):
+            recorded = self.ledger.read_vote(plan.batch_seq, attempt, name) if attempt else None
+            if recorded is None:
+                missing.append(name)
+            else:
+                votes[name] = recorded.vote
+                last_ms = max(last_ms, recorded.recorded_at_ms)
+        return votes, missing, last_ms
+
+    def _state(self, seq: int, decision: Decision | None) -> BatchState:
+        """State of a decided batch from the decision and the batch marker, or
+        of an undecided one from its attempts and votes."""
+        if decision is not None:
+            done = self.ledger.read_done(seq, BATCH_EFFECT) is not None
+            return derive_state(has_attempt=True, all_voted=True, decision=decision.outcome.value, done=done)
+        plan = self.plan(seq)
+        attempt = self.ledger.latest_attempt(seq)
+        _, missing, _ = self._votes(plan, attempt)
+        return derive_state(has_attempt=attempt > 0, all_voted=not missing, decision=None, done=False)
+
+    def describe(self, seq: int | None = None) -> BatchStatus | None:
+        """Everything known about batch ``seq`` (default: the latest). None
+        when the pipeline has no batch yet. Read-only."""
+        seq = self.latest_seq() if seq is None else seq
+        if seq == 0:
+            return None
+        plan = self.plan(seq)
+        attempt = self.ledger.latest_attempt(seq)
+        votes, missing, last_vote_ms = self._votes(plan, attempt)
+        decision = self.ledger.read_decision(seq)
+        done = {}
+        for effect in [*self._expected(plan), BATCH_EFFECT]:
+            marker = self.ledger.read_done(seq, effect) if decision else None
+            if marker is not None:
+                done[effect] = marker
+        state = derive_state(
+            has_attempt=attempt > 0,
+            all_voted=not missing,
+            decision=decision.outcome.value if decision else None,
+            done=BATCH_EFFECT in done,
+        )
+        timings = {"planned": plan.created_at_ms}
+        claim = self.ledger.read_attempt(seq, attempt) if attempt else None
+        if claim:
+            timings["attempt_claimed"] = claim.claimed_at_ms
+        if last_vote_ms:
+            timings["last_vote"] = last_vote_ms
+        if decision:
+            timings["decided"] = decision.decided_at_ms
+        if BATCH_EFFECT in done:
+            timings["done"] = done[BATCH_EFFECT].done_at_ms
+        return BatchStatus(self.pipeline, seq, state, plan, attempt, votes, tuple(missing), decision, done, timings)
+
+    # -- planning --------------------------------------------------------------
+    def plan_next(self, source: OffsetSource, config: PlanConfig, *, run_id: str | None = None) -> Plan:
+        """Airflow plan task. Finishes the previous batch (recover), then writes
+        the next plan. Idempotent per ``run_id``: a retry of the same run's plan
+        task gets the plan it wrote before, as long as that batch is undecided."""
+        sink_names = sorted(s.name for s in config.sinks)
+        if sink_names != sorted(self.participants):
+            from .settings import ConfigurationError
+
+            raise ConfigurationError(
+                f"pipeline {self.pipeline!r}: the plan's sinks {sink_names} and the configured participants "
+                f"{sorted(self.participants)} differ; give every sink exactly one participant of the same name"
+            )
+        latest = self.latest_seq()
+        previous = self.ledger.read_plan(latest) if latest else None
+        state = None
+        if previous is not None:
+            if run_id is not None and previous.params.get("run_id") == run_id and self.ledger.read_decision(latest) is None:
+                return previous  # a retry of the plan task that wrote it (I6)
+            state = self.recover().state
+        faults.fault_point(PLAN_AFTER_RECOVERY)
+        plan = next_plan(
+            pipeline=self.pipeline,
+            previous=previous,
+            previous_state=state,
+            source=source,
+            config=config,
+            now_ms=self._clock(),
+            run_id=run_id,
+        )
+        created, winner = self.ledger.create_plan(plan)
+        if not created and (run_id is None or winner.params.get("run_id") != run_id):
+            raise ConcurrentPlanError(
+                f"batch {plan.batch_id} of pipeline {self.pipeline!r} was planned concurrently by another run "
+                f"({winner.params.get('run_id')!r}, not {run_id!r}). Run one DAG run at a time (max_active_runs=1); "
+                "this run must not process the batch."
+            )
+        self._update_head(winner.batch_seq, committed=latest if state is BatchState.COMMITTED else None)
+        return winner
+
+    def _update_head(self, latest: int, committed: int | None = None) -> None:
+        old = self.ledger.read_head()
+        head = Head(
+            latest_seq=max(latest, old.latest_seq if old else 0),
+            last_committed_seq=max(committed or 0, old.last_committed_seq if old else 0),
+            updated_at_ms=self._clock(),
+        )
+        if head != old:
+            self.ledger.write_head(head)
+
+    # -- prepare phase -----------------------------------------------------------
+    def begin_attempt(self, seq: int) -> int:
+        """Spark driver, at job start: claim the next attempt number of batch
+        ``seq``. Refused once the batch is decided. Each call claims a new
+        attempt, which fences every older one (their votes stop counting)."""
+        decision = self.ledger.read_decision(seq)
+        check_transition(self._state(seq, decision), BatchState.PREPARING, batch=f"{seq:010d}", pipeline=self.pipeline, step="begin_attempt")
+        claim = self.ledger.claim_attempt(seq, self.identity, self._clock())
+        # A decision written while we claimed fixed an older attempt: this one is void.
+        if self.ledger.read_decision(seq) is not None:
+            raise IllegalTransition(
+                f"batch {seq:010d} of pipeline {self.pipeline!r} was decided while attempt {claim.attempt} started; "
+                "this attempt must not run. Nothing to do: the decision stands."
+            )
+        return claim.attempt
+
+    def record_vote(self, seq: int, attempt: int, vote: Vote) -> None:
+        """Spark driver (or the data source's commit), after pre-commit:
+        record ``vote``. Idempotent for the same vote. A zombie's vote (an
+        older attempt, or after the decision) raises StaleAttempt and is
+        never counted; it can never replace a vote already recorded."""
+        if (vote.batch_seq, vote.attempt) != (seq, attempt):
+            raise ValueError(f"vote is for batch {vote.batch_seq} attempt {vote.attempt}, recorded as {seq} / {attempt}")
+        where = f"batch {seq:010d} of pipeline {self.pipeline!r}"
+        plan = self.plan(seq)
+        if vote.participant not in self._expected(plan):
+            raise ValueError(f"{where} has no sink {vote.participant!r} (sinks: {self._expected(plan)})")
+        if self.ledger.read_decision(seq) is not None:
+            raise StaleAttempt(f"{where} is already decided: the vote of {vote.participant!r} in attempt {attempt} is ignored")
+        latest = self.ledger.latest_attempt(seq, hint=attempt)
+        if latest != attempt:
+            raise StaleAttempt(
+                f"{where}: attempt {attempt} of {vote.participant!r} is not the latest (attempt {latest} started); "
+                "its vote is ignored and its output will be cleaned up"
+                if latest > attempt
+                else f"{where}: attempt {attempt} was never started (begin_attempt); vote refused"
+            )
+        created, winner = self.ledger.create_vote(vote, self._clock())
+        if not created and winner.vote != vote:
+            raise StaleAttempt(
+                f"{where}: attempt {attempt} already has a different vote from {vote.participant!r} "
+                f"({self.ledger.storage.describe(self.ledger.vote_key(seq, attempt, vote.participant))}); "
+                "the first one counts. Start a new attempt to vote again."
+            )
+
+    # -- decision ----------------------------------------------------------------
+    def _decide(self, seq: int, state: BatchState, outcome: DecisionOutcome, attempt: int, votes: Mapping[str, Vote], reason: str) -> Decision:
+        target = BatchState.COMMITTING if outcome is DecisionOutcome.COMMIT else BatchState.ABORTING
+        check_transition(state, target, batch=f"{seq:010d}", pipeline=self.pipeline, step=f"decide {outcome.value}")
+        mine = Decision(seq, outcome, attempt, dict(votes), self.identity, self._clock(), reason)
+        created, winner = self.ledger.create_decision(mine)
+        if not created and winner != mine:
+            log.warning(
+                "batch %010d of %s: %s lost the race to decide; following %s by %s (%s)",
+                seq, self.pipeline, outcome.value, winner.outcome.value, winner.decided_by, winner.reason,
+            )
+        return winner
+
+    def _outcome_error(self, step: str, plan: Plan, name: str, result: Result) -> Exception:
+        where = f"batch {plan.batch_id} of pipeline {self.pipeline!r}, participant {name!r}"
+        if result.outcome is Outcome.RETRY_LATER:
+            return RetryLater(f"{step} of {where} must be retried: {result.detail}. The decision stands; retry the task.")
+        if step == "commit":
+            return CommitFailed(
+                f"commit of {where} FAILED after COMMIT was decided: {result.detail}. The batch is not fully "
+                "committed and will not be reported as such (I7). Inspect it with `onceflow status`; fix the sink, then "
+                "re-run the commit task (it redoes only what is missing)."
+            )
+        return AbortFailed(
+            f"abort of {where} FAILED: {result.detail}. The batch stays ABORTING; fix the sink and re-run the "
+            "rollback task (it redoes only what is missing)."
+        )
+
+    # -- commit phase ------------------------------------------------------------
+    def commit(self, seq: int) -> BatchStatus:
+        """Airflow commit task. Checks every expected vote of the latest attempt
+        (participant.verify), writes COMMIT, applies each vote and marks the
+        batch done. Idempotent: re-running redoes only what is missing.
+
+        Raises BatchAborted if the batch ends aborted instead (a vote missing
+        or invalid, or a racing ABORT won), RetryLater on transient trouble,
+        CommitFailed if a participant cannot apply the decision (I7)."""
+        plan = self.plan(seq)
+        decision = self.ledger.read_decision(seq)
+        if decision is None:
+            attempt = self.ledger.latest_attempt(seq)
+            votes, missing, _ = self._votes(plan, attempt)
+            state = derive_state(has_attempt=attempt > 0, all_voted=not missing, decision=None, done=False)
+            if BatchState.COMMITTING not in TRANSITIONS[state]:
+                reason = "no attempt was started" if attempt == 0 else f"attempt {attempt} has no vote from {missing}"
+                decision = self._decide(seq, state, DecisionOutcome.ABORT, attempt, {}, f"commit found {reason}")
+            else:
+                invalid = []
+                for name, vote in sorted(votes.items()):
+                    result = self.participants[name].verify(vote)
+                    if result.outcome is Outcome.RETRY_LATER:
+                        raise self._outcome_error("verify", plan, name, result)
+                    if not result.ok:
+                        invalid.append(f"{name}: {result.detail}")
+                if invalid:
+                    reason = f"invalid votes in attempt {attempt}: {'; '.join(invalid)}"
+                    decision = self._decide(seq, state, DecisionOutcome.ABORT, attempt, {}, reason)
+                else:
+                    decision = self._decide(seq, state, DecisionOutcome.COMMIT, attempt, votes, "all votes valid")
+        if decision.outcome is DecisionOutcome.ABORT:
+            self._apply_abort(plan, decision)
+            raise BatchAborted(
+                f"batch {plan.batch_id} of pipeline {self.pipeline!r} was aborted, not committed: {decision.reason} "
+                f"(decided by {decision.decided_by}). Its offsets did not move: the next run re-reads the same records."
+            )
+        self._apply_commit(plan, decision)
+        return self.describe(seq)
+
+    def _apply_commit(self, plan: Plan, decision: Decision) -> None:
+        seq = plan.batch_seq
+        self._expected(plan)  # fail fast, naming any sink without a participant
+        for name in sorted(decision.votes):
+            if self.ledger.read_done(seq, name) is not None:
+                continue
+            faults.fault_point(COMMIT_EFFECT_BEFORE)
+            result = self.participants[name].commit(decision.votes[name])
+            if not result.ok:
+                raise self._outcome_error("commit", plan, name, result)
+            faults.fault_point(COMMIT_EFFECT_AFTER)
+            self.ledger.create_done(DoneMarker(seq, name, DecisionOutcome.COMMIT, result.outcome.value, self.identity, self._clock()))
+            faults.fault_point(COMMIT_BETWEEN_EFFECTS)
+        self._finish(seq, DecisionOutcome.COMMIT)
+
+    def _apply_abort(self, plan: Plan, decision: Decision) -> None:
+        seq = plan.batch_seq
+        latest = self.ledger.latest_attempt(seq)
+        for name in self._expected(plan):
+            if self.ledger.read_done(seq, name) is not None:
+                continue
+            # Every attempt's vote, zombies included: abort cleans all of them.
+            votes = [rv.vote for n in range(1, latest + 1) if (rv := self.ledger.read_vote(seq, n, name)) is not None]
+            faults.fault_point(ABORT_EFFECT_BEFORE)
+            result = self.participants[name].abort(plan, votes)
+            if not result.ok:
+                raise self._outcome_error("abort", plan, name, result)
+            faults.fault_point(ABORT_EFFECT_AFTER)
+            self.ledger.create_done(DoneMarker(seq, name, DecisionOutcome.ABORT, result.outcome.value, self.identity, self._clock()))
+        self._finish(seq, DecisionOutcome.ABORT)
+
+    def _finish(self, seq: int, outcome: DecisionOutcome) -> None:
+        self.ledger.create_done(DoneMarker(seq, BATCH_EFFECT, outcome, "all effects applied", self.identity, self._clock()))
+        self._update_head(seq, committed=seq if outcome is DecisionOutcome.COMMIT else None)
+
+    # -- abort phase / recovery ------------------------------------------------------
+    def rollback(self, seq: int, reason: str) -> BatchStatus:
+        """Airflow rollback task: write ABORT and undo every effect the plan
+        could have produced. If COMMIT was decided first, finishes the commit
+        instead (the returned status says COMMITTED). Idempotent."""
+        plan = self.plan(seq)
+        decision = self.ledger.read_decision(seq)
+        if decision is None:
+            decision = self._decide(seq, self._state(seq, None), DecisionOutcome.ABORT, self.ledger.latest_attempt(seq), {}, reason)
+        if decision.outcome is DecisionOutcome.COMMIT:
+            log.warning("batch %s of %s: COMMIT was already decided; rollback finishes the commit", plan.batch_id, self.pipeline)
+            self._apply_commit(plan, decision)
+        else:
+            self._apply_abort(plan, decision)
+        return self.describe(seq)
+
+    def recover(self) -> BatchStatus | None:
+        """Finish the latest batch (only the latest can be unfinished: a plan
+        is written only after its predecessor finished). COMMIT decided: redo
+        the commit (I3). ABORT decided: redo the abort. No decision: presumed
+        abort. Returns the batch's final status (None: no batch yet).
+        Runs first in every plan task; safe to run anywhere, any time."""
+        seq = self.latest_seq()
+        if seq == 0:
+            return None
+        plan = self.plan(seq)
+        decision = self.ledger.read_decision(seq)
+        state = self._state(seq, decision)
+        if state.terminal:
+            return self.describe(seq)
+        if decision is None:
+            decision = self._decide(seq, state, DecisionOutcome.ABORT, self.ledger.latest_attempt(seq), {}, f"presumed abort by recovery: batch was {state.value} with no decision")
+        if decision.outcome is DecisionOutcome.COMMIT:
+            self._apply_commit(plan, decision)
+        else:
+            self._apply_abort(plan, decision)
+        return self.describe(seq)
+
+    def votes_of_all_attempts(self, seq: int) -> Sequence[Vote]:
+        """Tooling: every vote recorded for ``seq`` across attempts."""
+        plan = self.plan(seq)
+        latest = self.ledger.latest_attempt(seq)
+        return [rv.vote for n in range(1, latest + 1) for name in self._expected(plan) if (rv := self.ledger.read_vote(seq, n, name))]

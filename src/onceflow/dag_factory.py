@@ -1,0 +1,222 @@
+"""Build the Airflow DAG of a pipeline from its spec (Airflow DAG-parsing time).
+
+    from onceflow.dag_factory import pipeline_dag
+    from my_pipelines.orders import ORDERS
+
+    dag = pipeline_dag(ORDERS)
+
+gives ``plan >> spark >> commit`` with ``rollback`` on ``one_failed``, one
+run at a time, Asset events per output on commit. The spark task submits
+``onceflow/spark/submit.py`` from the installed package and ships, with
+``--py-files``, onceflow and the package that holds the spec's transform. Deployment settings come
+from arguments or, when omitted, from the environment at parse time:
+``ONCEFLOW_WAREHOUSE`` (required), ``ONCEFLOW_SPARK_CONN`` (default
+``onceflow_spark``), ``ONCEFLOW_KAFKA_CONN`` (``onceflow_kafka``),
+``ONCEFLOW_S3_CONN`` (``onceflow_s3``), ``ONCEFLOW_SCHEDULE`` (a cron
+expression, or ``none`` for triggered runs only; default: the spec's).
+
+Fault injection (tests, chaos runs): ``ONCEFLOW_FAULTS`` (see faults.py)
+arms the Airflow tasks and, passed on, the Spark job (driver and workers).
+The run param ``faults`` does the same for one DAG run, only on workers that
+set ``ONCEFLOW_FAULT_INJECTION=enabled`` (a test deployment's opt-in).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from . import faults
+from .settings import ConfigurationError
+from .runtime import is_s3_uri
+from .spec import FILES, PipelineSpec
+
+SUBMIT_APPLICATION = Path(__file__).resolve().parent / "spark" / "submit.py"
+
+
+def asset_uri(spec: PipelineSpec, sink_name: str, warehouse: str, bootstrap_hint: str = "kafka") -> str:
+    sink = spec.sink(sink_name)
+    if sink.kind == FILES:
+        return f"{warehouse.rstrip('/')}/{sink.target}"
+    return f"kafka://{bootstrap_hint}/{sink.target}"
+
+
+def outputs(spec: PipelineSpec, warehouse: str) -> list:
+    from airflow.sdk import Asset
+
+    return [
+        Asset(name=f"onceflow.{spec.name}.{s.name}", uri=asset_uri(spec, s.name, warehouse), group="onceflow")
+        for s in spec.sinks
+    ]
+
+
+def code_zip(module_name: str) -> str:
+    """The top-level package (or single module) holding ``module_name``, as a
+    zip for spark-submit ``--py-files``, built at DAG parse time from what is
+    installed, never from a checkout.
+
+    Named by a hash of its source files and published with an atomic rename:
+    every task process re-parses the DAG, and a spark-submit reading the zip
+    must never see one that another parse is rewriting."""
+    import hashlib
+    import importlib.util
+    import tempfile
+    import zipfile
+
+    top = module_name.split(".")[0]
+    found = importlib.util.find_spec(top)
+    if found is None or not found.origin:
+        raise ConfigurationError(f"cannot ship {module_name!r} to Spark: no importable module or package {top!r}")
+    origin = Path(found.origin)
+    root, files = (origin.parent.parent, sorted(origin.parent.rglob("*.py"))) if origin.name == "__init__.py" else (origin.parent, [origin])
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    target = Path(tempfile.gettempdir()) / f"onceflow-{top}-{os.getuid()}-{digest.hexdigest()[:16]}.zip"
+    if not target.exists():
+        fd, scratch = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as archive:
+                for path in files:
+                    archive.write(path, str(path.relative_to(root)))
+            os.replace(scratch, target)
+        except BaseException:
+            os.unlink(scratch)
+            raise
+    return str(target)
+
+
+def library_zip() -> str:
+    """The installed onceflow package, for ``--py-files``."""
+    return code_zip(__name__)
+
+
+def shipped_code(spec: PipelineSpec) -> list[str]:
+    """The zips a pipeline's Spark job needs: onceflow, then the transform's package."""
+    transform_module = spec.transform.partition(":")[0]
+    zips = [library_zip()]
+    if transform_module.split(".")[0] != __name__.split(".")[0]:
+        zips.append(code_zip(transform_module))
+    return zips
+
+
+def default_spark_binary() -> str:
+    """The spark-submit installed beside this interpreter (the pyspark wheel's),
+    else the one on PATH, as the Spark provider does."""
+    beside = Path(sys.executable).parent / "spark-submit"
+    return str(beside) if beside.exists() else "spark-submit"
+
+
+def _spark_env(kafka_conn_id: str, aws_conn_id: str, warehouse: str) -> dict[str, str]:
+    # Rendered at run time from the connections; Airflow masks their secrets
+    # in logs and in the rendered-template view.
+    env = {
+        "PYSPARK_PYTHON": sys.executable,
+        "ONCEFLOW_KAFKA_BOOTSTRAP": "{{ conn.%s.extra_dejson['bootstrap.servers'] }}" % kafka_conn_id,
+        "ONCEFLOW_KAFKA_CONFIG": "{{ conn.%s.extra }}" % kafka_conn_id,
+        "ONCEFLOW_WAREHOUSE": warehouse,
+        "ONCEFLOW_FAULTS": ",".join(
+            filter(None, [os.environ.get(faults.ENV_VAR, ""), "{{ params.%s or '' }}" % faults.RUN_PARAM if faults.run_param_allowed() else ""])
+        ),
+    }
+    if is_s3_uri(warehouse):
+        env.update(
+            {
+                "ONCEFLOW_S3_ENDPOINT": "{{ conn.%s.extra_dejson.get('endpoint_url', '') }}" % aws_conn_id,
+                "AWS_ACCESS_KEY_ID": "{{ conn.%s.login }}" % aws_conn_id,
+                "AWS_SECRET_ACCESS_KEY": "{{ conn.%s.password }}" % aws_conn_id,
+                "AWS_SESSION_TOKEN": "{{ conn.%s.extra_dejson.get('aws_session_token', '') }}" % aws_conn_id,
+                "AWS_DEFAULT_REGION": "{{ conn.%s.extra_dejson.get('region_name', '') }}" % aws_conn_id,
+            }
+        )
+    return env
+
+
+def pipeline_dag(
+    spec: PipelineSpec,
+    *,
+    warehouse: str | None = None,
+    schedule: Any = "spec",
+    kafka_conn_id: str | None = None,
+    aws_conn_id: str | None = None,
+    spark_conn_id: str | None = None,
+    spark_conf: dict[str, str] | None = None,
+    spark_binary: str | None = None,
+    retries: int = 1,
+    start_date: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc),
+    dag_id: str | None = None,
+    **dag_kwargs: Any,
+):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk import DAG, Param, TriggerRule
+
+    from .operators.batch import CommitBatchOperator, PlanBatchOperator, RollbackBatchOperator
+
+    warehouse = warehouse or os.environ.get("ONCEFLOW_WAREHOUSE")
+    if not warehouse:
+        raise ConfigurationError(
+            f"pipeline {spec.name!r}: no warehouse. Pass warehouse='s3://bucket/prefix' (or file:///path) to "
+            "pipeline_dag, or set ONCEFLOW_WAREHOUSE for the DAG processor and workers"
+        )
+    kafka_conn_id = kafka_conn_id or os.environ.get("ONCEFLOW_KAFKA_CONN", "onceflow_kafka")
+    aws_conn_id = aws_conn_id or os.environ.get("ONCEFLOW_S3_CONN", "onceflow_s3")
+    spark_conn_id = spark_conn_id or os.environ.get("ONCEFLOW_SPARK_CONN", "onceflow_spark")
+    common = dict(pipeline=spec, warehouse=warehouse, kafka_conn_id=kafka_conn_id, aws_conn_id=aws_conn_id)
+
+    if schedule == "spec":
+        schedule = os.environ.get("ONCEFLOW_SCHEDULE") or spec.schedule
+        schedule = None if schedule.lower() == "none" else schedule
+    with DAG(
+        dag_id=dag_id or spec.name,
+        schedule=schedule,
+        start_date=start_date,
+        catchup=False,
+        max_active_runs=1,  # batches are sequential by construction (I1)
+        default_args={"retries": retries, "retry_delay": timedelta(seconds=5)},
+        params={
+            "max_records_per_partition": Param(
+                spec.max_records_per_partition, type=["null", "integer"], minimum=1,
+                description="Upper bound of records read per input partition in this batch",
+            ),
+            faults.RUN_PARAM: Param(
+                None, type=["null", "string"],
+                description=f"Test deployments only: faults to inject in this run ({faults.ENV_VAR} syntax, "
+                f"e.g. ledger.decision.after_write=crash); refused unless the workers set "
+                f"{faults.RUN_PARAM_GUARD}={faults.RUN_PARAM_GUARD_VALUE}",
+            ),
+        },
+        tags=["onceflow", "exactly-once"],
+        doc_md=f"Exactly-once pipeline `{spec.name}`: {', '.join(spec.topics)} → "
+        + ", ".join(f"{s.name} ({s.kind}: {s.target})" for s in spec.sinks),
+        **dag_kwargs,
+    ) as dag:
+        plan = PlanBatchOperator(task_id="plan", **common)
+        spark = SparkSubmitOperator(
+            task_id="spark",
+            application=str(SUBMIT_APPLICATION),
+            conn_id=spark_conn_id,
+            name=f"onceflow-{spec.name}",
+            py_files=",".join(shipped_code(spec)),
+            application_args=[
+                "--pipeline", spec.name,
+                "--batch", "{{ ti.xcom_pull(task_ids='plan')['batch_seq'] }}",
+                "--spec-json", spec.to_json(),
+            ],
+            conf={
+                "spark.ui.enabled": "false",
+                "spark.pyspark.python": sys.executable,
+                **(spark_conf or {}),
+            },
+            env_vars=_spark_env(kafka_conn_id, aws_conn_id, warehouse),
+            spark_binary=spark_binary or default_spark_binary(),
+        )
+        commit = CommitBatchOperator(task_id="commit", outlets=outputs(spec, warehouse), trigger_rule=TriggerRule.ALL_SUCCESS, **common)
+        rollback = RollbackBatchOperator(task_id="rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=3, **common)
+        # commit and rollback are both leaves, as in DESIGN.md: the run's state
+        # is then failed whenever the batch did not commit (a rollback that
+        # succeeds must not turn a failed batch into a successful run).
+        plan >> spark >> [commit, rollback]
+    return dag

@@ -1,0 +1,34 @@
+"""The file storage for a URI, by scheme: local, Hadoop FileSystem or S3."""
+
+from __future__ import annotations
+
+from typing import Mapping
+from urllib.parse import urlparse
+
+from .storage import Storage
+
+
+def storage_for(uri: str, kind: str | None = None, options: Mapping[str, str] | None = None) -> Storage:
+    """The storage for ``uri``. ``kind`` forces one (``"hadoop"`` for a
+    ``file://`` URI through Hadoop's API); ``options`` carries ``s3.*``
+    settings (see ``S3Storage.from_options``)."""
+    scheme = urlparse(uri).scheme.lower()
+    if kind is None:
+        kind = {"": "local", "file": "local", "s3": "s3", "s3a": "s3"}.get(scheme, "hadoop")
+    if kind == "local":
+        if scheme not in ("", "file"):
+            raise ValueError(f"storage kind 'local' cannot serve {uri}: use a /path or file:// URI, or kind='hadoop'")
+        from .local import LocalStorage
+
+        return LocalStorage()
+    if kind == "hadoop":
+        from .hadoop import HadoopStorage
+
+        return HadoopStorage()
+    if kind == "s3":
+        if scheme not in ("s3", "s3a"):
+            raise ValueError(f"storage kind 's3' cannot serve {uri}: use an s3://bucket/prefix URI")
+        from .s3 import S3Storage
+
+        return S3Storage.from_options(options or {})
+    raise ValueError(f"unknown storage kind {kind!r} for {uri}: use 'local', 'hadoop' or 's3'")

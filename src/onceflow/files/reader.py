@@ -1,0 +1,49 @@
+"""Read only what is committed: batches whose ``_SUCCESS`` manifest exists,
+and only the files that manifest lists. Used by audits and demos (Airflow
+worker or driver); a listing of the sink proves nothing on its own.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import layout
+from .entries import Manifest
+from .backends import storage_for
+from .storage import Storage
+
+
+def committed_manifests(sink_uri: str, storage: Storage | None = None) -> list[Manifest]:
+    """Manifests of every committed batch of the sink, by batch sequence."""
+    storage = storage or storage_for(sink_uri)
+    out = []
+    for name in storage.list_dir(sink_uri):
+        seq = layout.seq_of_batch_dir(name)
+        if seq is None:
+            continue
+        data = storage.read_bytes(layout.manifest_path(sink_uri, seq))
+        if data is not None:
+            out.append(Manifest.from_bytes(data))
+    return sorted(out, key=lambda m: m.batch_seq)
+
+
+def committed_files(sink_uri: str, storage: Storage | None = None) -> list[str]:
+    """Full paths of every committed file, batch by batch."""
+    return [
+        layout.join(layout.batch_dir(sink_uri, m.batch_seq), f["name"])
+        for m in committed_manifests(sink_uri, storage)
+        for f in m.files
+    ]
+
+
+def read_committed(sink_uri: str, storage: Storage | None = None) -> pa.Table:
+    """All committed rows as one table (meant for audits of modest size)."""
+    storage = storage or storage_for(sink_uri)
+    tables = []
+    for path in committed_files(sink_uri, storage):
+        data = storage.read_bytes(path)
+        if data is None:
+            raise FileNotFoundError(f"{path} is listed in its batch's _SUCCESS manifest but is gone")
+        tables.append(pq.read_table(pa.BufferReader(data)))
+    return pa.concat_tables(tables) if tables else pa.table({})

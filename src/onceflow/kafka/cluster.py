@@ -1,0 +1,47 @@
+"""The Kafka cluster a pipeline reads and writes: bootstrap servers plus the
+user's librdkafka settings (``security.protocol``, ``sasl.*``, ``ssl.*``),
+passed unchanged to every client (``config.py`` adds what the protocol needs)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .. import settings
+
+_SECRET_MARKERS = ("password", "secret", "token", "jaas", "credentials", "key.pem", "keystore.pem")
+REDACTED = "[redacted]"
+
+
+def is_secret(key: str) -> bool:
+    return any(m in key.lower() for m in _SECRET_MARKERS)
+
+
+def redact(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy safe to log: values of secret-looking keys are replaced."""
+    return {k: (REDACTED if is_secret(k) else v) for k, v in config.items()}
+
+
+@dataclass(frozen=True)
+class KafkaCluster:
+    bootstrap: str
+    client_config: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_environment(cls) -> "KafkaCluster":
+        """The cluster ``ONCEFLOW_KAFKA_BOOTSTRAP`` names, with ``ONCEFLOW_KAFKA_CONFIG``."""
+        bootstrap = os.environ.get(settings.KAFKA_BOOTSTRAP_VAR)
+        if not bootstrap:
+            raise settings.ConfigurationError(
+                f"{settings.KAFKA_BOOTSTRAP_VAR} is not set: export your Kafka cluster's bootstrap servers "
+                f"(host:port,host:port); security settings go in {settings.KAFKA_CONFIG_VAR}"
+            )
+        return cls(bootstrap, settings.kafka_client_config())
+
+    def config(self, **overrides: Any) -> dict[str, Any]:
+        """librdkafka settings for any client of this cluster."""
+        return {"bootstrap.servers": self.bootstrap, **self.client_config, **overrides}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.bootstrap!r}, {redact(self.client_config)!r})"

@@ -1,0 +1,160 @@
+"""plan, commit and rollback: the protocol tasks of one batch (DESIGN.md §1).
+
+All three run on an Airflow worker. The DAG run is the unit of work: the plan
+task binds the run to a batch (by run id, in the ledger), the Spark task(s)
+pre-commit it, then either commit (trigger_rule all_success) or rollback
+(trigger_rule one_failed) finishes it::
+
+    plan ──► spark job(s) ──► commit
+                  └─────────► rollback
+
+Each task is idempotent: clearing or retrying any of them converges on the
+batch's one decision (I2). Protocol errors map to task outcomes:
+
+    RetryLater          task fails and is retried by Airflow (retries=...)
+    BatchAborted        commit task fails: the batch was aborted, offsets did
+                        not move, the next run re-reads the records
+    CommitFailed        task fails loudly; the batch stays COMMITTING and any
+                        later run's plan task redoes the commit (I3, I7)
+    batch already done  a cleared run: the plan task skips the run (no-op)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from ..protocol.states import BatchState
+from ..runtime import is_s3_uri
+from ..spec import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+
+class _BatchOperator(BaseOperator):
+    ui_color = "#e8f4ea"
+
+    def __init__(
+        self,
+        *,
+        pipeline: PipelineSpec,
+        warehouse: str,
+        kafka_conn_id: str = "onceflow_kafka",
+        aws_conn_id: str | None = "onceflow_s3",
+        plan_task_id: str = "plan",
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.warehouse = warehouse
+        self.kafka_conn_id = kafka_conn_id
+        self.aws_conn_id = aws_conn_id
+        self.plan_task_id = plan_task_id
+
+    def runtime(self, context):
+        """Every task starts here: arm the run's injected faults (test
+        deployments only), then build the runtime from the connections."""
+        from .. import faults
+        from ..hooks.kafka import KafkaConfigHook
+        from ..hooks.s3 import S3ConnectionHook
+        from ..runtime import Deployment, PipelineRuntime
+
+        faults.arm_run_param((context.get("params") or {}).get(faults.RUN_PARAM))
+        s3 = None
+        if is_s3_uri(self.warehouse):
+            s3 = S3ConnectionHook(self.aws_conn_id).connection(f"warehouse {self.warehouse}")
+        deployment = Deployment(self.warehouse, KafkaConfigHook(self.kafka_conn_id).cluster(), s3)
+        ti = context["ti"]
+        identity = f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
+        return PipelineRuntime(self.pipeline, deployment, identity=identity)
+
+    def planned_seq(self, context) -> int:
+        planned = context["ti"].xcom_pull(task_ids=self.plan_task_id)
+        if not planned or "batch_seq" not in planned:
+            raise RuntimeError(
+                f"task {self.task_id}: the plan task {self.plan_task_id!r} of this run left no batch in XCom; "
+                "clear the whole run so that plan runs first"
+            )
+        return int(planned["batch_seq"])
+
+
+class PlanBatchOperator(_BatchOperator):
+    """Recover any unfinished batch, then bind this DAG run to its batch.
+
+    Returns (XCom) ``{"batch_seq", "batch_id", "records", "ranges"}``. Run
+    params: ``max_records_per_partition`` overrides the spec for this run.
+    A run whose batch is already committed is skipped with a log line saying
+    so; a run whose batch was aborted re-executes the same immutable ranges.
+    """
+
+    def execute(self, context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        runtime = self.runtime(context)
+        coordinator = runtime.coordinator
+        run_id = context["run_id"]
+        params = {k: v for k, v in (context.get("params") or {}).items() if v is not None}
+        done = runtime.batch_of_run(run_id)
+        if done is not None and done.state is BatchState.COMMITTED:
+            # A cleared or re-run committed run: say so in the task log (the
+            # skip reason alone does not always reach it), then skip the run.
+            message = f"batch {done.batch_id} of {self.pipeline.name} (this run's) is already committed: nothing to do"
+            log.info(message)
+            raise AirflowSkipException(message)
+        with runtime.offset_source() as source:
+            plan = coordinator.plan_next(source, runtime.plan_config(params), run_id=run_id)
+        if plan.batch_seq > 1:
+            # plan_next first recovered the previous batch: if that finished a
+            # commit some earlier task could not, finish its aftermath too.
+            previous = coordinator.describe(plan.batch_seq - 1)
+            if previous is not None and previous.state is BatchState.COMMITTED:
+                runtime.after_commit(previous.plan)
+        ranges = [r.to_dict() for r in plan.ranges]
+        log.info(
+            "batch %s of %s: %d records in %d partition ranges%s: %s",
+            plan.batch_id, self.pipeline.name, plan.records, len(ranges),
+            f" (replays aborted batch {plan.replay_of:010d})" if plan.replay_of else "",
+            json.dumps(ranges),
+        )
+        return {"batch_seq": plan.batch_seq, "batch_id": plan.batch_id, "records": plan.records, "ranges": ranges}
+
+
+class CommitBatchOperator(_BatchOperator):
+    """Decide COMMIT (when every vote is present and valid) and apply it:
+    promote files, commit Kafka transactions, mirror input offsets to the
+    consumer group. Emits an Asset event per output on success (outlets)."""
+
+    def execute(self, context) -> dict[str, Any]:
+        runtime = self.runtime(context)
+        seq = self.planned_seq(context)
+        status = runtime.coordinator.commit(seq)
+        runtime.after_commit(status.plan)
+        votes = {name: vote.records for name, vote in status.votes.items()}
+        log.info("batch %s of %s is %s; records per output: %s", status.batch_id, self.pipeline.name, status.state.value, votes)
+        return {"batch_seq": seq, "state": status.state.value, "records": votes}
+
+
+class RollbackBatchOperator(_BatchOperator):
+    """Decide ABORT and undo everything the batch could have produced (fence
+    every transactional id of the plan, delete staging). If COMMIT was
+    decided first, finishes the commit instead. Offsets stay where they were."""
+
+    def execute(self, context) -> dict[str, Any]:
+        runtime = self.runtime(context)
+        planned = context["ti"].xcom_pull(task_ids=self.plan_task_id)
+        if not planned:
+            log.info("no batch was planned in this run: nothing to roll back")
+            return {"state": "nothing planned"}
+        seq = int(planned["batch_seq"])
+        # Task instances of the run are not readable from a task in Airflow 3
+        # (no metadata DB access): the task log of the run shows which failed.
+        reason = f"a task upstream of rollback failed in Airflow run {context['run_id']}"
+        status = runtime.coordinator.rollback(seq, reason=reason)
+        if status.state is BatchState.COMMITTED:
+            runtime.after_commit(status.plan)
+        log.info("batch %s of %s is %s", status.batch_id, self.pipeline.name, status.state.value)
+        return {"batch_seq": seq, "state": status.state.value}

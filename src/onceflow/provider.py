@@ -1,0 +1,31 @@
+"""What Airflow learns about onceflow from the ``apache_airflow_provider``
+entry point: the hooks, operators and connection types it ships.
+
+Connection types are onceflow's own (``onceflow_kafka``, ``onceflow_s3``) so
+that the apache-kafka and Amazon providers keep theirs; the hooks also read
+connections of those providers' ``kafka`` and ``aws`` types, which share the
+format.
+"""
+
+from __future__ import annotations
+
+from . import __version__
+
+
+def get_provider_info() -> dict:
+    return {
+        "package-name": "onceflow",
+        "name": "onceflow",
+        "description": "Exactly-once micro-batch pipelines from Kafka through Spark to files and Kafka, "
+        "with a two-phase commit driven by Airflow tasks.",
+        "versions": [__version__],
+        "integrations": [{"integration-name": "onceflow", "tags": ["service"]}],
+        "hooks": [{"integration-name": "onceflow", "python-modules": ["onceflow.hooks.kafka", "onceflow.hooks.s3"]}],
+        "operators": [{"integration-name": "onceflow", "python-modules": ["onceflow.operators.batch"]}],
+        "connection-types": [
+            {"connection-type": "onceflow_kafka", "hook-class-name": "onceflow.hooks.kafka.KafkaConfigHook",
+             "hook-name": "onceflow Kafka"},
+            {"connection-type": "onceflow_s3", "hook-class-name": "onceflow.hooks.s3.S3ConnectionHook",
+             "hook-name": "onceflow S3"},
+        ],
+    }

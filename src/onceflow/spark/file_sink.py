@@ -1,0 +1,134 @@
+"""``onceflow_files``: a Spark Python data source that pre-commits Parquet files.
+
+Call sequence (Spark's DataSourceWriter contract)::
+
+    OnceflowFilesDataSource.writer()   driver: options parsed and checked (fails fast)
+    StagedParquetWriter.write(batches) executor, once per task ATTEMPT: one new staged
+                                       Parquet file under <sink>/_staging/<batch>/<attempt>/,
+                                       returns StagedFileMessage(entry)
+    StagedParquetWriter.commit(msgs)   a Python worker (NOT the driver), once per job, with
+                                       the message of exactly one successful attempt per
+                                       partition: builds the Vote, calls record_vote()
+    StagedParquetWriter.abort(msgs)    a Python worker, when the job fails: deletes the files
+                                       the messages name; ``None`` messages (failed tasks)
+                                       are cleaned by FileSink.abort, which deletes all
+                                       staging of the batch
+
+Why no duplicates from Spark itself: every task attempt writes a file of its
+own (fresh name), and only the attempts Spark committed reach
+``commit(messages)``. Files of failed or speculative attempts are in no vote,
+so promotion never touches them and abort deletes them.
+
+Usage::
+
+    register(spark)
+    (df.write.format("onceflow_files").mode("append")
+       .option("sink", "page_minute_counts").option("path", uri)
+       .option("batch_seq", "7").option("attempt", "1")
+       .option("spec", spec.to_json()).option("deployment", deployment.to_option())  # vote -> ledger
+       .save())                                  # (or .option("vote_path", uri) outside a pipeline)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+from ..files.entries import FileEntry
+from ..files.sink import FileSink
+from ..files.staged_writer import write_staged_parquet
+from ..files.backends import storage_for
+from .vote_handoff import VOTE_PATH_OPTION, record_vote
+
+FORMAT = "onceflow_files"
+REQUIRED = ("sink", "path", "batch_seq", "attempt")
+
+
+@dataclass(frozen=True)
+class StagedFileMessage(WriterCommitMessage):
+    """What one successful task attempt staged (None: its partition was empty)."""
+
+    entry: FileEntry | None
+
+
+@dataclass(frozen=True)
+class FilesWriteOptions:
+    sink: str
+    path: str
+    batch_seq: int
+    attempt: int
+    storage_kind: str | None
+    raw: Mapping[str, str]
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "FilesWriteOptions":
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        missing = [k for k in REQUIRED if not opts.get(k)]
+        if missing:
+            raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}; set them with .option(name, value)")
+        if not opts.get("spec") and not opts.get(VOTE_PATH_OPTION):
+            raise ValueError(f"{FORMAT}: give option 'spec' (the pipeline's PipelineSpec.to_json(): the vote goes to "
+                             f"its ledger) or '{VOTE_PATH_OPTION}' (the vote is written there)")
+        ints = {}
+        for key in ("batch_seq", "attempt"):
+            try:
+                ints[key] = int(opts[key])
+            except ValueError:
+                raise ValueError(f"{FORMAT}: option {key}={opts[key]!r} is not an integer") from None
+        return cls(opts["sink"], opts["path"], ints["batch_seq"], ints["attempt"], opts.get("storage") or None, opts)
+
+    def file_sink(self) -> FileSink:
+        return FileSink(self.sink, self.path, storage_for(self.path, self.storage_kind, self.raw))
+
+
+class StagedParquetWriter(DataSourceArrowWriter):
+    def __init__(self, options: FilesWriteOptions):
+        self.options = options
+
+    def write(self, iterator: Iterator) -> StagedFileMessage:
+        """Executor: stage this task attempt's partition as one Parquet file."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        sink = self.options.file_sink()
+        entry = write_staged_parquet(
+            iterator,
+            sink.staging_uri(self.options.batch_seq, self.options.attempt),
+            split=context.partitionId(),
+            storage=sink.storage,
+            task_attempt=context.attemptNumber(),
+        )
+        return StagedFileMessage(entry)
+
+    def commit(self, messages: list[StagedFileMessage | None]) -> None:
+        """Python worker, once per successful job: vote for exactly these attempts."""
+        entries = [m.entry for m in messages if m is not None and m.entry is not None]
+        vote = self.options.file_sink().vote_for(self.options.batch_seq, self.options.attempt, entries)
+        record_vote(self.options.raw, vote)
+
+    def abort(self, messages: list[StagedFileMessage | None]) -> None:
+        """Python worker, once per failed job: delete what the messages name.
+        Failed tasks' files (``None`` messages) are left to FileSink.abort."""
+        storage = self.options.file_sink().storage
+        for message in messages:
+            if message is not None and message.entry is not None:
+                storage.delete(message.entry.path)
+
+
+class OnceflowFilesDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def writer(self, schema, overwrite: bool) -> StagedParquetWriter:
+        if overwrite:
+            raise ValueError(f"{FORMAT} stages new files and never overwrites: use .mode('append'); "
+                             "what a batch replaces is decided at commit, not by the writer")
+        return StagedParquetWriter(FilesWriteOptions.parse(self.options))
+
+
+def register(spark) -> None:
+    """Driver: make ``format("onceflow_files")`` available in this session."""
+    spark.dataSource.register(OnceflowFilesDataSource)

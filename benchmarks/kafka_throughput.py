@@ -2,9 +2,8 @@
 
     python benchmarks/kafka_throughput.py [--records N] [--value-bytes B] [--partitions P] [--rounds R]
 
-Uses the broker ``onceflow.settings.kafka_broker()`` names: the embedded one
-started by ``onceflow services up``, or ONCEFLOW_KAFKA_BOOTSTRAP (+
-ONCEFLOW_KAFKA_CONFIG). Two comparisons, each run alternately R times and
+Uses the broker ONCEFLOW_KAFKA_BOOTSTRAP (+ ONCEFLOW_KAFKA_CONFIG) names; for
+the embedded one: ``onceflow services up``, then ``set -a; . .onceflow/stack.env; set +a``. Two comparisons, each run alternately R times and
 reported as the median:
 
 1. write: a plain transactional producer (init, begin, produce, flush,
@@ -50,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from onceflow import settings
+from onceflow_devkit.services.stack import environment_broker
 from onceflow.kafka.admin import delete_topics, ensure_topics
 from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.reader import FIELDS, RangeReader
@@ -231,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
 
-    broker = settings.kafka_broker()
+    broker = environment_broker()
     config = broker.config()
     print(f"broker: {broker.name} at {broker.bootstrap}; {args.records} records of {args.value_bytes} B, "
           f"{args.partitions} partitions, {args.rounds} rounds")

@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/spark_job.py [--events 1000000] [--repeat 3] [--splits 4] [--master local[2]]
 
-Uses the broker ``onceflow.settings.kafka_broker()`` names (``onceflow
-services up``, or ONCEFLOW_KAFKA_BOOTSTRAP). ``--events`` click events (5%
+Uses the broker ONCEFLOW_KAFKA_BOOTSTRAP names (for the embedded one: ``onceflow
+services up``, then ``set -a; . .onceflow/stack.env; set +a``). ``--events`` click events (5%
 malformed) are produced once to a fresh input topic of ``--partitions``
 partitions; then, in ONE Spark session, ``--repeat`` times, each side once
 (plain first in even repeats, onceflow first in odd ones):
@@ -51,8 +51,6 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "plugins"))
 
 from baseline import PRODUCER_TUNING  # noqa: E402 (benchmarks/ is the script's directory)
 from quiet import CpuMeter, wait_for_quiet  # noqa: E402
@@ -208,12 +206,13 @@ def main(argv=None) -> int:
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args(argv)
 
-    from onceflow import settings
     from onceflow.kafka.admin import ensure_topics
     from onceflow.spark.batch_job import register_data_sources
     from onceflow.spark_session import local_spark
 
-    broker = settings.kafka_broker()
+    from onceflow_devkit.services.stack import environment_broker
+
+    broker = environment_broker()
     config = broker.config()
     run_tag = uuid.uuid4().hex[:6]
     input_topic = f"bench-clicks-{run_tag}"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from pathlib import Path
 
 from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import io
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 

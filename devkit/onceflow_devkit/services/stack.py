@@ -116,3 +116,15 @@ class EmbeddedStack:
             {"service": p.name, "pid": p.running_pid(), "port": p.port(), "log": str(p.log_file)}
             for p in (self.s3_proc, self.kafka_proc)
         ]
+
+
+def environment_broker() -> KafkaBroker:
+    """The cluster ``ONCEFLOW_KAFKA_BOOTSTRAP`` names, known by name (and so by its
+    capabilities) when it is the embedded stack's (benchmarks, ``onceflow audit``)."""
+    from onceflow.kafka.cluster import KafkaCluster
+
+    from onceflow_devkit.services.kafka_broker import broker_at
+
+    cluster = KafkaCluster.from_environment()
+    broker = broker_at(cluster.bootstrap, EmbeddedStack(onceflow_home()).info())
+    return KafkaBroker(cluster.bootstrap, cluster.client_config, name=broker.name)

@@ -25,7 +25,7 @@ test-all: venv
 test-chaos: venv
 	$(VENV)/bin/python -m pytest -m chaos $(PYTEST_ARGS)
 
-# The long chaos run whose figures README reports: faulted batches through
+# The long chaos run whose figures docs/chaos.md reports: faulted batches through
 # Airflow over both brokers and both warehouses, then the audit (hours).
 CHAOS_BATCHES ?= 220
 CHAOS_SEED ?= 2026
@@ -34,7 +34,7 @@ chaos: venv
 		> docs/chaos-runs/$$(date +%F)-seed$(CHAOS_SEED).json
 	$(VENV)/bin/onceflow chaos-report docs/chaos-runs/*.json
 
-# The README's chaos figures, from the saved runs (and what is short of the bar).
+# docs/chaos.md's chaos figures, from the saved runs (and what is short of the bar).
 chaos-report: venv
 	$(VENV)/bin/onceflow chaos-report docs/chaos-runs/*.json
 

@@ -28,7 +28,7 @@ import pytest
 
 from onceflow_devkit.services.kafka_broker import BROKERS, KafkaBroker, start_broker
 from onceflow_devkit.services.process import ManagedProcess
-from onceflow_devkit.services.s3 import S3Endpoint, start_moto
+from onceflow_devkit.services.s3 import ACCESS_KEY as S3_ACCESS_KEY, SECRET_KEY as S3_SECRET_KEY, S3Endpoint, start_moto
 from onceflow_devkit.services.spark_standalone import SparkStandalone, start_standalone
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,7 +155,14 @@ def restart_broker(kafka_broker, _brokers):
 def spark():
     from onceflow.spark_session import local_spark
 
-    session = local_spark("onceflow-tests")
+    # Executors get the S3 keys the way users are told to give them: spark.executorEnv
+    # (options carry no secret). The embedded endpoint's keys, or the external one's.
+    external = bool(os.environ.get("ONCEFLOW_S3_ENDPOINT"))
+    keys = {
+        "AWS_ACCESS_KEY_ID": os.environ["AWS_ACCESS_KEY_ID"] if external else S3_ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": os.environ["AWS_SECRET_ACCESS_KEY"] if external else S3_SECRET_KEY,
+    }
+    session = local_spark("onceflow-tests", **{f"spark.executorEnv.{k}": v for k, v in keys.items()})
     yield session
     session.stop()
 

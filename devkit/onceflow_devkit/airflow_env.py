@@ -28,12 +28,16 @@ def onceflow_airflow(
     s3: S3Connection | None = None,
     spark_master: str = "local[2]",
     extra_env: Mapping[str, str] | None = None,
+    dags_folder: Path = DAGS_FOLDER,
+    python: Path | None = None,
 ) -> LocalAirflow:
+    """``python``: the interpreter of the Airflow install to run (default: this one)."""
     airflow = LocalAirflow(
         Path(home),
-        dags_folder=DAGS_FOLDER,
+        dags_folder=dags_folder,
         plugins_folder=PROJECT_ROOT / "plugins",
         extra_env={"ONCEFLOW_WAREHOUSE": warehouse, **(extra_env or {})},
+        **({"python": Path(python)} if python else {}),
     )
     airflow.set_connection(
         "onceflow_kafka", {"conn_type": "onceflow_kafka", "extra": {"bootstrap.servers": kafka.bootstrap, **kafka.client_config}}

@@ -3,7 +3,7 @@ the real outputs (every input record exactly once in every output).
 
 The bounded run is in the default suite (about 4 minutes); the runs on Tansu
 and on the S3 warehouse behind the fault proxy are slow. The long run is
-`make chaos` (README has its figures)."""
+`make chaos` (docs/chaos.md has its figures)."""
 
 from __future__ import annotations
 

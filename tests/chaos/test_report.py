@@ -1,4 +1,4 @@
-"""Saved chaos runs added up: the bar check, and the README table generated from the saved JSON."""
+"""Saved chaos runs added up: the bar check, and the docs/chaos.md table generated from the saved JSON."""
 
 from __future__ import annotations
 
@@ -62,15 +62,15 @@ def test_load_runs_refuses_a_file_that_is_not_chaos_output(tmp_path):
         report.load_runs([stray])
 
 
-def test_every_saved_run_is_clean_and_the_readme_shows_exactly_their_figures(capsys):
-    assert SAVED, "docs/chaos-runs holds the runs the README reports"
+def test_every_saved_run_is_clean_and_docs_chaos_shows_exactly_their_figures(capsys):
+    assert SAVED, "docs/chaos-runs holds the runs docs/chaos.md reports"
     runs = report.load_runs(SAVED)
     assert all(r["ok"] and r["duplicates"] == 0 and r["missing"] == 0 for r in runs)
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "chaos.md").read_text()
     block = re.search(r"<!-- chaos-report begin -->\n(.*?)\n<!-- chaos-report end -->", readme, re.S)
-    assert block, "README lost the markers around the chaos figures"
+    assert block, "docs/chaos.md lost the markers around the chaos figures"
     assert block.group(1).strip() == report.markdown(runs).strip(), (
-        "README's chaos figures differ from docs/chaos-runs: regenerate with "
+        "docs/chaos.md's chaos figures differ from docs/chaos-runs: regenerate with "
         "onceflow chaos-report docs/chaos-runs/*.json"
     )
     assert main(["chaos-report", *map(str, SAVED)]) == 0

@@ -26,4 +26,4 @@ def sink_root(request, tmp_path) -> tuple[str, Storage]:
 
     endpoint = request.getfixturevalue("s3_endpoint")
     bucket = request.getfixturevalue("s3_bucket")
-    return f"s3://{bucket}/warehouse/sink-{uuid.uuid4().hex[:6]}", S3Storage.for_endpoint(endpoint)
+    return f"s3://{bucket}/warehouse/sink-{uuid.uuid4().hex[:6]}", S3Storage(endpoint)

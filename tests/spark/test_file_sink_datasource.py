@@ -12,6 +12,7 @@ import pytest
 
 from onceflow.files import FileSink, committed_files, layout, read_committed
 from onceflow.files.backends import storage_for
+from onceflow.files.storage import Storage
 from onceflow.protocol.participant import Outcome
 from onceflow.protocol.plan import Plan
 from onceflow.spark.file_sink import FORMAT, register
@@ -21,17 +22,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(params=["local", "hadoop", "s3"])
-def target(request, tmp_path, spark) -> tuple[str, dict[str, str]]:
-    """(sink URI, writer options for its storage)."""
+def target(request, tmp_path, spark) -> tuple[str, dict[str, str], Storage]:
+    """(sink URI, writer options for its storage, the storage as this process reads it).
+    Options carry no secret: executors sign in with their own keys (spark.executorEnv)."""
     register(spark)
     if request.param == "local":
-        return str(tmp_path / "sink"), {}
+        return str(tmp_path / "sink"), {}, storage_for(str(tmp_path / "sink"))
     if request.param == "hadoop":
-        return f"file://{tmp_path}/sink", {"storage": "hadoop"}
+        return f"file://{tmp_path}/sink", {"storage": "hadoop"}, storage_for(f"file://{tmp_path}/sink", "hadoop")
     from onceflow.files.s3 import S3Storage
 
-    storage = S3Storage.for_endpoint(request.getfixturevalue("s3_endpoint"))
-    return f"s3://{request.getfixturevalue('s3_bucket')}/sink", storage.options()
+    storage = S3Storage(request.getfixturevalue("s3_endpoint"))
+    return f"s3://{request.getfixturevalue('s3_bucket')}/sink", storage.options(), storage
 
 
 def write(df, sink_uri: str, vote_path: str, extra: dict[str, str], seq: int = 5, attempt: int = 1) -> None:
@@ -43,12 +45,12 @@ def write(df, sink_uri: str, vote_path: str, extra: dict[str, str], seq: int = 5
     writer.save()
 
 
-def sink_for(sink_uri: str, extra: dict[str, str]) -> FileSink:
-    return FileSink("numbers", sink_uri, storage_for(sink_uri, extra.get("storage"), extra))
+def sink_for(sink_uri: str, storage: Storage) -> FileSink:
+    return FileSink("numbers", sink_uri, storage)
 
 
 def test_each_task_stages_one_file_and_the_job_votes_for_all(spark, target, tmp_path):
-    sink_uri, extra = target
+    sink_uri, extra, storage = target
     df = spark.range(0, 1000, numPartitions=4).selectExpr("id", "cast(id % 7 AS int) AS bucket")
     vote_path = str(tmp_path / "vote.json")
     write(df, sink_uri, vote_path, extra)
@@ -56,7 +58,7 @@ def test_each_task_stages_one_file_and_the_job_votes_for_all(spark, target, tmp_
     vote = read_recorded_vote(vote_path)
     assert (vote.participant, vote.batch_seq, vote.attempt, vote.records) == ("numbers", 5, 1, 1000)
     assert sorted(f["split"] for f in vote.payload["files"]) == [0, 1, 2, 3]
-    sink = sink_for(sink_uri, extra)
+    sink = sink_for(sink_uri, storage)
     assert committed_files(sink_uri, sink.storage) == []  # staged is invisible
 
     assert sink.verify(vote).outcome is Outcome.DONE
@@ -79,7 +81,7 @@ def test_a_failed_job_votes_nothing_and_abort_leaves_no_staging(spark, tmp_path)
     finally:
         spark.conf.unset("spark.sql.ansi.enabled")
     assert read_recorded_vote(vote_path) is None
-    sink = sink_for(sink_uri, {})
+    sink = sink_for(sink_uri, storage_for(sink_uri))
     assert sink.abort(Plan("p", 5, ()), []).ok
     assert sink.storage.list_dir(layout.batch_staging(sink_uri, 5)) == {}
     assert committed_files(sink_uri) == []

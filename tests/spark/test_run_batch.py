@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.dag_factory import SUBMIT_APPLICATION as SCRIPT, library_zip
+from onceflow.dag_factory import SUBMIT_APPLICATION as SCRIPT, shipped_code
 from onceflow.spark import submit as run_batch_module
 from onceflow_examples.clickstream import CLICKSTREAM
 from onceflow.settings import ConfigurationError
@@ -46,7 +46,7 @@ def test_a_wrong_spec_fails_fast_naming_the_fix(run_batch, name, location, messa
 
 def test_no_warehouse_exits_2_before_spark_starts(run_batch, monkeypatch, capsys):
     monkeypatch.delenv("ONCEFLOW_WAREHOUSE", raising=False)
-    assert run_batch.main(["--pipeline", "clickstream", "--batch", "1"]) == 2
+    assert run_batch.main(["--pipeline", "clickstream", "--batch", "1", "--spec", "onceflow_examples.clickstream:CLICKSTREAM"]) == 2
     assert "ONCEFLOW_WAREHOUSE" in capsys.readouterr().err
 
 
@@ -68,13 +68,13 @@ def planned_batch(broker, warehouse: str, s3=None):
 
 def spark_submit(tmp_path: Path, runtime, plan, env: dict[str, str], master: str = "local[2]",
                  conf: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """spark-submit run_batch.py as the DAG does (onceflow shipped with --py-files, the zip the DAG
-    ships), the spec in a module of its own as a user's pipeline would be."""
+    """spark-submit the application as the DAG does (onceflow and the transform's package shipped
+    with --py-files, the zips the DAG ships), the spec in a module of its own as a user's would be."""
     spec = runtime.spec
     (tmp_path / "my_pipelines.py").write_text(
         f"from onceflow.spec import PipelineSpec\nSPEC = PipelineSpec.from_json({spec.to_json()!r})\n")
     argv = [str(SPARK_SUBMIT), "--master", master, "--name", f"onceflow-{spec.name}",
-            "--py-files", library_zip(), "--conf", "spark.ui.enabled=false"]
+            "--py-files", ",".join(shipped_code(spec)), "--conf", "spark.ui.enabled=false"]
     for key, value in (conf or {}).items():
         argv += ["--conf", f"{key}={value}"]
     argv += [str(SCRIPT), "--pipeline", spec.name, "--batch", str(plan.batch_seq), "--spec", "my_pipelines:SPEC"]
@@ -85,8 +85,9 @@ def spark_submit(tmp_path: Path, runtime, plan, env: dict[str, str], master: str
 
 
 def job_summary(proc: subprocess.CompletedProcess) -> dict:
-    """The JSON line run_batch.py prints when every output voted."""
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    """The JSON line run_batch.py prints when every output voted. On failure: the driver's
+    own output (spark-submit merges its stderr into stdout), then Spark's log."""
+    assert proc.returncode == 0, proc.stdout[-3000:] + "\n--- spark-submit stderr ---\n" + proc.stderr[-2000:]
     summary = [line for line in proc.stdout.splitlines() if line.startswith('{"')]
     assert summary, proc.stdout[-2000:]
     return json.loads(summary[-1])
@@ -220,7 +221,8 @@ def test_a_driver_without_aws_settings_fails_naming_them_and_with_a_role_it_comm
 
     failed = spark_submit(tmp_path, runtime, plan, env)
     assert failed.returncode == 2, failed.stderr[-3000:]
-    assert "found no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in failed.stderr
+    # spark-submit runs the Python driver with its stderr merged into stdout.
+    assert "found no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in failed.stdout, failed.stdout[-3000:]
     assert runtime.coordinator.describe(plan.batch_seq).attempt == 0  # it stopped before claiming an attempt
 
     role = ContainerRole(s3_endpoint.access_key, s3_endpoint.secret_key)

@@ -37,7 +37,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
-from onceflow.dag_factory import library_zip
+from onceflow.dag_factory import shipped_code
 from onceflow.files import layout
 from onceflow.files.reader import committed_manifests
 from onceflow.kafka.admin import ensure_topics
@@ -95,7 +95,9 @@ CASES = [
 # -- the job as a process group ------------------------------------------------------
 @pytest.fixture(scope="module")
 def onceflow_zip() -> str:
-    return library_zip()  # what the DAG ships
+    from onceflow_examples.clickstream import CLICKSTREAM
+
+    return ",".join(shipped_code(CLICKSTREAM))  # what the DAG ships: onceflow and the transform's package
 
 
 def group_members(pgid: int) -> list[int]:

@@ -1,7 +1,7 @@
 """Saved chaos runs, added up and checked against the long run's bar.
 
 Runs wherever the JSON is (``onceflow chaos-report docs/chaos-runs/*.json``):
-each file is what ``onceflow chaos --json`` printed. The README's figures
+each file is what ``onceflow chaos --json`` printed. docs/chaos.md's figures
 table is this module's Markdown, so it can be regenerated from the saved
 runs rather than copied by hand.
 

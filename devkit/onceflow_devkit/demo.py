@@ -20,6 +20,7 @@ import shutil
 import time
 
 from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
+from onceflow.protocol.batch_id import BatchId
 
 DAG_ID = "clickstream_exactly_once"
 EVENTS = 3000
@@ -76,7 +77,7 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
             batch = runtime.coordinator.describe()
             what = f"batch {batch.batch_id}: {batch.plan.records} records, {batch.state.value}" if batch else "no batch"
             if batch and batch.plan.replay_of:
-                what += f" (replays aborted batch {batch.plan.replay_of:010d})"
+                what += f" (replays aborted batch {BatchId(batch.plan.replay_of)})"
             _say(f"[run {n}]   {kind:<6} {result.run_state or 'no run'} in {result.seconds:.0f} s — {what}; tasks {result.tasks}")
             expected_ok = kind != "fault"
             if result.succeeded != expected_ok:

@@ -37,6 +37,7 @@ from .protocol.participant import Outcome, Participant, Result, Vote
 from .protocol.plan import Plan
 from .protocol.planning import OffsetSource, PlanConfig, next_plan
 from .protocol.states import TRANSITIONS, BatchState, IllegalTransition, check_transition, derive_state
+from .protocol.batch_id import BatchId
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class BatchStatus:
 
     @property
     def batch_id(self) -> str:
-        return f"{self.batch_seq:010d}"
+        return str(BatchId(self.batch_seq))
 
 
 def _default_identity() -> str:
@@ -106,7 +107,7 @@ class Coordinator:
         plan = self.ledger.read_plan(seq)
         if plan is None:
             raise KeyError(
-                f"pipeline {self.pipeline!r} has no batch {seq:010d} (no {self.ledger.storage.describe(self.ledger.plan_key(seq))}); "
+                f"pipeline {self.pipeline!r} has no batch {BatchId(seq)} (no {self.ledger.storage.describe(self.ledger.plan_key(seq))}); "
                 "run the plan task first"
             )
         return plan
@@ -238,12 +239,12 @@ class Coordinator:
         ``seq``. Refused once the batch is decided. Each call claims a new
         attempt, which fences every older one (their votes stop counting)."""
         decision = self.ledger.read_decision(seq)
-        check_transition(self._state(seq, decision), BatchState.PREPARING, batch=f"{seq:010d}", pipeline=self.pipeline, step="begin_attempt")
+        check_transition(self._state(seq, decision), BatchState.PREPARING, batch=str(BatchId(seq)), pipeline=self.pipeline, step="begin_attempt")
         claim = self.ledger.claim_attempt(seq, self.identity, self._clock())
         # A decision written while we claimed fixed an older attempt: this one is void.
         if self.ledger.read_decision(seq) is not None:
             raise IllegalTransition(
-                f"batch {seq:010d} of pipeline {self.pipeline!r} was decided while attempt {claim.attempt} started; "
+                f"batch {BatchId(seq)} of pipeline {self.pipeline!r} was decided while attempt {claim.attempt} started; "
                 "this attempt must not run. Nothing to do: the decision stands."
             )
         return claim.attempt
@@ -255,7 +256,7 @@ class Coordinator:
         never counted; it can never replace a vote already recorded."""
         if (vote.batch_seq, vote.attempt) != (seq, attempt):
             raise ValueError(f"vote is for batch {vote.batch_seq} attempt {vote.attempt}, recorded as {seq} / {attempt}")
-        where = f"batch {seq:010d} of pipeline {self.pipeline!r}"
+        where = f"batch {BatchId(seq)} of pipeline {self.pipeline!r}"
         plan = self.plan(seq)
         if vote.participant not in self._expected(plan):
             raise ValueError(f"{where} has no sink {vote.participant!r} (sinks: {self._expected(plan)})")
@@ -280,7 +281,7 @@ class Coordinator:
     # -- decision ----------------------------------------------------------------
     def _decide(self, seq: int, state: BatchState, outcome: DecisionOutcome, attempt: int, votes: Mapping[str, Vote], reason: str) -> Decision:
         target = BatchState.COMMITTING if outcome is DecisionOutcome.COMMIT else BatchState.ABORTING
-        check_transition(state, target, batch=f"{seq:010d}", pipeline=self.pipeline, step=f"decide {outcome.value}")
+        check_transition(state, target, batch=str(BatchId(seq)), pipeline=self.pipeline, step=f"decide {outcome.value}")
         mine = Decision(seq, outcome, attempt, dict(votes), self.identity, self._clock(), reason)
         created, winner = self.ledger.create_decision(mine)
         if not created and winner != mine:

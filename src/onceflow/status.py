@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from .protocol.batch_id import BatchId
+
 
 def batch_rows(coordinator, limit: int = 20) -> list[dict[str, Any]]:
     latest = coordinator.latest_seq()
@@ -46,7 +48,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"{r['batch']:<11} {r['state']:<11} {r['records']:>8} {r['attempt']:>7}  {_when(r['timings_ms'].get('planned')):<19}  {decision}"
         )
-        lines.append(f"{'':<11} ranges: {ranges}" + (f"; replays {r['replay_of']:010d}" if r["replay_of"] else ""))
+        lines.append(f"{'':<11} ranges: {ranges}" + (f"; replays {BatchId(r['replay_of'])}" if r["replay_of"] else ""))
         if r["votes"] or r["missing_votes"]:
             lines.append(f"{'':<11} votes: {r['votes']}" + (f"; missing {r['missing_votes']}" if r["missing_votes"] else ""))
     return "\n".join(lines)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import uuid
 
+from ..protocol.batch_id import BatchId
+
 STAGING_DIR = "_staging"
 MANIFEST_NAME = "_SUCCESS"
 BATCH_DIR_PREFIX = "batch="
@@ -26,7 +28,7 @@ BATCH_DIR_PREFIX = "batch="
 
 def batch_id(batch_seq: int) -> str:
     """The batch's id as directory name; the same spelling as ``Plan.batch_id``."""
-    return f"{batch_seq:010d}"
+    return str(BatchId(batch_seq))
 
 
 def join(base: str, *parts: str) -> str:

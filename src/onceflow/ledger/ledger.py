@@ -3,7 +3,7 @@
 Layout under ``<root>/_onceflow/<pipeline>/``::
 
     _head.json                                  hint: latest seq (overwritten)
-    batches/<seq:010d>/plan.json                the plan (I6)
+    batches/<batch id>/plan.json                the plan (I6)
     batches/<seq>/attempts/<n:04d>.json         attempt n claimed (fencing, I5)
     batches/<seq>/attempts/<n>/votes/<p>.json   participant p's vote in attempt n
     batches/<seq>/decision.json                 COMMIT or ABORT, once (I2)
@@ -30,6 +30,7 @@ from ..protocol.plan import Plan
 from .errors import LedgerCorruptError
 from .records import AttemptClaim, Decision, DoneMarker, Head, Kind, RecordedVote, decode, encode
 from .storage import LedgerStorage
+from ..protocol.batch_id import BatchId
 
 LEDGER_DIR = "_onceflow"
 BATCH_EFFECT = "_batch"
@@ -67,7 +68,7 @@ class BatchLedger:
 
     # -- paths ---------------------------------------------------------------
     def batch_dir(self, seq: int) -> str:
-        return f"{self.base}/batches/{seq:010d}"
+        return f"{self.base}/batches/{BatchId(seq)}"
 
     def plan_key(self, seq: int) -> str:
         return f"{self.batch_dir(seq)}/plan.json"
@@ -93,7 +94,7 @@ class BatchLedger:
         data = self.storage.read(key)
         if data is None:
             return None
-        batch = f"{seq:010d}" if seq is not None else "-"
+        batch = str(BatchId(seq)) if seq is not None else "-"
         return decode(kind, data, where=self.storage.describe(key), pipeline=self.pipeline, batch=batch)
 
     def _create(self, kind: Kind, key: str, seq: int, record: Any) -> tuple[bool, Any]:
@@ -106,7 +107,7 @@ class BatchLedger:
         existing = self._read(kind, key, seq)
         if existing is None:
             raise LedgerCorruptError(
-                f"{self.storage.describe(key)} of pipeline {self.pipeline!r}, batch {seq:010d} was reported to exist "
+                f"{self.storage.describe(key)} of pipeline {self.pipeline!r}, batch {BatchId(seq)} was reported to exist "
                 "but cannot be read: the storage is not read-after-write consistent or the file was deleted. "
                 "Restore it from backup; never delete ledger files."
             )

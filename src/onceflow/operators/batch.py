@@ -31,6 +31,7 @@ from airflow.sdk import BaseOperator
 from ..protocol.states import BatchState
 from ..runtime import is_s3_uri
 from ..spec import PipelineSpec
+from ..protocol.batch_id import BatchId
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class PlanBatchOperator(_BatchOperator):
         log.info(
             "batch %s of %s: %d records in %d partition ranges%s: %s",
             plan.batch_id, self.pipeline.name, plan.records, len(ranges),
-            f" (replays aborted batch {plan.replay_of:010d})" if plan.replay_of else "",
+            f" (replays aborted batch {BatchId(plan.replay_of)})" if plan.replay_of else "",
             json.dumps(ranges),
         )
         return {"batch_seq": plan.batch_seq, "batch_id": plan.batch_id, "records": plan.records, "ranges": ranges}

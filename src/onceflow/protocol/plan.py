@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .batch_id import BatchId
+
 
 @dataclass(frozen=True, order=True)
 class OffsetRange:
@@ -75,7 +77,7 @@ class Plan:
 
     @property
     def batch_id(self) -> str:
-        return f"{self.batch_seq:010d}"
+        return str(BatchId(self.batch_seq))
 
     @property
     def records(self) -> int:

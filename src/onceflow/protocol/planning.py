@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, runti
 
 from .plan import OffsetRange, Plan, SinkPlan
 from .states import BatchState
+from .batch_id import BatchId
 
 
 class TopicPartition(NamedTuple):
@@ -136,7 +137,7 @@ def _check_not_lost(pipeline: str, seq: int, starts: Mapping[TopicPartition, int
     if lost:
         where = "; ".join(f"{tp.topic}[{tp.partition}] offsets {a}..{b - 1}" for tp, (a, b) in sorted(lost.items()))
         raise OffsetsLostError(
-            f"batch {seq:010d} of pipeline {pipeline!r} must start at offsets the log no longer holds "
+            f"batch {BatchId(seq)} of pipeline {pipeline!r} must start at offsets the log no longer holds "
             f"(deleted by retention before onceflow read them): {where}. Those records are lost to this pipeline. "
             "Raise the topic's retention and either restore the records or, knowingly, start a new pipeline name "
             "from 'earliest'; onceflow never skips them silently.",
@@ -177,7 +178,7 @@ def next_plan(
     gone = sorted(tp for tp in committed_ends if tp not in set(current) and tp.topic in config.topics)
     if gone:
         raise PlanningError(
-            f"cannot plan batch {seq:010d} of pipeline {pipeline!r}: partitions read by batch {previous.batch_id} "
+            f"cannot plan batch {BatchId(seq)} of pipeline {pipeline!r}: partitions read by batch {previous.batch_id} "
             f"no longer exist: {', '.join(f'{t}[{p}]' for t, p in gone)}. A topic was deleted or recreated; "
             "restore it, or start a new pipeline name."
         )
@@ -198,7 +199,7 @@ def next_plan(
         start = starts[tp]
         if stable[tp] < start:
             raise PlanningError(
-                f"cannot plan batch {seq:010d} of pipeline {pipeline!r}: {tp.topic}[{tp.partition}] ends at offset "
+                f"cannot plan batch {BatchId(seq)} of pipeline {pipeline!r}: {tp.topic}[{tp.partition}] ends at offset "
                 f"{stable[tp]}, before offset {start} where the previous batch ended. The topic was recreated or "
                 "truncated; restore it, or start a new pipeline name."
             )

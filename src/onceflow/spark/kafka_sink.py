@@ -32,6 +32,8 @@ from typing import Iterator, Mapping
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
+from ..protocol.batch_id import BatchId
+
 FORMAT = "onceflow_kafka"
 REQUIRED = ("spec", "deployment", "sink", "topic", "batch_seq", "attempt", "transactional_ids", "staging_root")
 
@@ -56,7 +58,7 @@ class KafkaWriteOptions:
 
     @property
     def batch_id(self) -> str:
-        return f"{self.batch_seq:010d}"
+        return str(BatchId(self.batch_seq))
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "KafkaWriteOptions":

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from ..files.backends import storage_for
 from ..protocol.participant import Vote
+from ..protocol.batch_id import BatchId
 
 VOTE_PATH_OPTION = "vote_path"
 
@@ -46,10 +47,10 @@ def record_vote(options: Mapping[str, str], vote: Vote) -> None:
     path = options.get(VOTE_PATH_OPTION)
     if not path:
         raise ValueError(f"writer option {VOTE_PATH_OPTION!r} is not set: the job has nowhere to record the vote "
-                         f"of batch {vote.batch_seq:010d} attempt {vote.attempt}; pass .option('{VOTE_PATH_OPTION}', uri)")
+                         f"of batch {BatchId(vote.batch_seq)} attempt {vote.attempt}; pass .option('{VOTE_PATH_OPTION}', uri)")
     data = json.dumps(vote_to_dict(vote), sort_keys=True).encode()
     if not storage_for(path, options=options).create_if_absent(path, data):
-        raise FileExistsError(f"a vote of {vote.participant} for batch {vote.batch_seq:010d} attempt {vote.attempt} "
+        raise FileExistsError(f"a vote of {vote.participant} for batch {BatchId(vote.batch_seq)} attempt {vote.attempt} "
                               f"is already recorded at {path}; a batch attempt votes once: run a new attempt")
 
 

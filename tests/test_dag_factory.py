@@ -1,0 +1,69 @@
+"""What the DAG factory builds, at parse time (the DAG in Airflow runs in tests/e2e)."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import onceflow
+from onceflow.dag_factory import SUBMIT_APPLICATION, code_zip, pipeline_dag, shipped_code
+from onceflow.settings import ConfigurationError
+from onceflow_examples.clickstream import CLICKSTREAM
+
+
+@pytest.fixture(scope="module")
+def dag():
+    return pipeline_dag(CLICKSTREAM, warehouse="s3://lake/warehouse", dag_id="clickstream_unit")
+
+
+def test_the_dag_is_plan_spark_then_commit_or_rollback_one_run_at_a_time(dag):
+    assert sorted(dag.task_ids) == ["commit", "plan", "rollback", "spark"]
+    assert dag.max_active_runs == 1
+    assert dag.get_task("plan").downstream_task_ids == {"spark"}
+    assert dag.get_task("spark").downstream_task_ids == {"commit", "rollback"}
+    assert (dag.get_task("commit").trigger_rule, dag.get_task("rollback").trigger_rule) == ("all_success", "one_failed")
+    assert {a.name for a in dag.get_task("commit").outlets} == {f"onceflow.clickstream.{s.name}" for s in CLICKSTREAM.sinks}
+
+
+def test_the_spark_task_submits_the_installed_application_and_ships_onceflow_and_the_transform(dag):
+    spark = dag.get_task("spark")
+    assert Path(spark.application) == SUBMIT_APPLICATION == Path(onceflow.__file__).parent / "spark" / "submit.py"
+    library, transform = spark.py_files.split(",")
+    library_names = zipfile.ZipFile(library).namelist()
+    assert "onceflow/spark/submit.py" in library_names
+    assert not [n for n in library_names if not n.startswith("onceflow/")]
+    assert "onceflow_examples/clickstream.py" in zipfile.ZipFile(transform).namelist()
+    args = spark.application_args
+    assert json.loads(args[args.index("--spec-json") + 1])["name"] == "clickstream"
+
+
+def test_secrets_reach_the_driver_as_templates_of_the_connections_never_as_values(dag):
+    env = dag.get_task("spark").env_vars
+    assert env["AWS_ACCESS_KEY_ID"] == "{{ conn.onceflow_s3.login }}"
+    assert env["AWS_SECRET_ACCESS_KEY"] == "{{ conn.onceflow_s3.password }}"
+    assert "aws_session_token" in env["AWS_SESSION_TOKEN"]
+    # No default region or endpoint: what the connection lacks stays empty and fails in the driver, naming it.
+    assert "us-east-1" not in json.dumps(env) and "amazonaws" not in json.dumps(env)
+
+
+def test_a_file_warehouse_gives_the_driver_no_aws_settings():
+    env = pipeline_dag(CLICKSTREAM, warehouse="file:///data/w", dag_id="clickstream_file").get_task("spark").env_vars
+    assert not [k for k in env if k.startswith("AWS_")]
+
+
+def test_no_warehouse_names_the_setting(monkeypatch):
+    monkeypatch.delenv("ONCEFLOW_WAREHOUSE", raising=False)
+    with pytest.raises(ConfigurationError, match="no warehouse.*ONCEFLOW_WAREHOUSE"):
+        pipeline_dag(CLICKSTREAM)
+
+
+def test_code_is_zipped_once_per_content_and_a_missing_package_is_named(tmp_path, monkeypatch):
+    assert code_zip("onceflow.spec") == code_zip("onceflow") == shipped_code(CLICKSTREAM)[0]
+    (tmp_path / "lone_transform.py").write_text("def transform(df, batch_id):\n    return {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert zipfile.ZipFile(code_zip("lone_transform")).namelist() == ["lone_transform.py"]
+    with pytest.raises(ConfigurationError, match="no importable module or package 'no_such_package'"):
+        code_zip("no_such_package.transforms")

@@ -32,16 +32,15 @@ from typing import Any
 from . import faults
 from .settings import ConfigurationError
 from .runtime import is_s3_uri
-from .spec import FILES, PipelineSpec
+from .sinks import sink_kind
+from .spec import PipelineSpec
 
 SUBMIT_APPLICATION = Path(__file__).resolve().parent / "spark" / "submit.py"
 
 
-def asset_uri(spec: PipelineSpec, sink_name: str, warehouse: str, bootstrap_hint: str = "kafka") -> str:
+def asset_uri(spec: PipelineSpec, sink_name: str, warehouse: str) -> str:
     sink = spec.sink(sink_name)
-    if sink.kind == FILES:
-        return f"{warehouse.rstrip('/')}/{sink.target}"
-    return f"kafka://{bootstrap_hint}/{sink.target}"
+    return sink_kind(sink.kind).asset_uri(sink, warehouse)
 
 
 def outputs(spec: PipelineSpec, warehouse: str) -> list:

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .settings import ConfigurationError
+from .sinks import kinds
 
+# The built-in sink kinds (onceflow.sinks has what each does).
 FILES = "files"
 KAFKA = "kafka"
 # The columns of a batch's input records (the onceflow_kafka_range source), in order.
@@ -59,8 +61,8 @@ class SinkSpec:
 
     def __post_init__(self) -> None:
         _check_name("sink name", self.name)
-        if self.kind not in (FILES, KAFKA):
-            raise ConfigurationError(f"sink {self.name!r}: kind {self.kind!r} is not valid: use {FILES!r} or {KAFKA!r}")
+        if self.kind not in kinds():
+            raise ConfigurationError(f"sink {self.name!r}: kind {self.kind!r} is not valid: use one of {', '.join(map(repr, kinds()))}")
         if self.splits < 1:
             raise ConfigurationError(f"sink {self.name!r}: splits must be >= 1, got {self.splits}")
         if not self.target:

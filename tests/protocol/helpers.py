@@ -11,8 +11,14 @@ from .fakes import FakeSource, World, participants
 SINKS = (SinkPlan("files", "files", 1), SinkPlan("events", "kafka", 2))
 
 
+def kafka_ids(pipeline: str, sink: SinkPlan) -> tuple[str, ...]:
+    """Stand-in for the Kafka sink kind's transactional ids."""
+    return tuple(f"onceflow-{pipeline}-{sink.name}-{i}" for i in range(sink.splits)) if sink.kind == "kafka" else ()
+
+
 def config(max_records: int | None = 100, **kw) -> PlanConfig:
-    return PlanConfig(topics=("in",), sinks=SINKS, max_records_per_partition=max_records, **kw)
+    return PlanConfig(topics=("in",), sinks=SINKS, max_records_per_partition=max_records,
+                      **{"transactional_ids": kafka_ids, **kw})
 
 
 def source(*ends: int) -> FakeSource:

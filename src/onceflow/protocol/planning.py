@@ -91,9 +91,9 @@ class StartPosition:
         return f"timestamp:{self.timestamp_ms}" if self.kind == "timestamp" else self.kind
 
 
-def default_transactional_id(pipeline: str, sink: str, split: int) -> str:
-    """Stand-in for onceflow.kafka.ids.transactional_id (used by tests)."""
-    return f"onceflow-{pipeline}-{sink}-{split}"
+def no_transactional_ids(pipeline: str, sink: SinkPlan) -> tuple[str, ...]:
+    """For sinks that write inside no transaction: nothing to fence."""
+    return ()
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,10 @@ class PlanConfig:
     sinks: tuple[SinkPlan, ...]
     start: StartPosition = StartPosition("earliest")
     max_records_per_partition: int | None = None
-    transactional_id: Callable[[str, str, int], str] = default_transactional_id
+    # (pipeline, sink plan) -> the transactional ids of the sink's splits, derived
+    # so that rollback can fence them even when a job died before voting. The
+    # sink's kind answers (onceflow.sinks); planning never asks which kind it is.
+    transactional_ids: Callable[[str, SinkPlan], tuple[str, ...]] = no_transactional_ids
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -123,12 +126,7 @@ class PlanConfig:
 
 
 def _with_ids(pipeline: str, config: PlanConfig) -> tuple[SinkPlan, ...]:
-    return tuple(
-        replace(s, transactional_ids=tuple(config.transactional_id(pipeline, s.name, i) for i in range(s.splits)))
-        if s.kind == "kafka"
-        else s
-        for s in config.sinks
-    )
+    return tuple(replace(s, transactional_ids=tuple(config.transactional_ids(pipeline, s))) for s in config.sinks)
 
 
 def _check_not_lost(pipeline: str, seq: int, starts: Mapping[TopicPartition, int], source: OffsetSource) -> None:

@@ -7,8 +7,8 @@ Call sequence::
     records = format("onceflow_kafka_range")      exactly the planned ranges, the spec's input_columns, cached once
     outputs = spec.transform(records, batch_id)   {sink name: DataFrame}
     per sink, repartitioned to the plan's splits:
-        files -> format("onceflow_files")         staged Parquet; vote -> ledger
-        kafka -> format("onceflow_kafka")         open transactions; vote -> ledger
+        its kind's pre_commit (onceflow.sinks)    files: staged Parquet; kafka: open transactions;
+                                                  the data source's commit votes -> ledger
 
 Nothing here commits: the Airflow commit task does, from the votes. A job
 that dies leaves staging and open transactions that the rollback task (or
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import faults
-from ..spec import FILES
+from ..sinks import sink_kind
 
 log = logging.getLogger(__name__)
 
@@ -85,21 +85,10 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
         if i:
             faults.fault_point(JOB_BETWEEN_OUTPUTS)
         started = time.perf_counter()
-        splits = plan.sink(sink.name).splits
-        frame = outputs[sink.name].repartition(splits)
-        options = {"spec": spec.to_json(), "deployment": deployment, "sink": sink.name, "batch_seq": str(seq), "attempt": str(attempt)}
-        if sink.kind == FILES:
-            options["path"] = runtime.sink_uri(sink.name)
-            options.update(runtime.file_storage_options())
-            frame.write.format("onceflow_files").mode("append").options(**options).save()
-        else:
-            options.update(
-                topic=sink.target,
-                transactional_ids=json.dumps(list(plan.sink(sink.name).transactional_ids)),
-                staging_root=runtime.deployment.warehouse,
-                transaction_timeout_ms=str(sink.transaction_timeout_ms),
-            )
-            frame.write.format("onceflow_kafka").mode("append").options(**options).save()
+        sink_plan = plan.sink(sink.name)
+        frame = outputs[sink.name].repartition(sink_plan.splits)
+        job_options = {"spec": spec.to_json(), "deployment": deployment, "sink": sink.name, "batch_seq": str(seq), "attempt": str(attempt)}
+        sink_kind(sink.kind).pre_commit(frame, sink, sink_plan, runtime.deployment, job_options)
         seconds[sink.name] = time.perf_counter() - started
         log.info("batch %s: %s pre-committed and voted in %.1f s", plan.batch_id, sink.name, seconds[sink.name])
     faults.fault_point(JOB_AFTER_VOTES)

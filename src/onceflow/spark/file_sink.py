@@ -36,13 +36,13 @@ from typing import Iterator, Mapping
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
+from ..sinks.files import FORMAT  # the name this data source registers under
 from ..files.entries import FileEntry
 from ..files.sink import FileSink
 from ..files.staged_writer import write_staged_parquet
 from ..files.backends import storage_for
 from .vote_handoff import VOTE_PATH_OPTION, record_vote
 
-FORMAT = "onceflow_files"
 REQUIRED = ("sink", "path", "batch_seq", "attempt")
 
 

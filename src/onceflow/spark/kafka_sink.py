@@ -32,9 +32,9 @@ from typing import Iterator, Mapping
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
+from ..sinks.kafka import FORMAT  # the name this data source registers under
 from ..protocol.batch_id import BatchId
 
-FORMAT = "onceflow_kafka"
 REQUIRED = ("spec", "deployment", "sink", "topic", "batch_seq", "attempt", "transactional_ids", "staging_root")
 
 

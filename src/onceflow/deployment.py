@@ -1,0 +1,121 @@
+"""Where a pipeline runs: the warehouse, the Kafka cluster and the S3 connection.
+
+The warehouse (``file:///...``, ``s3://bucket/prefix`` or ``hdfs://...``)
+holds the file outputs, the ledger (``_onceflow/``) and the Kafka sinks'
+staged copies. A ``Deployment`` crosses into Spark once, as ``to_option()``
+(no secrets), and each worker adds its own secrets back (``from_option``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from .kafka.cluster import KafkaCluster, is_secret
+from .s3_connection import S3Connection
+from .settings import ConfigurationError
+WAREHOUSE_VAR = "ONCEFLOW_WAREHOUSE"
+# Executors never see the spark task's environment; say how secrets reach them.
+EXECUTOR_SECRETS_HINT = (
+    "executors do not inherit the spark task's environment: give them the AWS_* variables "
+    "(spark.executorEnv.*) or a role of their own"
+)
+
+
+def is_s3_uri(uri: str) -> bool:
+    return uri.startswith(("s3://", "s3a://"))
+
+
+@dataclass(frozen=True)
+class Deployment:
+    warehouse: str
+    kafka: KafkaCluster
+    s3: S3Connection | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "warehouse", self.warehouse.rstrip("/"))
+        if self.on_s3 and self.s3 is None:
+            raise ConfigurationError(
+                f"warehouse {self.warehouse} is on S3 but no S3 connection is configured: set the aws "
+                "connection (Airflow), or AWS_* variables and, for a non-AWS store, ONCEFLOW_S3_ENDPOINT"
+            )
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.warehouse, *(p.strip("/") for p in parts)])
+
+    @property
+    def on_s3(self) -> bool:
+        return is_s3_uri(self.warehouse)
+
+    @classmethod
+    def from_environment(cls, warehouse: str | None = None) -> "Deployment":
+        """Spark driver and CLI: ``ONCEFLOW_WAREHOUSE`` (or ``warehouse``), Kafka
+        and S3 as ``onceflow.settings`` says. Fails fast on what is missing."""
+        warehouse = warehouse or os.environ.get(WAREHOUSE_VAR)
+        if not warehouse:
+            raise ConfigurationError(
+                f"{WAREHOUSE_VAR} is not set: export the warehouse URI (file:///path, s3://bucket/prefix or hdfs://...)"
+            )
+        s3 = S3Connection.from_environment().checked(f"warehouse {warehouse}") if is_s3_uri(warehouse) else None
+        return cls(warehouse, KafkaCluster.from_environment(), s3)
+
+    def file_storage(self):
+        """The file storage of the warehouse (local, Hadoop FS or S3)."""
+        from .files.backends import storage_for
+        from .files.s3 import S3Storage
+
+        return S3Storage(self.s3) if self.on_s3 else storage_for(self.warehouse)
+
+    def file_storage_options(self) -> dict[str, str]:
+        """Options that rebuild ``file_storage()`` in a Spark worker: endpoint and
+        region only; credentials come from the worker's own chain (options show
+        up in query plans)."""
+        return self.file_storage().options() if self.on_s3 else {}
+
+    def arrow_filesystem(self):
+        """(pyarrow filesystem, warehouse path in it), for the Kafka sinks' staged copies."""
+        return arrow_filesystem(self.warehouse, self.s3)
+
+    def to_option(self) -> str:
+        """This deployment without its secrets, for Spark data source options
+        (options show up in query plans). ``from_option`` adds the secrets
+        back from the worker's environment."""
+        return json.dumps(
+            {
+                "warehouse": self.warehouse,
+                "kafka": {
+                    "bootstrap": self.kafka.bootstrap,
+                    "client_config": {k: v for k, v in self.kafka.client_config.items() if not is_secret(k)},
+                },
+                "s3": None if self.s3 is None else self.s3.public(),
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_option(cls, text: str) -> "Deployment":
+        """Spark executor / Python worker: the deployment from ``to_option``;
+        Kafka secrets from ``ONCEFLOW_KAFKA_CONFIG``, S3 credentials from the
+        worker's own AWS credential chain."""
+        from . import settings
+
+        raw = json.loads(text)
+        secrets = {k: v for k, v in settings.kafka_client_config().items() if is_secret(k)}
+        kafka = KafkaCluster(raw["kafka"]["bootstrap"], {**raw["kafka"]["client_config"], **secrets})
+        s3 = None
+        if raw["s3"]:
+            s3 = S3Connection(**raw["s3"]).checked(f"this Spark worker (warehouse {raw['warehouse']}; {EXECUTOR_SECRETS_HINT})")
+        return cls(raw["warehouse"], kafka, s3)
+
+
+def arrow_filesystem(uri: str, s3: S3Connection | None):
+    """(pyarrow filesystem, path) for ``uri``: S3 through the given connection,
+    anything else as pyarrow infers it. S3 paths are ``bucket/key``."""
+    from pyarrow import fs
+
+    if is_s3_uri(uri):
+        if s3 is None:
+            raise ConfigurationError(f"{uri} is on S3 but no S3 connection is configured")
+        return s3.arrow_filesystem(), uri.split("://", 1)[1]
+    return fs.LocalFileSystem(), uri.split("://", 1)[1] if uri.startswith("file://") else uri

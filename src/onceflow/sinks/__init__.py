@@ -1,0 +1,72 @@
+"""Sink kinds: what each kind of output does at each step of a batch.
+
+A kind is one module implementing ``SinkKind``; a ``SinkSpec`` names it by
+its string. ``sink_kind`` looks the string up here, or in the
+``onceflow.sinks`` entry point group of another package, and imports the
+module on first use (DAG parsing imports no sink's client library). Nothing
+else in onceflow branches on a sink's kind: a new kind is one new module and
+one line below.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
+
+from ..settings import ConfigurationError
+
+if TYPE_CHECKING:
+    from ..deployment import Deployment
+    from ..protocol.participant import Participant
+    from ..protocol.plan import SinkPlan
+    from ..spec import PipelineSpec, SinkSpec
+
+ENTRY_POINT_GROUP = "onceflow.sinks"
+BUILT_IN: dict[str, str] = {
+    "files": "onceflow.sinks.files:FILES",
+    "kafka": "onceflow.sinks.kafka:KAFKA",
+}
+
+
+class SinkKind(Protocol):
+    """One kind of output. Where each call runs is in brackets."""
+
+    name: str
+
+    def location(self, sink: SinkSpec, warehouse: str) -> str:
+        """Where the output lives: a path under the warehouse, a topic, a table [anywhere]."""
+
+    def asset_uri(self, sink: SinkSpec, warehouse: str) -> str:
+        """The URI of the output's Airflow Asset [DAG parsing]."""
+
+    def transactional_ids(self, pipeline: str, sink: SinkPlan) -> tuple[str, ...]:
+        """The ids of the transactions the sink's splits may open, derived so that a
+        rollback can fence them even when the job died before voting; () if none [planning]."""
+
+    def participant(self, pipeline: PipelineSpec, sink: SinkSpec, deployment: Deployment) -> Participant:
+        """The participant that verifies, commits and aborts the sink's batches [Airflow worker, Spark driver]."""
+
+    def pre_commit(self, frame: Any, sink: SinkSpec, sink_plan: SinkPlan, deployment: Deployment,
+                   job_options: Mapping[str, str]) -> None:
+        """Write ``frame`` so that nothing is visible, and vote [Spark driver; the writes run on executors].
+        ``job_options`` (pipeline spec, deployment, batch, attempt) go to the data source unchanged."""
+
+
+def _table() -> dict[str, str]:
+    table = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return {**table, **BUILT_IN}  # a package cannot replace a built-in kind
+
+
+def kinds() -> tuple[str, ...]:
+    return tuple(sorted(_table()))
+
+
+@functools.cache
+def sink_kind(name: str) -> SinkKind:
+    location = _table().get(name)
+    if location is None:
+        raise ConfigurationError(f"sink kind {name!r} is not known: use one of {', '.join(kinds())}")
+    module, _, attribute = location.partition(":")
+    return getattr(importlib.import_module(module), attribute)

@@ -1,0 +1,52 @@
+"""The ``kafka`` sink kind: records produced inside transactions left open, one
+per split, committed from their handles (``onceflow.kafka``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from ..kafka.ids import transactional_ids
+from ..kafka.sink import KafkaSinkParticipant
+
+
+# The Spark data source that pre-commits this kind (onceflow.spark.kafka_sink registers it).
+FORMAT = "onceflow_kafka"
+
+
+class KafkaKind:
+    name = "kafka"
+
+    def location(self, sink, warehouse: str) -> str:
+        return sink.target
+
+    def asset_uri(self, sink, warehouse: str) -> str:
+        # The Asset names the topic; a URI needs a host, and the cluster is a connection.
+        return f"kafka://kafka/{sink.target}"
+
+    def transactional_ids(self, pipeline: str, sink) -> tuple[str, ...]:
+        return transactional_ids(pipeline, sink.name, sink.splits)
+
+    def participant(self, pipeline, sink, deployment) -> KafkaSinkParticipant:
+        filesystem, staging_root = deployment.arrow_filesystem()
+        return KafkaSinkParticipant(
+            sink.name,
+            pipeline.name,
+            deployment.kafka.config(),
+            staging_root=staging_root,
+            filesystem=filesystem,
+            transaction_timeout_ms=sink.transaction_timeout_ms,
+        )
+
+    def pre_commit(self, frame: Any, sink, sink_plan, deployment, job_options: Mapping[str, str]) -> None:
+        options = {
+            **job_options,
+            "topic": sink.target,
+            "transactional_ids": json.dumps(list(sink_plan.transactional_ids)),
+            "staging_root": deployment.warehouse,
+            "transaction_timeout_ms": str(sink.transaction_timeout_ms),
+        }
+        frame.write.format(FORMAT).mode("append").options(**options).save()
+
+
+KAFKA = KafkaKind()

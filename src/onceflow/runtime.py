@@ -16,7 +16,6 @@ from typing import Any, Mapping
 from .deployment import Deployment, arrow_filesystem, is_s3_uri  # noqa: F401  (where users import them from)
 from .protocol.plan import SinkPlan
 from .protocol.planning import PlanConfig
-from .settings import ConfigurationError
 from .sinks import sink_kind
 from .spec import PipelineSpec
 

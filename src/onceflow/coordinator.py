@@ -36,7 +36,7 @@ from .protocol.errors import AbortFailed, BatchAborted, CommitFailed, Concurrent
 from .protocol.participant import Outcome, Participant, Result, Vote
 from .protocol.plan import Plan
 from .protocol.planning import OffsetSource, PlanConfig, next_plan
-from .protocol.states import TRANSITIONS, BatchState, IllegalTransition, check_transition, derive_state
+from .protocol.states import RECOVERY, TRANSITIONS, BatchState, IllegalTransition, Recovery, check_transition, derive_state
 from .protocol.batch_id import BatchId
 
 log = logging.getLogger(__name__)
@@ -286,8 +286,8 @@ class Coordinator:
         created, winner = self.ledger.create_decision(mine)
         if not created and winner != mine:
             log.warning(
-                "batch %010d of %s: %s lost the race to decide; following %s by %s (%s)",
-                seq, self.pipeline, outcome.value, winner.outcome.value, winner.decided_by, winner.reason,
+                "batch %s of %s: %s lost the race to decide; following %s by %s (%s)",
+                BatchId(seq), self.pipeline, outcome.value, winner.outcome.value, winner.decided_by, winner.reason,
             )
         return winner
 
@@ -357,6 +357,8 @@ class Coordinator:
             if not result.ok:
                 raise self._outcome_error("commit", plan, name, result)
             faults.fault_point(COMMIT_EFFECT_AFTER)
+            log.info("batch %s of %s: %s committed (%s%s)", plan.batch_id, self.pipeline, name, result.outcome.value,
+                     f": {result.detail}" if result.detail else "")
             self.ledger.create_done(DoneMarker(seq, name, DecisionOutcome.COMMIT, result.outcome.value, self.identity, self._clock()))
             faults.fault_point(COMMIT_BETWEEN_EFFECTS)
         self._finish(seq, DecisionOutcome.COMMIT)
@@ -374,10 +376,13 @@ class Coordinator:
             if not result.ok:
                 raise self._outcome_error("abort", plan, name, result)
             faults.fault_point(ABORT_EFFECT_AFTER)
+            log.info("batch %s of %s: %s aborted, %d vote(s) cleaned up (%s%s)", plan.batch_id, self.pipeline, name, len(votes),
+                     result.outcome.value, f": {result.detail}" if result.detail else "")
             self.ledger.create_done(DoneMarker(seq, name, DecisionOutcome.ABORT, result.outcome.value, self.identity, self._clock()))
         self._finish(seq, DecisionOutcome.ABORT)
 
     def _finish(self, seq: int, outcome: DecisionOutcome) -> None:
+        log.info("batch %s of %s: %s", BatchId(seq), self.pipeline, "committed" if outcome is DecisionOutcome.COMMIT else "aborted")
         self.ledger.create_done(DoneMarker(seq, BATCH_EFFECT, outcome, "all effects applied", self.identity, self._clock()))
         self._update_head(seq, committed=seq if outcome is DecisionOutcome.COMMIT else None)
 
@@ -399,9 +404,8 @@ class Coordinator:
 
     def recover(self) -> BatchStatus | None:
         """Finish the latest batch (only the latest can be unfinished: a plan
-        is written only after its predecessor finished). COMMIT decided: redo
-        the commit (I3). ABORT decided: redo the abort. No decision: presumed
-        abort. Returns the batch's final status (None: no batch yet).
+        is written only after its predecessor finished), as ``RECOVERY`` says
+        for its state. Returns the batch's final status (None: no batch yet).
         Runs first in every plan task; safe to run anywhere, any time."""
         seq = self.latest_seq()
         if seq == 0:
@@ -409,14 +413,16 @@ class Coordinator:
         plan = self.plan(seq)
         decision = self.ledger.read_decision(seq)
         state = self._state(seq, decision)
-        if state.terminal:
+        action = RECOVERY.get(state)
+        if action is None:
             return self.describe(seq)
-        if decision is None:
-            decision = self._decide(seq, state, DecisionOutcome.ABORT, self.ledger.latest_attempt(seq), {}, f"presumed abort by recovery: batch was {state.value} with no decision")
-        if decision.outcome is DecisionOutcome.COMMIT:
-            self._apply_commit(plan, decision)
-        else:
-            self._apply_abort(plan, decision)
+        log.info("recovery: batch %s of %s was left %s: %s", plan.batch_id, self.pipeline, state.value, action.value)
+        if action is Recovery.PRESUMED_ABORT:
+            # A racing COMMIT may win this decision: what follows applies the winner.
+            decision = self._decide(seq, state, DecisionOutcome.ABORT, self.ledger.latest_attempt(seq), {},
+                                    f"presumed abort by recovery: batch was {state.value} with no decision")
+        apply = {DecisionOutcome.COMMIT: self._apply_commit, DecisionOutcome.ABORT: self._apply_abort}[decision.outcome]
+        apply(plan, decision)
         return self.describe(seq)
 
     def votes_of_all_attempts(self, seq: int) -> Sequence[Vote]:

@@ -146,6 +146,37 @@ def test_recovery_presumes_abort_without_a_decision(local):
     assert not world.visible and world.aborted == {("files", 1), ("events", 1)}
 
 
+def test_recovery_does_what_its_table_says_and_says_so_one_line_per_effect(local, caplog):
+    """A commit task that died between effects leaves COMMITTING; the next
+    recovery redoes the commit (RECOVERY), and its log names each effect."""
+    import logging
+
+    from onceflow import faults
+    from onceflow.protocol.states import RECOVERY, Recovery
+
+    coord, world, parts = world_coordinator(local)
+    plan = coord.plan_next(source(), config())
+    prepare_all(coord, parts, plan)
+    faults.arm("commit.between_effects", "raise")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            coord.commit(plan.batch_seq)
+    finally:
+        faults.disarm()
+    assert coord.describe(plan.batch_seq).state is BatchState.COMMITTING
+    assert RECOVERY[BatchState.COMMITTING] is Recovery.REDO_COMMIT
+    with caplog.at_level(logging.INFO, logger="onceflow.coordinator"):
+        status = coord.recover()
+    assert status.state is BatchState.COMMITTED
+    lines = [r.getMessage() for r in caplog.records]
+    assert f"recovery: batch {plan.batch_id} of pipe was left committing: redo commit" in lines
+    committed = [line for line in lines if line.startswith(f"batch {plan.batch_id} of pipe: ") and " committed (" in line]
+    assert len(committed) == 1, lines  # one sink was committed before the crash, the other by recovery
+    assert f"batch {plan.batch_id} of pipe: committed" in lines
+    assert set(world.visible) == {("files", 1), ("events", 1)}  # both effects applied, each once
+    assert world.visible[("files", 1)] == status.decision.votes["files"]
+
+
 def test_plan_task_retry_reuses_its_plan_and_other_runs_recover_first(local):
     coord, world, parts = world_coordinator(local)
     src = source()

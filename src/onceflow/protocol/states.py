@@ -11,9 +11,10 @@ exist (``derive_state``), so it cannot disagree with them::
     ABORTING    decision ABORT, batch done marker absent
     ABORTED     decision ABORT and done/_batch.json
 
-Recovery rules (``RECOVERY``): COMMITTING is finished by redoing the commit;
-PLANNED, PREPARING and PREPARED have no decision and are aborted (presumed
-abort); ABORTING is finished by redoing the abort.
+Recovery (``RECOVERY``, what ``Coordinator.recover`` executes): COMMITTING
+is finished by redoing the commit; PLANNED, PREPARING and PREPARED have no
+decision and are aborted (presumed abort); ABORTING is finished by redoing
+the abort.
 """
 
 from __future__ import annotations
@@ -51,13 +52,21 @@ TRANSITIONS: dict[BatchState, frozenset[BatchState]] = {
     S.ABORTED: frozenset(),
 }
 
-# What recovery does from each unfinished state.
-RECOVERY: dict[BatchState, str] = {
-    S.PLANNED: "presumed abort",
-    S.PREPARING: "presumed abort",
-    S.PREPARED: "presumed abort",
-    S.COMMITTING: "redo commit",
-    S.ABORTING: "redo abort",
+class Recovery(enum.Enum):
+    """What recovery does to a batch an earlier run left unfinished."""
+
+    PRESUMED_ABORT = "presumed abort"  # no decision: nothing of it is visible, so abort it
+    REDO_COMMIT = "redo commit"        # COMMIT decided: apply every effect still missing (I3)
+    REDO_ABORT = "redo abort"          # ABORT decided: undo every effect still there
+
+
+# What recovery does from each unfinished state; a finished batch has no entry.
+RECOVERY: dict[BatchState, Recovery] = {
+    S.PLANNED: Recovery.PRESUMED_ABORT,
+    S.PREPARING: Recovery.PRESUMED_ABORT,
+    S.PREPARED: Recovery.PRESUMED_ABORT,
+    S.COMMITTING: Recovery.REDO_COMMIT,
+    S.ABORTING: Recovery.REDO_ABORT,
 }
 
 

@@ -14,8 +14,9 @@ demo: venv
 	$(VENV)/bin/onceflow demo
 
 # The default suite: everything but runs marked slow (under 20 min on 2 cores).
+# --durations: every run reports its slowest tests (the figures docs/testing.md quotes).
 test: venv
-	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m "not slow" --durations=12 $(PYTEST_ARGS)
 
 # Everything, including the long chaos runs.
 test-all: venv

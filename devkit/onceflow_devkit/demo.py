@@ -19,8 +19,8 @@ from __future__ import annotations
 import shutil
 import time
 
-from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
 from onceflow.protocol.batch_id import BatchId
+from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
 
 DAG_ID = "clickstream_exactly_once"
 EVENTS = 3000
@@ -34,12 +34,13 @@ def _say(text: str) -> None:
 
 
 def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: bool = False) -> int:
-    from onceflow_devkit.airflow_env import DAGS_FOLDER, onceflow_airflow
-    from onceflow_devkit.audit.clickstream_audit import audit_clickstream
-    from onceflow.kafka.admin import ensure_topics
     from onceflow_examples.clickstream import CLICKSTREAM
     from onceflow_examples.clickstream_data import generate, produce
+
+    from onceflow.kafka.admin import ensure_topics
     from onceflow.runtime import Deployment, PipelineRuntime, is_s3_uri
+    from onceflow_devkit.airflow_env import DAGS_FOLDER, onceflow_airflow
+    from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 
     started = time.monotonic()
     home = onceflow_home() / "demo"

@@ -32,12 +32,27 @@ from . import faults
 from .ledger.ledger import BATCH_EFFECT, BatchLedger
 from .ledger.records import Decision, DecisionOutcome, DoneMarker, Head
 from .ledger.storage import LedgerStorage
-from .protocol.errors import AbortFailed, BatchAborted, CommitFailed, ConcurrentPlanError, RetryLater, StaleAttempt
+from .protocol.batch_id import BatchId
+from .protocol.errors import (
+    AbortFailed,
+    BatchAborted,
+    CommitFailed,
+    ConcurrentPlanError,
+    RetryLater,
+    StaleAttempt,
+)
 from .protocol.participant import Outcome, Participant, Result, Vote
 from .protocol.plan import Plan
 from .protocol.planning import OffsetSource, PlanConfig, next_plan
-from .protocol.states import RECOVERY, TRANSITIONS, BatchState, IllegalTransition, Recovery, check_transition, derive_state
-from .protocol.batch_id import BatchId
+from .protocol.states import (
+    RECOVERY,
+    TRANSITIONS,
+    BatchState,
+    IllegalTransition,
+    Recovery,
+    check_transition,
+    derive_state,
+)
 
 log = logging.getLogger(__name__)
 

@@ -38,6 +38,7 @@ import pyarrow.fs as pafs
 from confluent_kafka import KafkaException, Producer
 
 from .. import faults
+from ..layout import kafka_staging_dir
 from .config import producer_config
 from .ids import transactional_id
 from .reader import HEADERS_TYPE
@@ -103,7 +104,7 @@ def staged_uri(root: str, pipeline: str, sink: str, batch_id: str, split: int, a
 
 
 def staging_dir(root: str, pipeline: str, sink: str, batch_id: str) -> str:
-    return f"{root.rstrip('/')}/_onceflow/{pipeline}/kafka-staging/{sink}/{batch_id}"
+    return kafka_staging_dir(root, pipeline, sink, batch_id)
 
 
 def record_headers(batch_id: str, split: int) -> list[tuple[str, bytes]]:

@@ -25,14 +25,24 @@ import re
 from typing import Any, Callable
 
 from .. import faults
+from ..layout import ONCEFLOW_DIR, pipeline_dir
+from ..protocol.batch_id import BatchId
 from ..protocol.participant import Vote
 from ..protocol.plan import Plan
 from .errors import LedgerCorruptError
-from .records import AttemptClaim, Decision, DoneMarker, Head, Kind, RecordedVote, decode, encode
+from .records import (
+    AttemptClaim,
+    Decision,
+    DoneMarker,
+    Head,
+    Kind,
+    RecordedVote,
+    decode,
+    encode,
+)
 from .storage import LedgerStorage
-from ..protocol.batch_id import BatchId
 
-LEDGER_DIR = "_onceflow"
+LEDGER_DIR = ONCEFLOW_DIR  # kept for readers of 0.1
 BATCH_EFFECT = "_batch"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -61,7 +71,7 @@ class BatchLedger:
     def __init__(self, storage: LedgerStorage, pipeline: str):
         self.storage = storage
         self.pipeline = check_name("pipeline", pipeline)
-        self.base = f"{LEDGER_DIR}/{pipeline}"
+        self.base = pipeline_dir(pipeline)
 
     def __repr__(self) -> str:
         return f"BatchLedger({self.storage!r}, {self.pipeline!r})"

@@ -28,10 +28,10 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ..protocol.batch_id import BatchId
 from ..protocol.states import BatchState
 from ..runtime import is_s3_uri
 from ..spec import PipelineSpec
-from ..protocol.batch_id import BatchId
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,19 @@ Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import (
+    Any,
+    Callable,
+    Mapping,
+    NamedTuple,
+    Protocol,
+    Sequence,
+    runtime_checkable,
+)
 
+from .batch_id import BatchId
 from .plan import OffsetRange, Plan, SinkPlan
 from .states import BatchState
-from .batch_id import BatchId
 
 
 class TopicPartition(NamedTuple):

@@ -34,13 +34,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    WriterCommitMessage,
+)
 
-from ..sinks.files import FORMAT  # the name this data source registers under
+from ..files.backends import storage_for
 from ..files.entries import FileEntry
 from ..files.sink import FileSink
 from ..files.staged_writer import write_staged_parquet
-from ..files.backends import storage_for
+from ..sinks.files import FORMAT  # the name this data source registers under
 from .vote_handoff import VOTE_PATH_OPTION, record_vote
 
 REQUIRED = ("sink", "path", "batch_seq", "attempt")

@@ -30,10 +30,14 @@ import json
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    WriterCommitMessage,
+)
 
-from ..sinks.kafka import FORMAT  # the name this data source registers under
 from ..protocol.batch_id import BatchId
+from ..sinks.kafka import FORMAT  # the name this data source registers under
 
 REQUIRED = ("spec", "deployment", "sink", "topic", "batch_seq", "attempt", "transactional_ids", "staging_root")
 

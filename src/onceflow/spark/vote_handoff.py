@@ -17,8 +17,8 @@ import json
 from typing import Any, Mapping
 
 from ..files.backends import storage_for
-from ..protocol.participant import Vote
 from ..protocol.batch_id import BatchId
+from ..protocol.participant import Vote
 
 VOTE_PATH_OPTION = "vote_path"
 

@@ -1,0 +1,22 @@
+"""Where onceflow keeps its own records in a warehouse, spelled once.
+
+    <warehouse>/_onceflow/<pipeline>/             the ledger (onceflow.ledger)
+    <warehouse>/_onceflow/<pipeline>/kafka-staging/<sink>/<batch id>/
+                                                  staged copies of Kafka output, for repair
+
+Readers of the warehouse skip names that start with ``_``. A file sink's
+own layout (staging, ``batch=<id>/``, manifests) is ``onceflow.files.layout``.
+"""
+
+from __future__ import annotations
+
+ONCEFLOW_DIR = "_onceflow"
+
+
+def pipeline_dir(pipeline: str) -> str:
+    """The pipeline's directory, relative to the warehouse (the ledger's root key)."""
+    return f"{ONCEFLOW_DIR}/{pipeline}"
+
+
+def kafka_staging_dir(warehouse: str, pipeline: str, sink: str, batch_id: str) -> str:
+    return f"{warehouse.rstrip('/')}/{pipeline_dir(pipeline)}/kafka-staging/{sink}/{batch_id}"

@@ -165,6 +165,7 @@ def test_recovery_does_what_its_table_says_and_says_so_one_line_per_effect(local
         faults.disarm()
     assert coord.describe(plan.batch_seq).state is BatchState.COMMITTING
     assert RECOVERY[BatchState.COMMITTING] is Recovery.REDO_COMMIT
+    caplog.clear()  # only what recovery logs
     with caplog.at_level(logging.INFO, logger="onceflow.coordinator"):
         status = coord.recover()
     assert status.state is BatchState.COMMITTED

@@ -135,13 +135,16 @@ class Job:
         self.runtime, self.env, self.archive, self.workdir = runtime, env, archive, workdir
 
     def start(self, seq: int, tag: str) -> tuple[subprocess.Popen, Path]:
-        log = self.workdir / f"spark-submit-{tag}.log"
-        with open(log, "w") as out:
+        """Returns the process and the driver's own output (spark-submit merges the Python
+        driver's stderr into its stdout); the JVM's log goes to a file of its own, since
+        two writers in one file can split a line (a JSON summary once got a log line glued on)."""
+        log = self.workdir / f"spark-submit-{tag}.out"
+        with open(log, "w") as out, open(self.workdir / f"spark-submit-{tag}.jvm.log", "w") as jvm:
             proc = subprocess.Popen(
                 [str(SPARK_SUBMIT), "--master", "local[2]", "--py-files", self.archive,
                  "--conf", "spark.ui.enabled=false", str(SCRIPT),
                  "--pipeline", self.runtime.spec.name, "--batch", str(seq), "--spec-json", self.runtime.spec.to_json()],
-                cwd=self.workdir, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=self.workdir, env=self.env, stdout=out, stderr=jvm, start_new_session=True,
             )
         return proc, log
 

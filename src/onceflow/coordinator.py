@@ -273,8 +273,10 @@ class Coordinator:
             raise ValueError(f"vote is for batch {vote.batch_seq} attempt {vote.attempt}, recorded as {seq} / {attempt}")
         where = f"batch {BatchId(seq)} of pipeline {self.pipeline!r}"
         plan = self.plan(seq)
-        if vote.participant not in self._expected(plan):
-            raise ValueError(f"{where} has no sink {vote.participant!r} (sinks: {self._expected(plan)})")
+        # The plan names the sinks: a vote needs the ledger, not the participants (the Spark worker has none).
+        sinks = [s.name for s in plan.sinks] if plan.sinks else self._expected(plan)
+        if vote.participant not in sinks:
+            raise ValueError(f"{where} has no sink {vote.participant!r} (sinks: {sinks})")
         if self.ledger.read_decision(seq) is not None:
             raise StaleAttempt(f"{where} is already decided: the vote of {vote.participant!r} in attempt {attempt} is ignored")
         latest = self.ledger.latest_attempt(seq, hint=attempt)

@@ -94,7 +94,7 @@ def test_overwrite_mode_and_missing_options_fail_fast(spark, tmp_path):
         df.write.format(FORMAT).mode("overwrite").option("sink", "x").save(str(tmp_path))
     with pytest.raises(Exception, match="missing option\\(s\\) batch_seq, attempt"):
         df.write.format(FORMAT).mode("append").option("sink", "x").option("path", str(tmp_path)).save()
-    with pytest.raises(Exception, match="give option 'spec'.*or 'vote_path'"):
+    with pytest.raises(Exception, match="give options .pipeline. and .deployment.*or .vote_path."):
         (df.write.format(FORMAT).mode("append").option("sink", "x").option("path", str(tmp_path))
            .option("batch_seq", "1").option("attempt", "1").save())
 

@@ -87,7 +87,7 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
         started = time.perf_counter()
         sink_plan = plan.sink(sink.name)
         frame = outputs[sink.name].repartition(sink_plan.splits)
-        job_options = {"spec": spec.to_json(), "deployment": deployment, "sink": sink.name, "batch_seq": str(seq), "attempt": str(attempt)}
+        job_options = {"pipeline": spec.name, "deployment": deployment, "sink": sink.name, "batch_seq": str(seq), "attempt": str(attempt)}
         sink_kind(sink.kind).pre_commit(frame, sink, sink_plan, runtime.deployment, job_options)
         seconds[sink.name] = time.perf_counter() - started
         log.info("batch %s: %s pre-committed and voted in %.1f s", plan.batch_id, sink.name, seconds[sink.name])

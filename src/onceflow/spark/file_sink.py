@@ -25,7 +25,7 @@ Usage::
     (df.write.format("onceflow_files").mode("append")
        .option("sink", "page_minute_counts").option("path", uri)
        .option("batch_seq", "7").option("attempt", "1")
-       .option("spec", spec.to_json()).option("deployment", deployment.to_option())  # vote -> ledger
+       .option("pipeline", spec.name).option("deployment", deployment.to_option())  # vote -> ledger
        .save())                                  # (or .option("vote_path", uri) outside a pipeline)
 """
 
@@ -72,9 +72,9 @@ class FilesWriteOptions:
         missing = [k for k in REQUIRED if not opts.get(k)]
         if missing:
             raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}; set them with .option(name, value)")
-        if not opts.get("spec") and not opts.get(VOTE_PATH_OPTION):
-            raise ValueError(f"{FORMAT}: give option 'spec' (the pipeline's PipelineSpec.to_json(): the vote goes to "
-                             f"its ledger) or '{VOTE_PATH_OPTION}' (the vote is written there)")
+        if not (opts.get("pipeline") and opts.get("deployment")) and not opts.get(VOTE_PATH_OPTION):
+            raise ValueError(f"{FORMAT}: give options 'pipeline' and 'deployment' (the pipeline's name and "
+                             f"Deployment.to_option(): the vote goes to its ledger) or '{VOTE_PATH_OPTION}' (the vote is written there)")
         ints = {}
         for key in ("batch_seq", "attempt"):
             try:

@@ -39,7 +39,7 @@ from pyspark.sql.datasource import (
 from ..protocol.batch_id import BatchId
 from ..sinks.kafka import FORMAT  # the name this data source registers under
 
-REQUIRED = ("spec", "deployment", "sink", "topic", "batch_seq", "attempt", "transactional_ids", "staging_root")
+REQUIRED = ("pipeline", "deployment", "sink", "topic", "batch_seq", "attempt", "transactional_ids", "staging_root")
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,6 @@ class HandleMessage(WriterCommitMessage):
 
 @dataclass(frozen=True)
 class KafkaWriteOptions:
-    spec_json: str
     deployment: str
     pipeline: str
     sink: str
@@ -70,10 +69,8 @@ class KafkaWriteOptions:
         missing = [k for k in REQUIRED if not opts.get(k)]
         if missing:
             raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}; set them with .option(name, value)")
-        from ..spec import PipelineSpec
-
         return cls(
-            opts["spec"], opts["deployment"], PipelineSpec.from_json(opts["spec"]).name, opts["sink"], opts["topic"], int(opts["batch_seq"]), int(opts["attempt"]),
+            opts["deployment"], opts["pipeline"], opts["sink"], opts["topic"], int(opts["batch_seq"]), int(opts["attempt"]),
             tuple(json.loads(opts["transactional_ids"])), opts["staging_root"],
             int(opts.get("transaction_timeout_ms", 900_000)),
         )
@@ -130,7 +127,7 @@ class KafkaSplitWriter(DataSourceArrowWriter):
         handles = [TxnHandle.from_dict(m.handle) for m in messages if m is not None]
         vote = Vote(self.options.sink, self.options.batch_seq, self.options.attempt, vote_payload(handles),
                     records=sum(h.records for h in handles))
-        record_vote_in_ledger(self.options.spec_json, self.options.deployment, vote)
+        record_vote_in_ledger(self.options.pipeline, self.options.deployment, vote)
 
     def abort(self, messages: list[HandleMessage | None]) -> None:
         """Python worker, when the job fails: end what was opened, fence the rest."""

@@ -1,8 +1,9 @@
-"""Record a data source's vote in the ledger.
+"""Record a data source's vote in the pipeline's ledger.
 
 Runs in the Python worker of a data source's ``commit(messages)``, not in the
-driver (ENVIRONMENT.md), so it rebuilds the pipeline's runtime from the data
-source's ``spec`` and ``deployment`` options (secrets from the environment).
+driver (ENVIRONMENT.md). A vote needs the ledger and nothing else: the
+pipeline's name and the deployment (the data source's ``pipeline`` and
+``deployment`` options) reach it; no spec, runtime or participant is built.
 """
 
 from __future__ import annotations
@@ -10,17 +11,12 @@ from __future__ import annotations
 from ..protocol.participant import Vote
 
 
-SPEC_OPTION = "spec"
+def record_vote_in_ledger(pipeline: str, deployment_option: str, vote: Vote) -> None:
+    """Idempotent for the same vote; a zombie attempt's vote raises StaleAttempt."""
+    from ..coordinator import Coordinator
+    from ..deployment import Deployment
+    from ..ledger.backends import open_ledger_storage
 
-
-def record_vote_in_ledger(spec_json: str, deployment_option: str, vote: Vote) -> None:
-    """Idempotent for the same vote; a zombie attempt's vote raises StaleAttempt.
-
-    ``spec_json`` is the pipeline's ``PipelineSpec.to_json()``, passed to the
-    data source as the ``spec`` option."""
-    from ..runtime import Deployment, PipelineRuntime
-    from ..spec import PipelineSpec
-
-    spec = PipelineSpec.from_json(spec_json)
-    runtime = PipelineRuntime(spec, Deployment.from_option(deployment_option), identity=f"spark:{spec.name}")
-    runtime.coordinator.record_vote(vote.batch_seq, vote.attempt, vote)
+    deployment = Deployment.from_option(deployment_option)
+    storage = open_ledger_storage(deployment.warehouse, s3=deployment.s3)
+    Coordinator(storage, pipeline, participants={}, identity=f"spark:{pipeline}").record_vote(vote.batch_seq, vote.attempt, vote)

@@ -39,10 +39,10 @@ def record_vote(options: Mapping[str, str], vote: Vote) -> None:
     With a ``spec`` option (what ``onceflow.spark.batch_job`` passes) the vote
     goes to the pipeline's ledger; otherwise to the ``vote_path`` option.
     Refuses to overwrite a recorded vote: one batch attempt votes once."""
-    if options.get("spec"):
+    if options.get("pipeline"):
         from .ledger_votes import record_vote_in_ledger
 
-        record_vote_in_ledger(options["spec"], options["deployment"], vote)
+        record_vote_in_ledger(options["pipeline"], options["deployment"], vote)
         return
     path = options.get(VOTE_PATH_OPTION)
     if not path:

@@ -29,6 +29,40 @@ CREDENTIALS_FIX = (
     "AWS_PROFILE, or run it with an instance, container or web-identity role"
 )
 REGION_FIX = "set AWS_DEFAULT_REGION (Airflow: region_name in the aws connection's extra)"
+CONFLICT_RETRIES = 5
+
+
+class ConditionalWriteConflict(RuntimeError):
+    """S3 kept answering 409 ConditionalRequestConflict: another writer races on the key."""
+
+
+def create_if_absent(client, bucket: str, key: str, data: bytes) -> bool:
+    """The one atomic create-if-absent on S3, for the ledger and the file sink alike:
+    ``PutObject`` with ``If-None-Match: *``. True if written; False if the key
+    exists (412). A concurrent conditional write may get 409
+    ConditionalRequestConflict: retried with backoff, then it sees 412 or wins.
+    Any other error propagates."""
+    import time
+
+    from botocore.exceptions import ClientError
+
+    for retry in range(CONFLICT_RETRIES):
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+            return True
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code == "PreconditionFailed" or status == 412:
+                return False
+            if code == "ConditionalRequestConflict" or status == 409:
+                time.sleep(0.05 * 2**retry)
+                continue
+            raise
+    raise ConditionalWriteConflict(
+        f"conditional write of s3://{bucket}/{key} kept conflicting ({CONFLICT_RETRIES} tries): another process "
+        "is writing the same object. Retry the task."
+    )
 
 
 @dataclass(frozen=True)

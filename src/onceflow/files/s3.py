@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import BinaryIO, Iterable, Iterator, Mapping
 from urllib.parse import urlparse
 
-from ..s3_connection import S3Connection
+from ..s3_connection import S3Connection, create_if_absent
 from . import layout
 from .storage import MissingStagedFile, Storage
 
@@ -95,13 +95,7 @@ class S3Storage(Storage):
 
     def create_if_absent(self, path: str, data: bytes) -> bool:
         bucket, key = split_uri(path)
-        try:
-            self.client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
-        except self.client.exceptions.ClientError as exc:
-            if exc.response["Error"]["Code"] in ("PreconditionFailed", "412"):
-                return False
-            raise
-        return True
+        return create_if_absent(self.client, bucket, key, data)
 
     def delete(self, path: str) -> None:
         bucket, key = split_uri(path)

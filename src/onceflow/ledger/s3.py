@@ -11,15 +11,13 @@ back the winner and compares (the same bytes mean "ours").
 
 from __future__ import annotations
 
-import time
 from typing import Any
 from urllib.parse import urlparse
 
-from ..s3_connection import S3Connection
+from ..s3_connection import ConditionalWriteConflict, S3Connection, create_if_absent
 from .errors import LedgerUnavailable
 from .storage import check_key
 
-_CONFLICT_RETRIES = 5
 
 
 def _client_from(s3: Any):
@@ -69,25 +67,12 @@ class S3LedgerStorage:
     def create(self, key: str, data: bytes) -> bool:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        for retry in range(_CONFLICT_RETRIES):
-            try:
-                self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*")
-                return True
-            except ClientError as exc:
-                code = exc.response.get("Error", {}).get("Code")
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-                if code == "PreconditionFailed" or status == 412:
-                    return False
-                if code == "ConditionalRequestConflict" or status == 409:
-                    time.sleep(0.05 * 2**retry)
-                    continue
-                raise self._unavailable(key, exc) from exc
-            except BotoCoreError as exc:
-                raise self._unavailable(key, exc) from exc
-        raise LedgerUnavailable(
-            f"conditional write of {self.describe(key)} kept conflicting ({_CONFLICT_RETRIES} tries): another process "
-            "is writing the same ledger record. Retry the task."
-        )
+        try:
+            return create_if_absent(self.client, self.bucket, self._key(key), data)
+        except ConditionalWriteConflict as exc:
+            raise LedgerUnavailable(str(exc)) from exc
+        except (BotoCoreError, ClientError) as exc:
+            raise self._unavailable(key, exc) from exc
 
     def read(self, key: str) -> bytes | None:
         from botocore.exceptions import BotoCoreError, ClientError

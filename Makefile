@@ -5,7 +5,7 @@ VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-all test-chaos chaos chaos-report services-up services-down clean
+.PHONY: venv demo test test-unit test-all test-chaos chaos chaos-report services-up services-down clean
 
 venv:
 	@tools/bootstrap.sh
@@ -17,6 +17,10 @@ demo: venv
 # --durations: every run reports its slowest tests (the figures docs/testing.md quotes).
 test: venv
 	$(VENV)/bin/python -m pytest -m "not slow" --durations=12 $(PYTEST_ARGS)
+
+# Pure logic only: seconds, no service started.
+test-unit: venv
+	$(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)
 
 # Everything, including the long chaos runs.
 test-all: venv

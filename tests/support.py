@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from onceflow_devkit.services.kafka_broker import KafkaBroker
+
+# The repository: tests at any depth find files here without counting parents.
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def require(broker: KafkaBroker, capability: str) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT
 DEV_KIT_PARTS = ("onceflow_devkit", "onceflow_examples", "services/", "local_airflow/", "chaos/", "audit/", "demo.py", "tests/")
 
 

@@ -1,0 +1,255 @@
+"""The Kafka sink end to end: pre-commit in one process, commit/abort/repair from another.
+
+Each test audits the real topic with a read_committed consumer: every record
+exactly once after a commit, none after an abort.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import KafkaException, Producer
+
+from onceflow.kafka.fencing import fence_transactional_ids
+from onceflow.kafka.ids import repair_id, transactional_ids
+from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
+from onceflow.kafka.txn_protocol import end_txn
+from onceflow.kafka.writer import REPAIR_HEADER, PreCommitError, TransactionalSplitWriter, record_headers, staged_uri
+from onceflow.protocol.participant import Outcome, Vote
+from onceflow.protocol.plan import Plan, SinkPlan
+from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
+from tests.integration.kafka.helpers import create_topic, read_committed
+from tests.support import require
+
+BATCH = "0000000001"
+PARTITIONS = 3
+
+
+@pytest.fixture
+def pipeline() -> str:
+    return f"pipe-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def topic(kafka_broker) -> str:
+    return create_topic(kafka_broker.config(), partitions=PARTITIONS, prefix="out")
+
+
+def _participant(kafka_broker, pipeline, tmp_path, **kwargs) -> KafkaSinkParticipant:
+    return KafkaSinkParticipant("out", pipeline, kafka_broker.config(), staging_root=str(tmp_path), **kwargs)
+
+
+def _vote(*handles) -> Vote:
+    return Vote("out", 1, 0, vote_payload(handles), records=sum(h.records for h in handles))
+
+
+def _plan(pipeline, splits=2) -> Plan:
+    return Plan(pipeline, 1, (), (SinkPlan("out", "kafka", splits, transactional_ids(pipeline, "out", splits)),))
+
+
+def _values(prefix: str, start: int, stop: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"value": pa.array([f"{prefix}-{i}".encode() for i in range(start, stop)], pa.binary())})
+
+
+def _expected(split, records) -> list[bytes]:
+    return [f"{BATCH}-{split}-{i}".encode() for i in range(records)]
+
+
+def _audit(kafka_broker, topic) -> Counter:
+    return Counter(value for _, value, _ in read_committed(kafka_broker.config(), topic, PARTITIONS))
+
+
+def test_precommit_killed_then_committed_by_another_process_is_seen_exactly_once(
+    kafka_broker, topic, pipeline, tmp_path, precommit_in_child
+):
+    config = kafka_broker.config()
+    handles = [
+        precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, s, 0), 300, split=s, pipeline=pipeline)
+        for s in range(2)
+    ]
+    assert all(h.producer_id >= 0 and h.epoch >= 0 and h.records == 300 for h in handles)
+    assert len({h.transactional_id for h in handles}) == 2
+    assert _audit(kafka_broker, topic) == Counter()  # I4: nothing visible before the commit
+    participant = _participant(kafka_broker, pipeline, tmp_path)
+    vote = _vote(*handles)
+    assert participant.verify(vote).outcome is Outcome.DONE
+
+    result = participant.commit(vote)
+
+    assert result.outcome is Outcome.DONE, result.detail
+    expected = Counter(_expected(0, 300) + _expected(1, 300))
+    assert _audit(kafka_broker, topic) == expected
+    again = participant.commit(vote)
+    assert again.outcome is Outcome.ALREADY_DONE, again.detail
+    assert _audit(kafka_broker, topic) == expected
+    headers = {tuple(h[:2]) for _, _, h in read_committed(config, topic, PARTITIONS)}
+    assert headers == {tuple(record_headers(BATCH, 0)), tuple(record_headers(BATCH, 1))}
+
+
+def test_precommit_killed_then_aborted_shows_nothing_even_for_splits_that_never_voted(
+    kafka_broker, topic, pipeline, tmp_path, precommit_in_child
+):
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    config = kafka_broker.config()
+    voted = precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0), 200, split=0, pipeline=pipeline)
+    precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 1, 0), 200, split=1, pipeline=pipeline)
+    participant = _participant(kafka_broker, pipeline, tmp_path)
+
+    result = participant.abort(_plan(pipeline), [_vote(voted)])
+
+    assert result.outcome is Outcome.DONE, result.detail
+    assert _audit(kafka_broker, topic) == Counter()
+    assert not (tmp_path / "_onceflow" / pipeline / "kafka-staging" / "out" / BATCH).exists()
+    assert participant.abort(_plan(pipeline), [_vote(voted)]).outcome is Outcome.DONE  # idempotent
+
+
+def test_zombie_that_keeps_writing_after_it_was_fenced_gets_nothing_into_the_output(
+    kafka_broker, topic, pipeline, tmp_path
+):
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    config = kafka_broker.config()
+    zombie = TransactionalSplitWriter(config, pipeline, "out", BATCH, 0, topic, str(tmp_path / "zombie.arrow"))
+    zombie.begin()
+    zombie.write_batch(_values("zombie", 0, 50))  # produced at once, into the zombie's open transaction
+    # A newer attempt of the same split starts: its init_transactions fences the zombie.
+    winner = TransactionalSplitWriter(config, pipeline, "out", BATCH, 0, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 1))
+    winner.begin()
+    for i in range(100):
+        winner.write(f"{BATCH}-0-{i}".encode(), key=f"k{i}".encode())
+    handle = winner.precommit()
+
+    # The zombie keeps writing, then tries to pre-commit, then to commit with its old epoch.
+    with pytest.raises((PreCommitError, KafkaException)):
+        zombie.write_batch(_values("zombie", 50, 100))
+        zombie.precommit()
+    # The winner's init_transactions bumped the epoch: the zombie's is the one before.
+    end_txn(config, handle.transactional_id, handle.producer_id, handle.epoch - 1, commit=True, timeout_s=5)
+
+    result = _participant(kafka_broker, pipeline, tmp_path).commit(_vote(handle))
+
+    assert result.outcome is Outcome.DONE, result.detail
+    audit = _audit(kafka_broker, topic)
+    assert audit == Counter(_expected(0, 100)), result.detail
+    assert audit == Counter(_expected(0, 100))
+    assert not any(v.startswith(b"zombie") for v in audit)
+
+
+def test_broker_abort_between_precommit_and_commit_is_detected_and_repaired_exactly_once(
+    kafka_broker, topic, pipeline, tmp_path, precommit_in_child
+):
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    config = kafka_broker.config()
+    handle = precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0), 250, pipeline=pipeline)
+    fence_transactional_ids(config, [handle.transactional_id])  # what a broker timeout does
+    participant = _participant(kafka_broker, pipeline, tmp_path)
+    vote = _vote(handle)
+    verdict = participant.verify(vote)
+    assert verdict.outcome is Outcome.FAILED and "no longer open" in verdict.detail
+
+    result = participant.commit(vote)  # the decision was COMMIT (say verify ran before the abort)
+
+    assert result.outcome is Outcome.DONE and "repaired" in result.detail, result.detail
+    records = read_committed(config, topic, PARTITIONS)
+    assert Counter(v for _, v, _ in records) == Counter(_expected(0, 250))
+    assert all(h[2] == (REPAIR_HEADER, b"1") for _, _, h in records)
+    again = participant.commit(vote)
+    assert again.outcome is Outcome.ALREADY_DONE, again.detail
+    assert Counter(v for _, v, _ in read_committed(config, topic, PARTITIONS)) == Counter(_expected(0, 250))
+
+
+def test_repair_that_crashed_half_way_is_published_once(kafka_broker, topic, pipeline, tmp_path, precommit_in_child):
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    config = kafka_broker.config()
+    handle = precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0), 120, pipeline=pipeline)
+    fence_transactional_ids(config, [handle.transactional_id])
+    # An earlier commit task crashed in the middle of its repair: half the records sit in an open transaction.
+    crashed = Producer({**config, "transactional.id": repair_id(handle.transactional_id)})
+    crashed.init_transactions(30)
+    crashed.begin_transaction()
+    for value in _expected(0, 60):
+        crashed.produce(topic, value, partition=0, headers=record_headers(BATCH, 0) + [(REPAIR_HEADER, b"1")])
+    crashed.flush(30)
+    del crashed
+
+    result = _participant(kafka_broker, pipeline, tmp_path).commit(_vote(handle))
+
+    assert result.outcome is Outcome.DONE, result.detail
+    assert _audit(kafka_broker, topic) == Counter(_expected(0, 120))
+
+
+def test_a_repair_without_its_staged_copy_fails_loudly(kafka_broker, topic, pipeline, tmp_path, precommit_in_child):
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    config = kafka_broker.config()
+    uri = staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0)
+    handle = precommit_in_child(config, topic, uri, 30, pipeline=pipeline)
+    fence_transactional_ids(config, [handle.transactional_id])
+    (tmp_path / uri[len(str(tmp_path)) + 1:]).unlink()
+
+    result = _participant(kafka_broker, pipeline, tmp_path).commit(_vote(handle))
+
+    assert result.outcome is Outcome.FAILED
+    assert "30 records are NOT in the output" in result.detail and handle.batch_id in result.detail
+
+
+def test_a_vote_older_than_the_safety_fraction_of_the_timeout_is_refused(kafka_broker, topic, pipeline, tmp_path, precommit_in_child):
+    config = kafka_broker.config()
+    handle = precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0), 10, pipeline=pipeline)
+    participant = _participant(kafka_broker, pipeline, tmp_path, transaction_timeout_ms=60_000, safety_fraction=0.5)
+    assert participant.verify(_vote(handle)).outcome is Outcome.DONE
+    old = dataclasses.replace(handle, first_write_ms=int(time.time() * 1000) - 31_000)
+
+    verdict = participant.verify(_vote(old))
+
+    assert verdict.outcome is Outcome.FAILED
+    assert "over 0.5 of transaction.timeout.ms (60000)" in verdict.detail and "re-run" in verdict.detail
+    participant.abort(_plan(pipeline, splits=1), [_vote(handle)])
+
+
+def test_commit_never_takes_no_error_as_proof(kafka_broker, topic, pipeline, tmp_path, precommit_in_child):
+    config = kafka_broker.config()
+    handle = precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0), 40, pipeline=pipeline)
+    participant = _participant(kafka_broker, pipeline, tmp_path, timeout_s=3)
+    wrong = dataclasses.replace(handle, producer_id=handle.producer_id + 7)
+
+    # noida answers "no error" and does nothing (measured: it also wedges the transaction, so that
+    # even the right handle or a fence cannot end it; the partition's last stable offset stays put).
+    result = participant.commit(_vote(wrong))
+
+    assert result.outcome is Outcome.RETRY_LATER and "still open" in result.detail, result.detail
+    assert _audit(kafka_broker, topic) == Counter()
+    participant.abort(_plan(pipeline, splits=1), [_vote(handle)])
+
+
+def test_staged_copy_on_s3_repairs_a_broker_abort(kafka_broker, topic, pipeline, s3_endpoint, s3_bucket):
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    from urllib.parse import urlparse
+
+    import pyarrow.fs as pafs
+
+    url = urlparse(s3_endpoint.endpoint_url)
+    s3 = pafs.S3FileSystem(endpoint_override=url.netloc, scheme=url.scheme, access_key=s3_endpoint.access_key,
+                           secret_key=s3_endpoint.secret_key, region=s3_endpoint.region)
+    config = kafka_broker.config()
+    root = f"{s3_bucket}/pipelines"
+    writer = TransactionalSplitWriter(config, pipeline, "out", BATCH, 0, topic, staged_uri(root, pipeline, "out", BATCH, 0, 0), filesystem=s3)
+    writer.begin()
+    for i in range(80):
+        writer.write(f"{BATCH}-0-{i}".encode(), key=f"k{i}".encode(), headers=[("trace", b"t%d" % i)])
+    handle = writer.precommit()
+    writer.abandon()
+    fence_transactional_ids(config, [handle.transactional_id])
+    participant = KafkaSinkParticipant("out", pipeline, config, staging_root=root, filesystem=s3)
+
+    result = participant.commit(_vote(handle))
+
+    assert result.outcome is Outcome.DONE and "repaired" in result.detail, result.detail
+    records = read_committed(config, topic, PARTITIONS)
+    assert Counter(v for _, v, _ in records) == Counter(_expected(0, 80))
+    assert {h[3] for _, _, h in records} == {("trace", b"t%d" % i) for i in range(80)}  # user headers survive
+    participant.discard_staging(_plan(pipeline, splits=1))
+    assert s3.get_file_info(handle.staged_uri).type == pafs.FileType.NotFound

@@ -1,0 +1,114 @@
+"""The commit's proof: splits whose records interleave in the same partitions, seen in one scan."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import defaultdict
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from onceflow.kafka.txn_protocol import end_txn
+from onceflow.kafka.visibility import SEEK_GAP, Observer, State, confirm_aborted
+from onceflow.kafka.writer import BATCH_HEADER, SPLIT_HEADER, TransactionalSplitWriter, TxnHandle, staged_uri
+from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
+from tests.integration.kafka.helpers import create_topic
+from tests.support import require
+
+BATCH = "0000000001"
+PARTITIONS = 2
+
+
+def _splits(config, tmp_path, topic: str, turns: int, rows: int) -> list[TxnHandle]:
+    """Two splits of one batch writing by turns into the same partitions, both left open."""
+    pipeline = f"pipe-{uuid.uuid4().hex[:8]}"
+    writers = [
+        TransactionalSplitWriter(config, pipeline, "out", BATCH, s, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, s, 0))
+        for s in range(2)
+    ]
+    for w in writers:
+        w.begin()
+    for turn in range(turns):
+        for s, w in enumerate(writers):
+            keys = [f"k{i}".encode() for i in range(rows)]
+            values = [f"{s}-{turn}-{i}".encode() for i in range(rows)]
+            w.write_batch(pa.RecordBatch.from_pydict({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())}))
+            time.sleep(0.15)  # past linger.ms: this turn is on the broker before the next one
+    handles = [w.precommit() for w in writers]
+    for w in writers:
+        w.abandon()
+    return handles
+
+
+def _offsets_by_split(config, topic: str) -> dict[tuple[int, int], list[int]]:
+    """(split, partition) -> offsets of its records, read uncommitted (the transactions are open)."""
+    consumer = Consumer({**config, "group.id": f"v-{uuid.uuid4().hex[:6]}", "isolation.level": "read_uncommitted",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    offsets: dict[tuple[int, int], list[int]] = defaultdict(list)
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 20
+    while len(at_end) < PARTITIONS and time.monotonic() < deadline:
+        for m in consumer.consume(1000, 0.2):
+            if m.error():
+                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                at_end.add(m.partition())
+                continue
+            headers = dict(m.headers())
+            assert headers[BATCH_HEADER] == BATCH.encode()
+            offsets[(int(headers[SPLIT_HEADER]), m.partition())].append(m.offset())
+    consumer.close()
+    assert len(at_end) == PARTITIONS
+    return offsets
+
+
+# Short turns: records interleave. One long turn each: 15,000 records of one split
+# between the probes of the two, which the scan skips with a seek.
+@pytest.fixture(params=[(3, 40), (1, 30_000)], ids=["interleaved", "one-after-the-other"])
+def interleaved(kafka_broker, tmp_path, request):
+    config = kafka_broker.config()
+    topic = create_topic(config, partitions=PARTITIONS, prefix="vis")
+    handles = _splits(config, tmp_path, topic, *request.param)
+    return config, handles, _offsets_by_split(config, topic)
+
+
+def test_handles_record_first_and_last_offset_of_each_split_in_each_partition(interleaved):
+    _, handles, offsets = interleaved
+    for h in handles:
+        for p, write in h.partitions.items():
+            mine = offsets[(h.split, p)]
+            assert (write.first_offset, write.last_offset, write.count) == (min(mine), max(mine), len(mine))
+    # The premise of the tests below: the splits' records interleave, or lie far apart.
+    a, b = handles
+    assert any(
+        a.partitions[p].first_offset < b.partitions[p].first_offset < a.partitions[p].last_offset
+        or b.partitions[p].last_offset - a.partitions[p].last_offset > SEEK_GAP
+        for p in a.partitions
+    )
+
+
+def test_open_splits_are_open_and_committed_ones_settle_in_one_scan(interleaved):
+    config, handles, _ = interleaved
+    with Observer(config, timeout_s=15) as observer:
+        assert [v.state for v in observer.observe(handles)] == [State.OPEN, State.OPEN]
+        for h in handles:
+            assert end_txn(config, h.transactional_id, h.producer_id, h.epoch, commit=True).error_name == "NONE"
+        views = observer.settle(handles)
+    assert [v.state for v in views] == [State.COMMITTED, State.COMMITTED], [v.describe() for v in views]
+    assert [sum(pv.original for pv in v.partitions) for v in views] == [h.records for h in handles]
+
+
+def test_a_committed_and_an_aborted_split_are_told_apart_in_one_scan(kafka_broker, interleaved):
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    config, (committed, aborted), _ = interleaved
+    end_txn(config, committed.transactional_id, committed.producer_id, committed.epoch, commit=True)
+    end_txn(config, aborted.transactional_id, aborted.producer_id, aborted.epoch, commit=False)
+    with Observer(config, timeout_s=15) as observer:
+        views = confirm_aborted(observer, [committed, aborted], observer.settle([committed, aborted]))
+        # From each partition's start, every record counted: the same verdicts.
+        from_start = observer.observe([committed, aborted], from_start=True)
+    assert [v.state for v in views] == [State.COMMITTED, State.ABORTED], [v.describe() for v in views]
+    assert [v.state for v in from_start] == [State.COMMITTED, State.ABORTED], [v.describe() for v in from_start]
+    assert sum(pv.original for pv in from_start[0].partitions) == committed.records

@@ -1,3 +1,0 @@
-"""The protocol runs on every ledger backend: the same fixtures as tests/ledger."""
-
-from tests.ledger.conftest import new_storage, storage  # noqa: F401  (pytest fixtures)

@@ -1,0 +1,76 @@
+"""Saved chaos runs added up: the bar check, and the docs/chaos.md table generated from the saved JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from onceflow_devkit.chaos import report, schedule
+from onceflow.cli import main
+
+from tests.support import ROOT
+SAVED = sorted((ROOT / "docs" / "chaos-runs").glob("*.json"))
+
+
+def run(broker="noida", warehouse="file", per_kind=3, kinds=schedule.ALL_KINDS, **changes):
+    injected = {kind: per_kind for kind in kinds}
+    figures = {
+        "ok": True, "broker": broker, "warehouse": warehouse, "seed": 1,
+        "batches_run": sum(injected.values()), "faulted_batches": sum(injected.values()),
+        "faults_injected": injected, "faults_missed": {}, "fault_details": {"s3_slow": 2},
+        "batches_aborted": 1, "batches_recovered": 1, "records_in": 200 * sum(injected.values()),
+        "duplicates": 0, "missing": 0, "failures": [], "wall_time_s": 600.0,
+        "reproduce": f"onceflow chaos --batches {sum(injected.values())} --seed 1 --broker {broker} --warehouse {warehouse}",
+        "file": "x.json",
+    }
+    return {**figures, **changes}
+
+
+def matrix(per_kind):
+    return [run(b, w, per_kind) for b in ("noida", "tansu") for w in ("file", "s3")]
+
+
+def test_the_bar_is_met_by_enough_clean_faulted_batches_over_the_whole_matrix():
+    assert report.check(matrix(per_kind=6)).met  # 4 x 9 x 6 = 216 faulted, 24 per kind
+
+
+def test_each_shortfall_is_named():
+    short = report.check(matrix(per_kind=2)).shortfalls  # 72 faulted, 8 per kind
+    assert "72 faulted batches, the bar is 200" in short
+    assert {s.split()[0] for s in short if "injected" in s} == set(schedule.ALL_KINDS)
+
+    only_noida_file = [run("noida", "file", per_kind=30)]
+    short = report.check(only_noida_file).shortfalls
+    assert short == ("no run on broker tansu", "no run on a s3 warehouse")
+
+
+def test_a_run_with_a_duplicate_fails_the_bar_however_many_batches():
+    runs = matrix(per_kind=10)
+    runs[2] = run("tansu", "file", per_kind=10, ok=False, duplicates=1, failures=["clicks_enriched: 1 duplicate"])
+    short = report.check(runs).shortfalls
+    assert any("is not OK" in s and "clicks_enriched: 1 duplicate" in s for s in short)
+    assert "1 duplicates and 0 missing records" in short
+
+
+def test_load_runs_refuses_a_file_that_is_not_chaos_output(tmp_path):
+    stray = tmp_path / "audit.json"
+    stray.write_text(json.dumps({"ok": True, "outputs": {}}))
+    with pytest.raises(ValueError, match="audit.json: not the output of 'onceflow chaos --json'"):
+        report.load_runs([stray])
+
+
+def test_every_saved_run_is_clean_and_docs_chaos_shows_exactly_their_figures(capsys):
+    assert SAVED, "docs/chaos-runs holds the runs docs/chaos.md reports"
+    runs = report.load_runs(SAVED)
+    assert all(r["ok"] and r["duplicates"] == 0 and r["missing"] == 0 for r in runs)
+    readme = (ROOT / "docs" / "chaos.md").read_text()
+    block = re.search(r"<!-- chaos-report begin -->\n(.*?)\n<!-- chaos-report end -->", readme, re.S)
+    assert block, "docs/chaos.md lost the markers around the chaos figures"
+    assert block.group(1).strip() == report.markdown(runs).strip(), (
+        "docs/chaos.md's chaos figures differ from docs/chaos-runs: regenerate with "
+        "onceflow chaos-report docs/chaos-runs/*.json"
+    )
+    assert main(["chaos-report", *map(str, SAVED)]) == 0
+    assert report.markdown(runs) in capsys.readouterr().out

@@ -1,0 +1,271 @@
+"""The coordinator's steps one by one, on a local ledger (the property test
+in test_coordinator_chaos.py drives them on all three backends)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from onceflow.ledger.errors import LedgerCorruptError, LedgerFormatError
+from onceflow.ledger.local import LocalLedgerStorage
+from onceflow.ledger import records
+from onceflow.protocol.errors import BatchAborted, CommitFailed, ConcurrentPlanError, RetryLater, StaleAttempt
+from onceflow.protocol.participant import Outcome, Result
+from onceflow.protocol.states import BatchState, IllegalTransition
+from onceflow.settings import ConfigurationError
+
+from tests.doubles.fakes import FAILED, RETRY
+from tests.doubles.helpers import config, prepare_all, run_batch, source, world_coordinator
+
+
+@pytest.fixture
+def local(tmp_path):
+    return LocalLedgerStorage(tmp_path / "ledger")
+
+
+def test_batches_commit_and_chain_without_gap(local):
+    coord, world, parts = world_coordinator(local)
+    src = source(250, 40)
+    first = run_batch(coord, parts, src)
+    assert [(r.start, r.end) for r in first.ranges] == [(0, 100), (0, 40)]
+    status = coord.describe(first.batch_seq)
+    assert status.state is BatchState.COMMITTED and status.attempt == 1 and not status.missing_votes
+    assert set(status.done) == {"files", "events", "_batch"}
+    assert {"planned", "attempt_claimed", "last_vote", "decided", "done"} <= set(status.timings)
+    assert world.visible[("files", 1)] == status.decision.votes["files"]
+    second = run_batch(coord, parts, src)
+    assert [(r.start, r.end) for r in second.ranges] == [(100, 200), (40, 40)]
+    assert second.sink("events").transactional_ids == ("onceflow-pipe-events-0", "onceflow-pipe-events-1")
+    assert coord.latest_seq() == 2 and coord.ledger.read_head().last_committed_seq == 2
+
+
+def test_commit_is_idempotent(local):
+    coord, world, parts = world_coordinator(local)
+    plan = run_batch(coord, parts, source())
+    again = coord.commit(plan.batch_seq)
+    assert again.state is BatchState.COMMITTED and not world.refused
+
+
+def test_missing_vote_aborts_and_next_plan_replays_the_same_ranges(local):
+    coord, world, parts = world_coordinator(local)
+    plan = coord.plan_next(source(), config())
+    attempt = coord.begin_attempt(plan.batch_seq)
+    coord.record_vote(plan.batch_seq, attempt, parts["files"].prepare(plan, attempt))
+    with pytest.raises(BatchAborted, match=r"no vote from \['events'\].*re-reads the same records"):
+        coord.commit(plan.batch_seq)
+    assert coord.describe(plan.batch_seq).state is BatchState.ABORTED
+    assert ("files", 1) in world.aborted and not world.visible
+    replay = coord.plan_next(source(500, 500), config())
+    assert replay.ranges == plan.ranges and replay.replay_of == plan.batch_seq and replay.batch_seq == 2
+
+
+def test_zombie_vote_of_older_attempt_is_never_committed(local):
+    coord, world, parts = world_coordinator(local)
+    plan = coord.plan_next(source(), config())
+    old = coord.begin_attempt(plan.batch_seq)
+    old_vote = parts["files"].prepare(plan, old)
+    new = prepare_all(coord, parts, plan)
+    assert new == old + 1
+    with pytest.raises(StaleAttempt, match="not the latest"):
+        coord.record_vote(plan.batch_seq, old, old_vote)
+    status = coord.commit(plan.batch_seq)
+    assert status.decision.attempt == new
+    assert world.visible[("files", 1)].attempt == new and not world.refused
+
+
+def test_after_the_decision_no_attempt_or_vote_counts(local):
+    coord, world, parts = world_coordinator(local)
+    plan = run_batch(coord, parts, source())
+    with pytest.raises(IllegalTransition, match="committed"):
+        coord.begin_attempt(plan.batch_seq)
+    late = parts["files"].prepare(plan, 1)
+    with pytest.raises(StaleAttempt, match="already decided"):
+        coord.record_vote(plan.batch_seq, 1, late)
+    assert coord.describe(plan.batch_seq).decision.votes["files"] != late
+
+
+def test_a_vote_cannot_be_replaced_within_its_attempt(local):
+    coord, world, parts = world_coordinator(local)
+    plan = coord.plan_next(source(), config())
+    attempt = coord.begin_attempt(plan.batch_seq)
+    vote = parts["files"].prepare(plan, attempt)
+    coord.record_vote(plan.batch_seq, attempt, vote)
+    coord.record_vote(plan.batch_seq, attempt, vote)  # same vote again: fine
+    with pytest.raises(StaleAttempt, match="different vote"):
+        coord.record_vote(plan.batch_seq, attempt, parts["files"].prepare(plan, attempt))
+
+
+def test_invalid_vote_aborts_and_transient_verify_decides_nothing(local):
+    coord, world, parts = world_coordinator(local)
+    plan = coord.plan_next(source(), config())
+    prepare_all(coord, parts, plan)
+    parts["events"].verify_answer = RETRY
+    with pytest.raises(RetryLater, match="verify"):
+        coord.commit(plan.batch_seq)
+    assert coord.describe(plan.batch_seq).state is BatchState.PREPARED
+    parts["events"].verify_answer = Result(Outcome.FAILED, "transaction too old")
+    with pytest.raises(BatchAborted, match="transaction too old"):
+        coord.commit(plan.batch_seq)
+    assert not world.visible
+
+
+def test_failed_commit_is_loud_and_redone_later(local):
+    coord, world, parts = world_coordinator(local)
+    plan = coord.plan_next(source(), config())
+    prepare_all(coord, parts, plan)
+    parts["files"].commit_answer = FAILED
+    with pytest.raises(CommitFailed, match="participant 'files'.*not be reported"):
+        coord.commit(plan.batch_seq)
+    assert coord.describe(plan.batch_seq).state is BatchState.COMMITTING
+    with pytest.raises(CommitFailed):
+        coord.recover()
+    parts["files"].commit_answer = None
+    assert coord.recover().state is BatchState.COMMITTED
+    assert set(world.visible) == {("files", 1), ("events", 1)}
+
+
+def test_rollback_after_commit_decision_finishes_the_commit(local):
+    coord, world, parts = world_coordinator(local)
+    plan = coord.plan_next(source(), config())
+    prepare_all(coord, parts, plan)
+    parts["events"].commit_answer = RETRY
+    with pytest.raises(RetryLater):
+        coord.commit(plan.batch_seq)
+    parts["events"].commit_answer = None
+    status = coord.rollback(plan.batch_seq, "spark task failed")
+    assert status.state is BatchState.COMMITTED and len(world.visible) == 2 and not world.aborted
+
+
+def test_recovery_presumes_abort_without_a_decision(local):
+    coord, world, parts = world_coordinator(local)
+    plan = coord.plan_next(source(), config())
+    prepare_all(coord, parts, plan)
+    status = coord.recover()
+    assert status.state is BatchState.ABORTED and "presumed abort" in status.decision.reason
+    assert not world.visible and world.aborted == {("files", 1), ("events", 1)}
+
+
+def test_recovery_does_what_its_table_says_and_says_so_one_line_per_effect(local, caplog):
+    """A commit task that died between effects leaves COMMITTING; the next
+    recovery redoes the commit (RECOVERY), and its log names each effect."""
+    import logging
+
+    from onceflow import faults
+    from onceflow.protocol.states import RECOVERY, Recovery
+
+    coord, world, parts = world_coordinator(local)
+    plan = coord.plan_next(source(), config())
+    prepare_all(coord, parts, plan)
+    faults.arm("commit.between_effects", "raise")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            coord.commit(plan.batch_seq)
+    finally:
+        faults.disarm()
+    assert coord.describe(plan.batch_seq).state is BatchState.COMMITTING
+    assert RECOVERY[BatchState.COMMITTING] is Recovery.REDO_COMMIT
+    caplog.clear()  # only what recovery logs
+    with caplog.at_level(logging.INFO, logger="onceflow.coordinator"):
+        status = coord.recover()
+    assert status.state is BatchState.COMMITTED
+    lines = [r.getMessage() for r in caplog.records]
+    assert f"recovery: batch {plan.batch_id} of pipe was left committing: redo commit" in lines
+    committed = [line for line in lines if line.startswith(f"batch {plan.batch_id} of pipe: ") and " committed (" in line]
+    assert len(committed) == 1, lines  # one sink was committed before the crash, the other by recovery
+    assert f"batch {plan.batch_id} of pipe: committed" in lines
+    assert set(world.visible) == {("files", 1), ("events", 1)}  # both effects applied, each once
+    assert world.visible[("files", 1)] == status.decision.votes["files"]
+
+
+def test_plan_task_retry_reuses_its_plan_and_other_runs_recover_first(local):
+    coord, world, parts = world_coordinator(local)
+    src = source()
+    plan = coord.plan_next(src, config(), run_id="run-1")
+    src.produce("in", 1, 30)
+    assert coord.plan_next(src, config(), run_id="run-1") == plan
+    other = coord.plan_next(src, config(), run_id="run-2")
+    assert other.batch_seq == 2 and other.replay_of == 1 and other.ranges == plan.ranges
+    assert coord.describe(1).state is BatchState.ABORTED
+
+
+def test_concurrent_planner_loses_cleanly(local):
+    coord, world, parts = world_coordinator(local)
+    winner = coord.plan_next(source(), config(), run_id="run-a")
+    # a second planner that read the ledger before run-a wrote its plan
+    from onceflow.protocol.planning import next_plan
+
+    mine = next_plan(pipeline="pipe", previous=None, previous_state=None, source=source(), config=config(), now_ms=1, run_id="run-b")
+    created, existing = coord.ledger.create_plan(mine)
+    assert not created and existing == winner
+    # The same race through plan_next: run-b's view of the ledger predates run-a's plan.
+    coord.ledger.latest_seq = lambda: 0  # type: ignore[method-assign]
+    with pytest.raises(ConcurrentPlanError, match="max_active_runs=1"):
+        coord.plan_next(source(), config(), run_id="run-b")
+
+
+def test_configuration_mismatch_fails_fast(local):
+    coord, world, parts = world_coordinator(local)
+    from onceflow.protocol.plan import SinkPlan
+    from onceflow.protocol.planning import PlanConfig
+
+    with pytest.raises(ConfigurationError, match="give every sink exactly one participant"):
+        coord.plan_next(source(), PlanConfig(("in",), (SinkPlan("files", "files", 1),)))
+    with pytest.raises(ConfigurationError, match="pipeline name 'a/b'"):
+        world_coordinator(local, pipeline="a/b")
+
+
+def _decision_file(coord, seq):
+    return coord.ledger.storage.root / coord.ledger.decision_key(seq)
+
+
+def test_hand_edited_record_is_refused_naming_batch_file_and_fix(local):
+    coord, world, parts = world_coordinator(local)
+    plan = run_batch(coord, parts, source())
+    path = _decision_file(coord, plan.batch_seq)
+    doc = json.loads(path.read_text())
+    doc["body"]["outcome"] = "ABORT"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(LedgerCorruptError) as err:
+        coord.describe(plan.batch_seq)
+    message = str(err.value)
+    assert "pipeline 'pipe', batch 0000000001" in message and str(path) in message
+    assert "checksum" in message and "never hand-edit" in message and "version history" in message
+    path.write_text('{"format": 1, "kind": "decis')
+    with pytest.raises(LedgerCorruptError, match="unreadable ledger record"):
+        coord.recover()
+
+
+def test_newer_and_older_formats_are_refused_with_what_to_do(local, monkeypatch):
+    coord, world, parts = world_coordinator(local)
+    plan = coord.plan_next(source(), config())
+    prepare_all(coord, parts, plan)
+    monkeypatch.setattr(records, "FORMAT", 2)
+    monkeypatch.setattr(records, "MIN_FORMAT", 2)
+    with pytest.raises(LedgerFormatError, match=r"older onceflow.*half-committed.*finish it with the older version"):
+        coord.commit(plan.batch_seq)
+    monkeypatch.setattr(records, "FORMAT", 1)
+    monkeypatch.setattr(records, "MIN_FORMAT", 1)
+    path = local.root / coord.ledger.plan_key(plan.batch_seq)
+    doc = json.loads(path.read_text())
+    doc["format"] = 9
+    path.write_text(json.dumps(doc))
+    with pytest.raises(LedgerFormatError, match=r"written by a newer onceflow.*Upgrade onceflow"):
+        coord.commit(plan.batch_seq)
+
+
+def test_stale_missing_or_torn_head_hint_never_hides_batches(local):
+    coord, world, parts = world_coordinator(local)
+    src = source(10_000)
+    for _ in range(5):
+        run_batch(coord, parts, src)
+    head = local.root / coord.ledger.head_key
+    head.unlink()
+    assert coord.latest_seq() == 5
+    coord.ledger.write_head(records.Head(latest_seq=2))
+    assert coord.latest_seq() == 5
+    head.write_text("{torn")
+    assert coord.latest_seq() == 5
+    coord.ledger.write_head(records.Head(latest_seq=50))  # ahead of the truth (a restored ledger)
+    assert coord.latest_seq() == 5
+    assert run_batch(coord, parts, src).batch_seq == 6

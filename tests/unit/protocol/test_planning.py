@@ -1,0 +1,99 @@
+"""Planning rules (pure): where each batch starts and ends (I1, I6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from onceflow.protocol.plan import OffsetRange, Plan
+from onceflow.protocol.planning import OffsetsLostError, PlanConfig, PlanningError, StartPosition, next_plan
+from onceflow.protocol.states import BatchState
+from onceflow.settings import ConfigurationError
+
+from tests.doubles.fakes import FakeSource
+from tests.doubles.helpers import SINKS
+
+
+def plan_after(previous, state, src, **cfg):
+    cfg.setdefault("max_records_per_partition", None)
+    return next_plan(pipeline="p", previous=previous, previous_state=state, source=src, config=PlanConfig(("t",), SINKS, **cfg), now_ms=7)
+
+
+@pytest.fixture
+def src():
+    s = FakeSource()
+    s.add("t", 0, 100, earliest=20)
+    s.add("t", 1, 50)
+    return s
+
+
+def ends(plan):
+    return [(r.partition, r.start, r.end) for r in plan.ranges]
+
+
+def test_first_batch_from_earliest_latest_or_timestamp(src):
+    assert ends(plan_after(None, None, src)) == [(0, 20, 100), (1, 0, 50)]
+    assert ends(plan_after(None, None, src, start="latest")) == [(0, 100, 100), (1, 50, 50)]
+    # timestamps are 1000 + 10 * offset: 1300 is offset 30
+    assert ends(plan_after(None, None, src, start=1300)) == [(0, 30, 100), (1, 30, 50)]
+    assert ends(plan_after(None, None, src, start="timestamp:1")) == [(0, 20, 100), (1, 0, 50)]
+
+
+def test_next_batch_starts_at_committed_ends_and_is_capped(src):
+    first = plan_after(None, None, src, max_records_per_partition=30)
+    assert ends(first) == [(0, 20, 50), (1, 0, 30)] and first.batch_seq == 1
+    second = plan_after(first, BatchState.COMMITTED, src, max_records_per_partition=30)
+    assert ends(second) == [(0, 50, 80), (1, 30, 50)] and second.batch_seq == 2 and second.replay_of is None
+
+
+def test_after_abort_the_same_ranges_are_replayed(src):
+    first = plan_after(None, None, src)
+    src.produce("t", 0, 1000)
+    replay = plan_after(first, BatchState.ABORTED, src)
+    assert replay.ranges == first.ranges and replay.replay_of == 1 and replay.batch_seq == 2
+
+
+def test_new_partitions_start_at_the_start_position(src):
+    first = plan_after(None, None, src)
+    src.add("t", 2, 70, earliest=5)
+    assert ends(plan_after(first, BatchState.COMMITTED, src, start="latest")) == [(0, 100, 100), (1, 50, 50), (2, 70, 70)]
+    assert ends(plan_after(first, BatchState.COMMITTED, src)) == [(0, 100, 100), (1, 50, 50), (2, 5, 70)]
+
+
+def test_undecided_previous_batch_refuses(src):
+    first = plan_after(None, None, src)
+    for state in (BatchState.PREPARED, BatchState.COMMITTING, BatchState.ABORTING):
+        with pytest.raises(PlanningError, match="run recovery"):
+            plan_after(first, state, src)
+
+
+def test_retention_loss_is_named_never_skipped(src):
+    previous = Plan("p", 4, (OffsetRange("t", 0, 10, 15), OffsetRange("t", 1, 0, 50)))
+    with pytest.raises(OffsetsLostError) as err:
+        plan_after(previous, BatchState.COMMITTED, src)
+    assert "batch 0000000005" in str(err.value) and "t[0] offsets 15..19" in str(err.value)
+    assert err.value.lost == {("t", 0): (15, 20)}
+    with pytest.raises(OffsetsLostError, match="t\\[0\\] offsets 10..19"):
+        plan_after(previous, BatchState.ABORTED, src)
+
+
+def test_vanished_or_truncated_partitions_refuse(src):
+    previous = Plan("p", 1, (OffsetRange("t", 0, 20, 100), OffsetRange("t", 1, 0, 80)))
+    with pytest.raises(PlanningError, match=r"t\[1\] ends at offset 50, before offset 80"):
+        plan_after(previous, BatchState.COMMITTED, src)
+    previous = Plan("p", 1, (OffsetRange("t", 0, 20, 100), OffsetRange("t", 9, 0, 1)))
+    with pytest.raises(PlanningError, match=r"no longer exist: t\[9\]"):
+        plan_after(previous, BatchState.COMMITTED, src)
+
+
+def test_unconfigured_topics_keep_their_position(src):
+    previous = Plan("p", 1, (OffsetRange("t", 0, 20, 100), OffsetRange("t", 1, 0, 50), OffsetRange("old", 0, 3, 9)))
+    assert OffsetRange("old", 0, 9, 9) in plan_after(previous, BatchState.COMMITTED, src).ranges
+
+
+def test_bad_settings_fail_fast():
+    with pytest.raises(ConfigurationError, match="start_position 'newest'"):
+        StartPosition.parse("newest")
+    with pytest.raises(ConfigurationError, match="max_records_per_partition must be >= 1"):
+        PlanConfig(("t",), SINKS, max_records_per_partition=0)
+    with pytest.raises(ConfigurationError, match="topics is empty"):
+        PlanConfig((), SINKS)

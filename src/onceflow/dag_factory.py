@@ -102,6 +102,17 @@ def shipped_code(spec: PipelineSpec) -> list[str]:
     return zips
 
 
+# A spark task may not hold the pipeline's one run slot forever; pass spark_timeout= for longer batches.
+DEFAULT_SPARK_TIMEOUT = timedelta(hours=2)
+
+
+def spark_timeout_of(spec: PipelineSpec) -> timedelta:
+    """The spark task's execution_timeout: the shortest time any sink's pre-commit
+    stays committable (work after that is refused by the commit), else the default."""
+    lifetimes = [life for s in spec.sinks if (life := sink_kind(s.kind).vote_lifetime(s)) is not None]
+    return min(lifetimes, default=DEFAULT_SPARK_TIMEOUT)
+
+
 def default_spark_binary() -> str:
     """The spark-submit installed beside this interpreter (the pyspark wheel's),
     else the one on PATH, as the Spark provider does."""
@@ -144,6 +155,7 @@ def pipeline_dag(
     spark_conn_id: str | None = None,
     spark_conf: dict[str, str] | None = None,
     spark_binary: str | None = None,
+    spark_timeout: timedelta | None = None,
     retries: int = 1,
     start_date: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc),
     dag_id: str | None = None,
@@ -211,6 +223,7 @@ def pipeline_dag(
             },
             env_vars=_spark_env(kafka_conn_id, aws_conn_id, warehouse),
             spark_binary=spark_binary or default_spark_binary(),
+            execution_timeout=spark_timeout or spark_timeout_of(spec),
         )
         commit = CommitBatchOperator(task_id="commit", outlets=outputs(spec, warehouse), trigger_rule=TriggerRule.ALL_SUCCESS, **common)
         rollback = RollbackBatchOperator(task_id="rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=3, **common)

@@ -9,10 +9,10 @@ embedded stack and in production.
 from __future__ import annotations
 
 import importlib
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from .names import check_name
 from .settings import ConfigurationError
 from .sinks import kinds
 
@@ -32,17 +32,6 @@ def check_input_columns(columns, setting: str) -> tuple[str, ...]:
             f"{setting}: {unknown or list(wanted)} is not valid: name one or more of {', '.join(INPUT_COLUMNS)}"
         )
     return tuple(c for c in INPUT_COLUMNS if c in wanted)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-
-
-def _check_name(what: str, value: str) -> str:
-    if not _NAME.match(value or ""):
-        raise ConfigurationError(
-            f"{what} {value!r} is not valid: use letters, digits, '_', '-' or '.', starting with a letter or digit"
-        )
-    return value
-
-
 @dataclass(frozen=True)
 class SinkSpec:
     """One output. ``target`` is a path under the warehouse for ``files``
@@ -60,7 +49,7 @@ class SinkSpec:
     transaction_timeout_ms: int = 900_000
 
     def __post_init__(self) -> None:
-        _check_name("sink name", self.name)
+        check_name("sink name", self.name)
         if self.kind not in kinds():
             raise ConfigurationError(f"sink {self.name!r}: kind {self.kind!r} is not valid: use one of {', '.join(map(repr, kinds()))}")
         if self.splits < 1:
@@ -88,7 +77,7 @@ class PipelineSpec:
     input_columns: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        _check_name("pipeline name", self.name)
+        check_name("pipeline name", self.name)
         object.__setattr__(self, "topics", tuple(self.topics))
         object.__setattr__(self, "sinks", tuple(self.sinks))
         if self.input_columns is not None:

@@ -67,3 +67,24 @@ def test_code_is_zipped_once_per_content_and_a_missing_package_is_named(tmp_path
     assert zipfile.ZipFile(code_zip("lone_transform")).namelist() == ["lone_transform.py"]
     with pytest.raises(ConfigurationError, match="no importable module or package 'no_such_package'"):
         code_zip("no_such_package.transforms")
+
+
+def test_the_spark_task_stops_when_its_votes_could_no_longer_commit(dag):
+    """A Kafka vote older than half its transaction timeout is refused by the commit: the spark
+    task is given no longer than that, so a stuck job fails and the rollback frees the run slot."""
+    from datetime import timedelta
+
+    shortest = min(s.transaction_timeout_ms for s in CLICKSTREAM.sinks if s.kind == "kafka")
+    assert dag.get_task("spark").execution_timeout == timedelta(milliseconds=shortest / 2)
+
+
+def test_a_files_only_pipeline_gets_the_default_bound_and_an_explicit_one_wins():
+    import dataclasses
+    from datetime import timedelta
+
+    from onceflow.dag_factory import DEFAULT_SPARK_TIMEOUT
+
+    files_only = dataclasses.replace(CLICKSTREAM, sinks=tuple(s for s in CLICKSTREAM.sinks if s.kind == "files"))
+    assert pipeline_dag(files_only, warehouse="file:///w", dag_id="f1").get_task("spark").execution_timeout == DEFAULT_SPARK_TIMEOUT
+    explicit = pipeline_dag(files_only, warehouse="file:///w", dag_id="f2", spark_timeout=timedelta(hours=5))
+    assert explicit.get_task("spark").execution_timeout == timedelta(hours=5)

@@ -27,3 +27,25 @@ def test_unknown_or_no_input_columns_fail_naming_the_setting_and_the_choices(col
         f"pipeline 'clickstream': input_columns: {named} is not valid: name one or more of {', '.join(INPUT_COLUMNS)}"
     )
 
+
+
+def test_dotted_names_that_could_share_transactional_ids_are_refused_when_the_spec_is_written():
+    """Pipeline ``a.b`` with sink ``c`` and pipeline ``a`` with sink ``b.c`` would both derive
+    ``onceflow.a.b.c.0`` and fence each other: the spec refuses the dot, as the ids do."""
+    from onceflow.kafka.ids import transactional_id
+    from onceflow.spec import KAFKA, PipelineSpec, SinkSpec
+
+    with pytest.raises(ConfigurationError, match="sink name 'b.c' is not valid: use 1-100 characters"):
+        SinkSpec("b.c", KAFKA, "topic")
+    with pytest.raises(ConfigurationError, match="pipeline name 'a.b' is not valid"):
+        PipelineSpec("a.b", ("in",), "m:f", (SinkSpec("c", KAFKA, "topic"),))
+    with pytest.raises(ValueError, match="cannot form a transactional.id"):
+        transactional_id("a.b", "c", 0)
+
+
+@pytest.mark.parametrize("name", ["", "-leading-dash", "x" * 101, "with space", "a/b"])
+def test_other_bad_names_are_refused_naming_the_rule(name):
+    from onceflow.spec import FILES, SinkSpec
+
+    with pytest.raises(ConfigurationError, match="starting with a letter or digit"):
+        SinkSpec(name, FILES, "target")

@@ -8,23 +8,20 @@ Format (documented, stable: changing it would orphan open transactions)::
 The pipeline is part of every id, so two pipelines never share one and can
 never fence each other. Because the ids are derived, the rollback task can
 fence every id a plan allows, including those of splits that never voted.
-Names are restricted to ``[A-Za-z0-9_-]`` so the dots stay unambiguous.
+Names follow ``onceflow.names`` (no dots), so the dots stay unambiguous.
 """
 
 from __future__ import annotations
 
-import re
+from ..names import check_name
+from ..settings import ConfigurationError
 
 PREFIX = "onceflow"
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
-
-
 def _check(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(
-            f"{kind} name {value!r} cannot form a transactional.id: use 1-100 characters of A-Z, a-z, 0-9, '_' or '-'"
-        )
-    return value
+    try:
+        return check_name(f"{kind} name", value)
+    except ConfigurationError as exc:
+        raise ValueError(f"{exc}; it cannot form a transactional.id") from None
 
 
 def transactional_id(pipeline: str, sink: str, split: int) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib
 from importlib.metadata import entry_points
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from ..settings import ConfigurationError
@@ -44,6 +45,10 @@ class SinkKind(Protocol):
     def transactional_ids(self, pipeline: str, sink: SinkPlan) -> tuple[str, ...]:
         """The ids of the transactions the sink's splits may open, derived so that a
         rollback can fence them even when the job died before voting; () if none [planning]."""
+
+    def vote_lifetime(self, sink: SinkSpec) -> timedelta | None:
+        """How long a pre-committed output stays committable (None: no bound) [DAG parsing:
+        the spark task's execution_timeout]."""
 
     def participant(self, pipeline: PipelineSpec, sink: SinkSpec, deployment: Deployment) -> Participant:
         """The participant that verifies, commits and aborts the sink's batches [Airflow worker, Spark driver]."""

@@ -24,6 +24,9 @@ class FilesKind:
     def transactional_ids(self, pipeline: str, sink) -> tuple[str, ...]:
         return ()
 
+    def vote_lifetime(self, sink):
+        return None  # staged files wait for the commit as long as it takes
+
     def participant(self, pipeline, sink, deployment) -> FileSink:
         return FileSink(sink.name, self.location(sink, deployment.warehouse), storage=deployment.file_storage())
 

@@ -4,10 +4,11 @@ per split, committed from their handles (``onceflow.kafka``)."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any, Mapping
 
 from ..kafka.ids import transactional_ids
-from ..kafka.sink import KafkaSinkParticipant
+from ..kafka.sink import DEFAULT_SAFETY_FRACTION, KafkaSinkParticipant
 
 
 # The Spark data source that pre-commits this kind (onceflow.spark.kafka_sink registers it).
@@ -26,6 +27,10 @@ class KafkaKind:
 
     def transactional_ids(self, pipeline: str, sink) -> tuple[str, ...]:
         return transactional_ids(pipeline, sink.name, sink.splits)
+
+    def vote_lifetime(self, sink) -> timedelta:
+        # The commit refuses a vote older than this fraction of the transaction's timeout.
+        return timedelta(milliseconds=sink.transaction_timeout_ms * DEFAULT_SAFETY_FRACTION)
 
     def participant(self, pipeline, sink, deployment) -> KafkaSinkParticipant:
         filesystem, staging_root = deployment.arrow_filesystem()

@@ -224,7 +224,7 @@ def main(argv=None) -> int:
 
     spark = local_spark("onceflow-bench-job", master=args.master, **{"spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
-    register_data_sources(spark)
+    register_data_sources(spark, job_spec("registration", input_topic, args.splits))  # every sink kind the job writes
     work = Path(tempfile.mkdtemp(prefix="onceflow-bench-job-"))
     made: list[str] = []  # output topics, dropped after each repeat
     cpu: list[tuple[CpuMeter, CpuMeter]] = []  # (plain, onceflow) per repeat

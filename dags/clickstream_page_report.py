@@ -24,7 +24,13 @@ with DAG(dag_id="clickstream_page_report", schedule=[PAGE_COUNTS], catchup=False
 
         from onceflow.files.reader import read_committed
 
-        table = read_committed(PAGE_COUNTS.uri)
+        storage = None
+        if WAREHOUSE.startswith("s3://"):  # the pipeline's own S3 connection, never a default one
+            from onceflow.files.s3 import S3Storage
+            from onceflow.hooks.s3 import S3ConnectionHook
+
+            storage = S3Storage(S3ConnectionHook().connection("the page report"))
+        table = read_committed(PAGE_COUNTS.uri, storage)
         views = Counter()
         for row in table.select(["page", "views"]).to_pylist() if table.num_rows else []:
             views[row["page"]] += row["views"]

@@ -30,12 +30,13 @@ def onceflow_airflow(
     extra_env: Mapping[str, str] | None = None,
     dags_folder: Path = DAGS_FOLDER,
     python: Path | None = None,
+    plugins_folder: Path | None = PROJECT_ROOT / "plugins",
 ) -> LocalAirflow:
     """``python``: the interpreter of the Airflow install to run (default: this one)."""
     airflow = LocalAirflow(
         Path(home),
         dags_folder=dags_folder,
-        plugins_folder=PROJECT_ROOT / "plugins",
+        plugins_folder=plugins_folder,
         extra_env={"ONCEFLOW_WAREHOUSE": warehouse, **(extra_env or {})},
         **({"python": Path(python)} if python else {}),
     )

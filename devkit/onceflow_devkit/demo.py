@@ -89,7 +89,9 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
         _say(report.summary())
         _say(f"[demo]    {'exactly once: every input record counted once in every output' if report.ok else 'EXACTLY-ONCE VIOLATED'}"
              f" ({time.monotonic() - started:.0f} s).")
-        recheck = (f"set -a; . {stack.env_file}; set +a; export ONCEFLOW_WAREHOUSE={warehouse} ONCEFLOW_DAGS_FOLDER={DAGS_FOLDER}\n"
+        # ONCEFLOW_HOME lets `onceflow audit` know the broker (Tansu's deviations) by the stack's name.
+        recheck = (f"set -a; . {stack.env_file}; set +a; export ONCEFLOW_HOME={home / 'stack'} "
+                   f"ONCEFLOW_WAREHOUSE={warehouse} ONCEFLOW_DAGS_FOLDER={DAGS_FOLDER}\n"
                    "          .venv/bin/onceflow status --pipeline clickstream; .venv/bin/onceflow audit --pipeline clickstream")
         _say(f"[demo]    the stack is still up; look again with:\n          {recheck}" if keep_running
              else "[demo]    run `onceflow demo --keep-running` to look at the batches and outputs afterwards")

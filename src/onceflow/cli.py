@@ -38,7 +38,8 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
 
 def runtime_from_args(args: argparse.Namespace):
     from .discovery import find_pipeline
-    from .runtime import Deployment, PipelineRuntime
+    from .deployment import Deployment
+    from .runtime import PipelineRuntime
 
     spec = find_pipeline(args.pipeline, spec=args.spec, dags_folder=args.dags_folder)
     return PipelineRuntime(spec, Deployment.from_environment(args.warehouse), identity="onceflow-cli")

@@ -31,7 +31,7 @@ from typing import Any
 
 from . import faults
 from .settings import ConfigurationError
-from .runtime import is_s3_uri
+from .deployment import is_s3_uri
 from .sinks import sink_kind
 from .spec import PipelineSpec
 
@@ -161,10 +161,10 @@ def pipeline_dag(
     dag_id: str | None = None,
     **dag_kwargs: Any,
 ):
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.sdk import DAG, Param, TriggerRule
 
     from .operators.batch import CommitBatchOperator, PlanBatchOperator, RollbackBatchOperator
+    from .operators.spark import OnceflowSparkSubmitOperator
 
     warehouse = warehouse or os.environ.get("ONCEFLOW_WAREHOUSE")
     if not warehouse:
@@ -205,7 +205,7 @@ def pipeline_dag(
         **dag_kwargs,
     ) as dag:
         plan = PlanBatchOperator(task_id="plan", **common)
-        spark = SparkSubmitOperator(
+        spark = OnceflowSparkSubmitOperator(
             task_id="spark",
             application=str(SUBMIT_APPLICATION),
             conn_id=spark_conn_id,

@@ -42,11 +42,19 @@ def spec_in_module(name: str, location: str) -> PipelineSpec:
                              "(module or module:attribute) that defines it")
 
 
-def _import_file(path: Path):
-    module_name = f"onceflow_discovered_{path.stem}"
+def _import_file(path: Path, folder: Path):
+    # A unique name per file, registered while it runs, as the DAG processor does
+    # (dataclasses and pickling look their module up in sys.modules).
+    relative = path.relative_to(folder).with_suffix("")
+    module_name = "onceflow_discovered_" + "_".join(relative.parts)
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader_spec)
-    loader_spec.loader.exec_module(module)
+    sys.modules[module_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
     return module
 
 
@@ -63,7 +71,7 @@ def specs_in_folder(folder: Path) -> tuple[dict[str, PipelineSpec], dict[str, st
         if any(part.startswith(("_", ".")) for part in path.relative_to(folder).parts):
             continue
         try:
-            module = _import_file(path)
+            module = _import_file(path, folder)
         except Exception as exc:  # a broken DAG file must not hide the others
             errors[str(path)] = f"{type(exc).__name__}: {exc}"
             continue

@@ -2,7 +2,7 @@
 
 A ``PipelineSpec`` is plain data, importable everywhere (Airflow worker,
 Spark driver, the CLI). Where it runs (warehouse, brokers, credentials) is a
-``Deployment`` (see ``onceflow.runtime``), so the same spec runs on the
+``Deployment`` (see ``onceflow.deployment``), so the same spec runs on the
 embedded stack and in production.
 """
 

@@ -123,7 +123,8 @@ def test_one_batch_runs_through_airflow_from_the_installed_wheel(fresh_venv, tmp
         dags.mkdir()
         shutil.copy(ROOT / "dags" / "clickstream_exactly_once.py", dags)
         warehouse = f"file://{tmp_path}/warehouse"
-        airflow = onceflow_airflow(tmp_path / "airflow", broker, warehouse, dags_folder=dags, python=fresh_venv,
+        # No plugins folder either: Airflow puts it on sys.path, and nothing of the checkout may be there.
+        airflow = onceflow_airflow(tmp_path / "airflow", broker, warehouse, dags_folder=dags, python=fresh_venv, plugins_folder=None,
                                    extra_env={"ONCEFLOW_SCHEDULE": "none", "PYTHONPATH": ""})
         airflow.migrate()
         result = airflow.dags_test("clickstream_exactly_once", conf={"max_records_per_partition": 10_000}, timeout=900)

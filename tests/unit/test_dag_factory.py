@@ -1,4 +1,4 @@
-"""What the DAG factory builds, at parse time (the DAG in Airflow runs in tests/e2e)."""
+"""What the DAG factory builds, at parse time (the DAG in Airflow runs in tests/system/e2e)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def test_the_dag_is_plan_spark_then_commit_or_rollback_one_run_at_a_time(dag):
 
 def test_the_spark_task_submits_the_installed_application_and_ships_onceflow_and_the_transform(dag):
     spark = dag.get_task("spark")
-    assert Path(spark.application) == SUBMIT_APPLICATION == Path(onceflow.__file__).parent / "spark" / "submit.py"
+    assert Path(spark.application) == SUBMIT_APPLICATION and SUBMIT_APPLICATION.is_file()
+    assert SUBMIT_APPLICATION.parent.parent == Path(onceflow.__file__).parent  # inside the installed package
     library, transform = spark.py_files.split(",")
     library_names = zipfile.ZipFile(library).namelist()
     assert "onceflow/spark/submit.py" in library_names
@@ -88,3 +89,15 @@ def test_a_files_only_pipeline_gets_the_default_bound_and_an_explicit_one_wins()
     assert pipeline_dag(files_only, warehouse="file:///w", dag_id="f1").get_task("spark").execution_timeout == DEFAULT_SPARK_TIMEOUT
     explicit = pipeline_dag(files_only, warehouse="file:///w", dag_id="f2", spark_timeout=timedelta(hours=5))
     assert explicit.get_task("spark").execution_timeout == timedelta(hours=5)
+
+
+def test_a_connection_without_keys_leaves_the_workers_own_aws_settings_alone(dag, monkeypatch):
+    """Rendered from an S3 connection without login/password or region, the spark task's
+    environment sets no AWS_* variable at all: the driver keeps the worker's credential chain."""
+    from onceflow.operators.spark import OnceflowSparkSubmitOperator, set_env_only
+
+    spark = dag.get_task("spark")
+    assert isinstance(spark, OnceflowSparkSubmitOperator)
+    rendered = {k: ("" if k.startswith("AWS_") else v) for k, v in spark.env_vars.items()}
+    kept = set_env_only(rendered)
+    assert not [k for k in kept if k.startswith("AWS_")] and kept["ONCEFLOW_WAREHOUSE"] == "s3://lake/warehouse"

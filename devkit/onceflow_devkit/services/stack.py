@@ -1,9 +1,10 @@
 """The embedded stack: one S3 endpoint and one Kafka broker on 127.0.0.1.
 
 Runs on the developer's or CI's machine. State lives under ``<home>/``
-(``.onceflow/`` by default): a directory per service and ``stack.json``, which
-every onceflow command reads to find the services. Variables point commands
-at external services instead (see ``onceflow.settings``).
+(``.onceflow/`` by default): a directory per service, ``stack.json`` (read by
+the dev kit's own commands) and ``stack.env``, the variables that point the
+library's commands and jobs at the stack (the library reads only its
+environment: ``onceflow.settings``).
 """
 
 from __future__ import annotations

@@ -28,7 +28,14 @@ def storage_for(uri: str, kind: str | None = None, options: Mapping[str, str] | 
     if kind == "s3":
         if scheme not in ("s3", "s3a"):
             raise ValueError(f"storage kind 's3' cannot serve {uri}: use an s3://bucket/prefix URI")
-        from .s3 import S3Storage
+        from .s3 import OPTION_KEYS, S3Storage
 
-        return S3Storage.from_options(options or {})
+        if not any((options or {}).get(k) for k in OPTION_KEYS):
+            from ..settings import ConfigurationError
+
+            raise ConfigurationError(
+                f"{uri} is on S3 but no S3 connection was given: pass storage=S3Storage(connection) "
+                "(Airflow: S3ConnectionHook(conn_id).connection()) or the s3.* options"
+            )
+        return S3Storage.from_options(options)
     raise ValueError(f"unknown storage kind {kind!r} for {uri}: use 'local', 'hadoop' or 's3'")

@@ -10,7 +10,8 @@ from typing import Any, Mapping
 
 from .. import settings
 
-_SECRET_MARKERS = ("password", "secret", "token", "jaas", "credentials", "key.pem", "keystore.pem")
+# oauthbearer.config holds client secrets; every sasl.oauthbearer.* setting stays out of Spark options.
+_SECRET_MARKERS = ("password", "secret", "token", "jaas", "credentials", "key.pem", "keystore.pem", "oauthbearer")
 REDACTED = "[redacted]"
 
 

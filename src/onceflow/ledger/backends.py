@@ -14,7 +14,7 @@ def open_ledger_storage(root_uri: str, *, spark: Any = None, s3: Any = None) -> 
     - a plain path or ``file://``: ``LocalLedgerStorage`` (os.link is atomic
       across processes; Hadoop's local FileSystem is not);
     - ``s3://bucket/prefix`` (or ``s3a://``): ``S3LedgerStorage``; ``s3`` is an
-      ``S3Connection`` or a boto3 S3 client (default: AWS, default credential chain);
+      ``S3Connection`` or a boto3 S3 client (required);
     - any other scheme (``hdfs://``, ``viewfs://``, ...): ``HadoopLedgerStorage``
       through ``spark``'s JVM (a SparkSession, or a py4j gateway); without one
       a JVM gateway is launched (about 2 s).

@@ -21,13 +21,16 @@ from .storage import check_key
 
 
 def _client_from(s3: Any):
-    """A boto3 S3 client from an ``S3Connection`` (None: AWS through the
-    default credential chain), or ``s3`` itself when it is a client."""
+    """A boto3 S3 client from an ``S3Connection``, or ``s3`` itself when it is a client."""
     from botocore.config import Config
 
-    if s3 is None or isinstance(s3, S3Connection):
+    if s3 is None:
+        from ..settings import ConfigurationError
+
+        raise ConfigurationError("an S3 ledger needs an S3 connection (S3Connection) or a boto3 client: none was given")
+    if isinstance(s3, S3Connection):
         config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
-        return (s3 or S3Connection()).client(config=config)
+        return s3.client(config=config)
     return s3
 
 

@@ -30,7 +30,7 @@ from airflow.sdk import BaseOperator
 
 from ..protocol.batch_id import BatchId
 from ..protocol.states import BatchState
-from ..runtime import is_s3_uri
+from ..deployment import is_s3_uri
 from ..spec import PipelineSpec
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,8 @@ class _BatchOperator(BaseOperator):
         from .. import faults
         from ..hooks.kafka import KafkaConfigHook
         from ..hooks.s3 import S3ConnectionHook
-        from ..runtime import Deployment, PipelineRuntime
+        from ..deployment import Deployment
+        from ..runtime import PipelineRuntime
 
         faults.arm_run_param((context.get("params") or {}).get(faults.RUN_PARAM))
         s3 = None

@@ -44,7 +44,7 @@ class OffsetRange:
 class SinkPlan:
     """One output of the batch.
 
-    ``kind`` is ``"kafka"`` or ``"files"``. For a Kafka sink,
+    ``kind`` is a registered sink kind (``onceflow.sinks``). For a Kafka sink,
     ``transactional_ids[i]`` is the only id split ``i`` may use; ids are
     derived from (pipeline, sink, split), never random, so that abort can
     fence them all.

@@ -35,6 +35,9 @@ class SinkKind(Protocol):
     """One kind of output. Where each call runs is in brackets."""
 
     name: str
+    # The module of the Spark data source that pre-commits this kind; its
+    # ``register(spark)`` runs before the batch's outputs are written.
+    data_source: str
 
     def location(self, sink: SinkSpec, warehouse: str) -> str:
         """Where the output lives: a path under the warehouse, a topic, a table [anywhere]."""

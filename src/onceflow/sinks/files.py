@@ -14,6 +14,7 @@ FORMAT = "onceflow_files"
 
 class FilesKind:
     name = "files"
+    data_source = "onceflow.spark.file_sink"
 
     def location(self, sink, warehouse: str) -> str:
         return "/".join([warehouse.rstrip("/"), sink.target.strip("/")])

@@ -17,6 +17,7 @@ FORMAT = "onceflow_kafka"
 
 class KafkaKind:
     name = "kafka"
+    data_source = "onceflow.spark.kafka_sink"
 
     def location(self, sink, warehouse: str) -> str:
         return sink.target

@@ -43,11 +43,15 @@ class JobResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def register_data_sources(spark) -> None:
-    from . import file_sink, kafka_sink, kafka_source
+def register_data_sources(spark, spec) -> None:
+    """The input's data source, and the one of each sink kind the pipeline writes."""
+    import importlib
 
-    for module in (kafka_source, kafka_sink, file_sink):
-        module.register(spark)
+    from . import kafka_source
+
+    kafka_source.register(spark)
+    for module in sorted({sink_kind(s.kind).data_source for s in spec.sinks}):
+        importlib.import_module(module).register(spark)
 
 
 def read_input(spark, spec, ranges, deployment: str):
@@ -69,7 +73,7 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
     attempt = coordinator.begin_attempt(seq)
     log.info("batch %s of %s: attempt %d, %d records planned", plan.batch_id, spec.name, attempt, plan.records)
     faults.fault_point(JOB_AFTER_ATTEMPT)
-    register_data_sources(spark)
+    register_data_sources(spark, spec)
     deployment = runtime.deployment.to_option()
 
     started = time.perf_counter()

@@ -85,7 +85,7 @@ class KafkaSplitWriter(DataSourceArrowWriter):
         from pyspark import TaskContext
 
         from ..kafka.writer import TransactionalSplitWriter, staged_uri
-        from ..runtime import Deployment, arrow_filesystem
+        from ..deployment import Deployment, arrow_filesystem
 
         opts = self.options
         deployment = Deployment.from_option(opts.deployment)
@@ -132,7 +132,7 @@ class KafkaSplitWriter(DataSourceArrowWriter):
     def abort(self, messages: list[HandleMessage | None]) -> None:
         """Python worker, when the job fails: end what was opened, fence the rest."""
         from ..kafka.fencing import fence_transactional_ids
-        from ..runtime import Deployment
+        from ..deployment import Deployment
 
         config = Deployment.from_option(self.options.deployment).kafka.config()
         fence_transactional_ids(config, sorted(set(self.options.transactional_ids)))

@@ -96,7 +96,7 @@ class KafkaRangeReader(DataSourceReader):
         if not partition.range:
             return
         from ..kafka.reader import read_range
-        from ..runtime import Deployment
+        from ..deployment import Deployment
 
         rng = OffsetRange.from_dict(partition.range)
         config = Deployment.from_option(self.deployment).kafka.config()

@@ -70,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     from onceflow.protocol.states import IllegalTransition
-    from onceflow.runtime import Deployment, PipelineRuntime
+    from onceflow.deployment import Deployment
+    from onceflow.runtime import PipelineRuntime
     from onceflow.spark.batch_job import run_batch
 
     try:
@@ -79,14 +80,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigurationError(f"--spec-json describes pipeline {spec.name!r}, not --pipeline {args.pipeline!r}")
         deployment = Deployment.from_environment(args.warehouse)
     except ConfigurationError as exc:
-        print(f"run_batch: {exc}", file=sys.stderr)
+        print(f"onceflow.spark.submit: {exc}", file=sys.stderr)
         return 2
     spark = spark_session(args.master)
     runtime = PipelineRuntime(spec, deployment, identity=f"spark-driver:{spec.name}:{args.batch}", spark=spark)
     try:
         result = run_batch(spark, runtime, args.batch)
     except IllegalTransition as exc:
-        print(f"run_batch: {exc}", file=sys.stderr)
+        print(f"onceflow.spark.submit: {exc}", file=sys.stderr)
         return 3
     print(json.dumps({"pipeline": spec.name, "batch": result.batch_seq, "attempt": result.attempt,
                       "input_records": result.input_records, "outputs": list(result.outputs),

@@ -4,7 +4,7 @@ The data source's ``commit(messages)`` runs in a Python worker, not in the
 driver's process (ENVIRONMENT.md), so the vote cannot travel back through
 driver memory: it must be written somewhere durable from that worker.
 
-With the ``spec`` and ``deployment`` options (what ``onceflow.spark.batch_job``
+With the ``pipeline`` and ``deployment`` options (what ``onceflow.spark.batch_job``
 passes) ``record_vote`` records the vote in the pipeline's ledger through the
 coordinator, which refuses a zombie attempt's vote. Without them, it writes
 the vote as JSON to the ``vote_path`` option (create-if-absent): for using
@@ -36,10 +36,10 @@ def vote_from_dict(raw: Mapping[str, Any]) -> Vote:
 def record_vote(options: Mapping[str, str], vote: Vote) -> None:
     """Make ``vote`` durable. Runs in the Python worker of the data source's commit.
 
-    With a ``spec`` option (what ``onceflow.spark.batch_job`` passes) the vote
+    With ``pipeline`` and ``deployment`` options (what ``onceflow.spark.batch_job`` passes) the vote
     goes to the pipeline's ledger; otherwise to the ``vote_path`` option.
     Refuses to overwrite a recorded vote: one batch attempt votes once."""
-    if options.get("pipeline"):
+    if options.get("pipeline") and options.get("deployment"):
         from .ledger_votes import record_vote_in_ledger
 
         record_vote_in_ledger(options["pipeline"], options["deployment"], vote)

@@ -1,4 +1,4 @@
-"""The protocol tasks' own logic (the tasks in Airflow run in tests/e2e)."""
+"""The protocol tasks' own logic (the tasks in Airflow run in tests/system/e2e)."""
 
 from __future__ import annotations
 

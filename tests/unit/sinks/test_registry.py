@@ -28,7 +28,7 @@ def test_an_unknown_kind_is_refused_naming_the_known_ones():
         sink_kind("iceberg")
 
 
-def test_another_package_adds_a_kind_through_the_entry_point_group(tmp_path, monkeypatch):
+def test_another_package_adds_a_kind_through_the_entry_point_group(tmp_path, monkeypatch, request):
     (tmp_path / "acme_sink.py").write_text(
         "class Tables:\n    name = 'acme_tables'\n    def location(self, sink, warehouse):\n        return 'acme:' + sink.target\n"
         "KIND = Tables()\n"
@@ -38,6 +38,7 @@ def test_another_package_adds_a_kind_through_the_entry_point_group(tmp_path, mon
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-sink\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text("[onceflow.sinks]\nacme_tables = acme_sink:KIND\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    request.addfinalizer(sink_kind.cache_clear)  # the kind leaves with its path
     assert "acme_tables" in kinds()
     sink = SinkSpec("t", "acme_tables", "db.t")
     assert sink_kind("acme_tables").location(sink, "file:///w") == "acme:db.t"

@@ -41,9 +41,6 @@ class Deployment:
                 "connection (Airflow), or AWS_* variables and, for a non-AWS store, ONCEFLOW_S3_ENDPOINT"
             )
 
-    def path(self, *parts: str) -> str:
-        return "/".join([self.warehouse, *(p.strip("/") for p in parts)])
-
     @property
     def on_s3(self) -> bool:
         return is_s3_uri(self.warehouse)

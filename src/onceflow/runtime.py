@@ -52,9 +52,6 @@ class PipelineRuntime:
     def file_storage(self):
         return self.deployment.file_storage()
 
-    def arrow_filesystem(self):
-        return self.deployment.arrow_filesystem()[0]
-
     def participants(self) -> dict[str, Any]:
         """One participant per sink, each made by its sink's kind."""
         return {sink.name: sink_kind(sink.kind).participant(self.spec, sink, self.deployment) for sink in self.spec.sinks}

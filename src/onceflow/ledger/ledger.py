@@ -25,7 +25,7 @@ import re
 from typing import Any, Callable
 
 from .. import faults
-from ..layout import ONCEFLOW_DIR, pipeline_dir
+from ..layout import pipeline_dir
 from ..protocol.batch_id import BatchId
 from ..protocol.participant import Vote
 from ..protocol.plan import Plan
@@ -42,7 +42,6 @@ from .records import (
 )
 from .storage import LedgerStorage
 
-LEDGER_DIR = ONCEFLOW_DIR  # kept for readers of 0.1
 BATCH_EFFECT = "_batch"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 

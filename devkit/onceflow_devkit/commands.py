@@ -56,14 +56,15 @@ def _demo(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from onceflow.settings import ConfigurationError
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
-    from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS, broker_at
+    from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
+    from onceflow_devkit.services.stack import environment_broker
 
     if args.pipeline != "clickstream":
         raise ConfigurationError(
             f"no audit is defined for pipeline {args.pipeline!r}: onceflow audit knows the clickstream example"
         )
     runtime = runtime_from_args(args)
-    broker = broker_at(runtime.deployment.kafka.bootstrap, EmbeddedStack(onceflow_home()).info())
+    broker = environment_broker()  # the runtime's cluster, known by name when it is the embedded one
     report = audit_clickstream(runtime, hides_aborted=broker.has(HIDES_ABORTED_RECORDS))
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
     return 0 if report.ok else 1

@@ -39,7 +39,8 @@ from .fencing import FencingError, fence_transactional_ids
 from .ids import repair_id, transactional_id
 from .txn_protocol import Action, EndTxnReply, end_txns
 from .visibility import Observer, SplitView, State, confirm_aborted, observe
-from .writer import REPAIR_HEADER, TxnHandle, _as_uri, open_staged, record_headers, staging_dir
+from ..layout import kafka_staging_dir
+from .writer import REPAIR_HEADER, TxnHandle, _as_uri, open_staged, record_headers
 
 AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit: EndTxn sent for every split, nothing verified yet")
 
@@ -290,7 +291,7 @@ class KafkaSinkParticipant:
         return fs.get_file_info(path).type == pafs.FileType.File
 
     def _delete_staging(self, batch_id: str) -> None:
-        fs, path = self._fs_path(staging_dir(self.staging_root, self.pipeline, self.name, batch_id))
+        fs, path = self._fs_path(kafka_staging_dir(self.staging_root, self.pipeline, self.name, batch_id))
         if fs.get_file_info(path).type == pafs.FileType.Directory:
             fs.delete_dir(path)
 

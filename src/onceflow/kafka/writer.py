@@ -99,12 +99,9 @@ class TxnHandle:
 
 
 def staged_uri(root: str, pipeline: str, sink: str, batch_id: str, split: int, attempt: int) -> str:
-    """Where split ``split`` of attempt ``attempt`` keeps its staged copy; abort deletes ``staging_dir``."""
-    return f"{staging_dir(root, pipeline, sink, batch_id)}/split-{split:05d}-attempt-{attempt}.arrow"
-
-
-def staging_dir(root: str, pipeline: str, sink: str, batch_id: str) -> str:
-    return kafka_staging_dir(root, pipeline, sink, batch_id)
+    """Where split ``split`` of attempt ``attempt`` keeps its staged copy; abort deletes its directory
+    (``onceflow.layout.kafka_staging_dir``)."""
+    return f"{kafka_staging_dir(root, pipeline, sink, batch_id)}/split-{split:05d}-attempt-{attempt}.arrow"
 
 
 def record_headers(batch_id: str, split: int) -> list[tuple[str, bytes]]:

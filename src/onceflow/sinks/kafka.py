@@ -49,7 +49,6 @@ class KafkaKind:
             **job_options,
             "topic": sink.target,
             "transactional_ids": json.dumps(list(sink_plan.transactional_ids)),
-            "staging_root": deployment.warehouse,
             "transaction_timeout_ms": str(sink.transaction_timeout_ms),
         }
         frame.write.format(FORMAT).mode("append").options(**options).save()

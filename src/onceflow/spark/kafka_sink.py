@@ -39,7 +39,7 @@ from pyspark.sql.datasource import (
 from ..protocol.batch_id import BatchId
 from ..sinks.kafka import FORMAT  # the name this data source registers under
 
-REQUIRED = ("pipeline", "deployment", "sink", "topic", "batch_seq", "attempt", "transactional_ids", "staging_root")
+REQUIRED = ("pipeline", "deployment", "sink", "topic", "batch_seq", "attempt", "transactional_ids")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,6 @@ class KafkaWriteOptions:
     batch_seq: int
     attempt: int
     transactional_ids: tuple[str, ...]
-    staging_root: str
     transaction_timeout_ms: int
 
     @property
@@ -71,7 +70,7 @@ class KafkaWriteOptions:
             raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}; set them with .option(name, value)")
         return cls(
             opts["deployment"], opts["pipeline"], opts["sink"], opts["topic"], int(opts["batch_seq"]), int(opts["attempt"]),
-            tuple(json.loads(opts["transactional_ids"])), opts["staging_root"],
+            tuple(json.loads(opts["transactional_ids"])),
             int(opts.get("transaction_timeout_ms", 900_000)),
         )
 
@@ -85,11 +84,12 @@ class KafkaSplitWriter(DataSourceArrowWriter):
         from pyspark import TaskContext
 
         from ..kafka.writer import TransactionalSplitWriter, staged_uri
-        from ..deployment import Deployment, arrow_filesystem
+        from ..deployment import Deployment
 
         opts = self.options
+        # Staged copies live in the warehouse (onceflow.layout), which the deployment names.
         deployment = Deployment.from_option(opts.deployment)
-        filesystem, root = arrow_filesystem(opts.staging_root, deployment.s3)
+        filesystem, root = deployment.arrow_filesystem()
         split = TaskContext.get().partitionId()
         if split >= len(opts.transactional_ids):
             raise ValueError(

@@ -26,7 +26,7 @@ with DAG(dag_id="clickstream_page_report", schedule=[PAGE_COUNTS], catchup=False
 
         storage = None
         if WAREHOUSE.startswith("s3://"):  # the pipeline's own S3 connection, never a default one
-            from onceflow.files.s3 import S3Storage
+            from onceflow.storage.s3 import S3Storage
             from onceflow.hooks.s3 import S3ConnectionHook
 
             storage = S3Storage(S3ConnectionHook().connection("the page report"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.abc
 
 DEV_KIT = "part of the dev kit: pip install -e devkit from the onceflow repository, not for production"
+STORAGE = "the one storage layer (LocalStorage, HadoopStorage, S3Storage)"
 MOVED: dict[str, tuple[str, str]] = {
     # old module: (new module, what it is now)
     "onceflow.services": ("onceflow_devkit.services", DEV_KIT),
@@ -21,6 +22,17 @@ MOVED: dict[str, tuple[str, str]] = {
     "onceflow.airflow_env": ("onceflow_devkit.airflow_env", DEV_KIT),
     "onceflow.pipelines": ("onceflow_examples", "the example pipelines; onceflow.discovery finds your own"),
     "onceflow.protocol.coordinator": ("onceflow.coordinator", "still in the library"),
+    # 0.2: one storage layer for the ledger, the file sinks and the Kafka staged copies
+    "onceflow.localfs": ("onceflow.storage.local", STORAGE),
+    "onceflow.files.storage": ("onceflow.storage.base", STORAGE),
+    "onceflow.files.backends": ("onceflow.storage.backends", STORAGE),
+    "onceflow.files.local": ("onceflow.storage.local", STORAGE),
+    "onceflow.files.hadoop": ("onceflow.storage.hadoop", STORAGE),
+    "onceflow.files.s3": ("onceflow.storage.s3", STORAGE),
+    "onceflow.ledger.backends": ("onceflow.ledger.storage", "open_ledger_storage(root, storage) is there"),
+    "onceflow.ledger.local": ("onceflow.storage.local", STORAGE + "; wrap it in onceflow.ledger.storage.LedgerStorage"),
+    "onceflow.ledger.hadoop": ("onceflow.storage.hadoop", STORAGE + "; wrap it in onceflow.ledger.storage.LedgerStorage"),
+    "onceflow.ledger.s3": ("onceflow.storage.s3", STORAGE + "; wrap it in onceflow.ledger.storage.LedgerStorage"),
 }
 
 

@@ -158,8 +158,7 @@ class Coordinator:
         """State of a decided batch from the decision and the batch marker, or
         of an undecided one from its attempts and votes."""
         if decision is not None:
-            done = self.ledger.read_done(seq, BATCH_EFFECT) is not None
-            return derive_state(has_attempt=True, all_voted=True, decision=decision.outcome.value, done=done)
+            return self._decided_state(seq, decision)
         plan = self.plan(seq)
         attempt = self.ledger.latest_attempt(seq)
         _, missing, _ = self._votes(plan, attempt)
@@ -248,13 +247,23 @@ class Coordinator:
         if head != old:
             self.ledger.write_head(head)
 
+    def _check(self, seq: int, current: BatchState, target: BatchState, step: str,
+               refusal: type[IllegalTransition] = IllegalTransition) -> None:
+        """The one gate of every state change: ``TRANSITIONS`` allows it, or ``refusal`` is raised."""
+        check_transition(current, target, batch=str(BatchId(seq)), pipeline=self.pipeline, step=step, refusal=refusal)
+
+    def _decided_state(self, seq: int, decision: Decision) -> BatchState:
+        """COMMITTING / COMMITTED / ABORTING / ABORTED: the decision and the batch done marker say which."""
+        done = self.ledger.read_done(seq, BATCH_EFFECT) is not None
+        return derive_state(has_attempt=True, all_voted=True, decision=decision.outcome.value, done=done)
+
     # -- prepare phase -----------------------------------------------------------
     def begin_attempt(self, seq: int) -> int:
         """Spark driver, at job start: claim the next attempt number of batch
         ``seq``. Refused once the batch is decided. Each call claims a new
         attempt, which fences every older one (their votes stop counting)."""
         decision = self.ledger.read_decision(seq)
-        check_transition(self._state(seq, decision), BatchState.PREPARING, batch=str(BatchId(seq)), pipeline=self.pipeline, step="begin_attempt")
+        self._check(seq, self._state(seq, decision), BatchState.PREPARING, "begin_attempt")
         claim = self.ledger.claim_attempt(seq, self.identity, self._clock())
         # A decision written while we claimed fixed an older attempt: this one is void.
         if self.ledger.read_decision(seq) is not None:
@@ -277,9 +286,13 @@ class Coordinator:
         sinks = [s.name for s in plan.sinks] if plan.sinks else self._expected(plan)
         if vote.participant not in sinks:
             raise ValueError(f"{where} has no sink {vote.participant!r} (sinks: {sinks})")
-        if self.ledger.read_decision(seq) is not None:
-            raise StaleAttempt(f"{where} is already decided: the vote of {vote.participant!r} in attempt {attempt} is ignored")
+        decision = self.ledger.read_decision(seq)
         latest = self.ledger.latest_attempt(seq, hint=attempt)
+        # A vote keeps the batch PREPARING or, as the last one, makes it PREPARED: both need an undecided batch.
+        current = self._decided_state(seq, decision) if decision else derive_state(
+            has_attempt=latest > 0, all_voted=False, decision=None, done=False)
+        self._check(seq, current, BatchState.PREPARING, f"the vote of {vote.participant!r} in attempt {attempt} (ignored)",
+                    refusal=StaleAttempt)
         if latest != attempt:
             raise StaleAttempt(
                 f"{where}: attempt {attempt} of {vote.participant!r} is not the latest (attempt {latest} started); "
@@ -298,7 +311,7 @@ class Coordinator:
     # -- decision ----------------------------------------------------------------
     def _decide(self, seq: int, state: BatchState, outcome: DecisionOutcome, attempt: int, votes: Mapping[str, Vote], reason: str) -> Decision:
         target = BatchState.COMMITTING if outcome is DecisionOutcome.COMMIT else BatchState.ABORTING
-        check_transition(state, target, batch=str(BatchId(seq)), pipeline=self.pipeline, step=f"decide {outcome.value}")
+        self._check(seq, state, target, f"decide {outcome.value}")
         mine = Decision(seq, outcome, attempt, dict(votes), self.identity, self._clock(), reason)
         created, winner = self.ledger.create_decision(mine)
         if not created and winner != mine:
@@ -378,7 +391,7 @@ class Coordinator:
                      f": {result.detail}" if result.detail else "")
             self.ledger.create_done(DoneMarker(seq, name, DecisionOutcome.COMMIT, result.outcome.value, self.identity, self._clock()))
             faults.fault_point(COMMIT_BETWEEN_EFFECTS)
-        self._finish(seq, DecisionOutcome.COMMIT)
+        self._finish(seq, decision)
 
     def _apply_abort(self, plan: Plan, decision: Decision) -> None:
         seq = plan.batch_seq
@@ -396,10 +409,17 @@ class Coordinator:
             log.info("batch %s of %s: %s aborted, %d vote(s) cleaned up (%s%s)", plan.batch_id, self.pipeline, name, len(votes),
                      result.outcome.value, f": {result.detail}" if result.detail else "")
             self.ledger.create_done(DoneMarker(seq, name, DecisionOutcome.ABORT, result.outcome.value, self.identity, self._clock()))
-        self._finish(seq, DecisionOutcome.ABORT)
+        self._finish(seq, decision)
 
-    def _finish(self, seq: int, outcome: DecisionOutcome) -> None:
-        log.info("batch %s of %s: %s", BatchId(seq), self.pipeline, "committed" if outcome is DecisionOutcome.COMMIT else "aborted")
+    def _finish(self, seq: int, decision: Decision) -> None:
+        outcome = decision.outcome
+        current, target = (
+            (BatchState.COMMITTING, BatchState.COMMITTED) if outcome is DecisionOutcome.COMMIT
+            else (BatchState.ABORTING, BatchState.ABORTED)
+        )
+        # Every effect is marked done by now; a concurrent finisher may have written the marker first (same outcome).
+        self._check(seq, current, target, f"finish {outcome.value}")
+        log.info("batch %s of %s: %s", BatchId(seq), self.pipeline, target.value)
         self.ledger.create_done(DoneMarker(seq, BATCH_EFFECT, outcome, "all effects applied", self.identity, self._clock()))
         self._update_head(seq, committed=seq if outcome is DecisionOutcome.COMMIT else None)
 

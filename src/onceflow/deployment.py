@@ -57,22 +57,25 @@ class Deployment:
         s3 = S3Connection.from_environment().checked(f"warehouse {warehouse}") if is_s3_uri(warehouse) else None
         return cls(warehouse, KafkaCluster.from_environment(), s3)
 
-    def file_storage(self):
-        """The file storage of the warehouse (local, Hadoop FS or S3)."""
-        from .files.backends import storage_for
-        from .files.s3 import S3Storage
+    def storage(self):
+        """The warehouse's storage (local, Hadoop FS or S3): the ledger, the
+        file outputs and the Kafka sinks' staged copies all use it."""
+        from .storage import storage_for
+        from .storage.s3 import S3Storage
 
         return S3Storage(self.s3) if self.on_s3 else storage_for(self.warehouse)
 
-    def file_storage_options(self) -> dict[str, str]:
-        """Options that rebuild ``file_storage()`` in a Spark worker: endpoint and
+    def storage_options(self) -> dict[str, str]:
+        """Options that rebuild ``storage()`` in a Spark worker: endpoint and
         region only; credentials come from the worker's own chain (options show
         up in query plans)."""
-        return self.file_storage().options() if self.on_s3 else {}
+        return self.storage().options() if self.on_s3 else {}
 
-    def arrow_filesystem(self):
-        """(pyarrow filesystem, warehouse path in it), for the Kafka sinks' staged copies."""
-        return arrow_filesystem(self.warehouse, self.s3)
+    def ledger_storage(self):
+        """The ledger's storage: ``_onceflow/`` keys under the warehouse."""
+        from .ledger.storage import open_ledger_storage
+
+        return open_ledger_storage(self.warehouse, self.storage())
 
     def to_option(self) -> str:
         """This deployment without its secrets, for Spark data source options
@@ -105,14 +108,3 @@ class Deployment:
             s3 = S3Connection(**raw["s3"]).checked(f"this Spark worker (warehouse {raw['warehouse']}; {EXECUTOR_SECRETS_HINT})")
         return cls(raw["warehouse"], kafka, s3)
 
-
-def arrow_filesystem(uri: str, s3: S3Connection | None):
-    """(pyarrow filesystem, path) for ``uri``: S3 through the given connection,
-    anything else as pyarrow infers it. S3 paths are ``bucket/key``."""
-    from pyarrow import fs
-
-    if is_s3_uri(uri):
-        if s3 is None:
-            raise ConfigurationError(f"{uri} is on S3 but no S3 connection is configured")
-        return s3.arrow_filesystem(), uri.split("://", 1)[1]
-    return fs.LocalFileSystem(), uri.split("://", 1)[1] if uri.startswith("file://") else uri

@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any, Mapping
 
-from .deployment import Deployment, arrow_filesystem, is_s3_uri  # noqa: F401  (where users import them from)
+from .deployment import Deployment, is_s3_uri  # noqa: F401  (where users import them from)
 from .protocol.plan import SinkPlan
 from .protocol.planning import PlanConfig
 from .sinks import sink_kind
@@ -24,11 +24,10 @@ RUN_LOOKBACK = 100
 
 
 class PipelineRuntime:
-    def __init__(self, spec: PipelineSpec, deployment: Deployment, identity: str | None = None, spark: Any = None):
+    def __init__(self, spec: PipelineSpec, deployment: Deployment, identity: str | None = None):
         self.spec = spec
         self.deployment = deployment
         self.identity = identity
-        self.spark = spark
 
     # -- where things are ------------------------------------------------------
     def sink_uri(self, sink_name: str) -> str:
@@ -36,21 +35,17 @@ class PipelineRuntime:
         sink = self.spec.sink(sink_name)
         return sink_kind(sink.kind).location(sink, self.deployment.warehouse)
 
-    @property
-    def kafka_staging_root(self) -> str:
-        """Root of the staged copies of Kafka output, kept for repair
-        (DESIGN.md §4), as a path of ``arrow_filesystem()``."""
-        return self.deployment.arrow_filesystem()[1]
-
     # -- the protocol objects ----------------------------------------------------
     @cached_property
+    def storage(self):
+        """The warehouse's storage (``onceflow.storage``), one per runtime."""
+        return self.deployment.storage()
+
+    @cached_property
     def ledger_storage(self):
-        from .ledger.backends import open_ledger_storage
+        from .ledger.storage import open_ledger_storage
 
-        return open_ledger_storage(self.deployment.warehouse, spark=self.spark, s3=self.deployment.s3)
-
-    def file_storage(self):
-        return self.deployment.file_storage()
+        return open_ledger_storage(self.deployment.warehouse, self.storage)
 
     def participants(self) -> dict[str, Any]:
         """One participant per sink, each made by its sink's kind."""

@@ -27,6 +27,8 @@ def test_the_import_contracts_hold():
         ("onceflow.services.kafka_broker", "onceflow_devkit.services"),
         ("onceflow.pipelines.clickstream", "onceflow_examples"),
         ("onceflow.protocol.coordinator", "onceflow.coordinator"),
+        ("onceflow.files.s3", "onceflow.storage.s3"),
+        ("onceflow.ledger.local", "onceflow.storage.local"),
     ],
 )
 def test_an_import_of_a_moved_module_names_the_new_one(old, new):

@@ -7,9 +7,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from onceflow.files.s3 import S3Storage
+from onceflow.storage.s3 import S3Storage
 from onceflow.ledger.errors import LedgerUnavailable
-from onceflow.ledger.s3 import S3LedgerStorage
+from onceflow.ledger.storage import LedgerStorage
 from onceflow.s3_connection import CONFLICT_RETRIES, ConditionalWriteConflict, S3Connection, create_if_absent
 
 
@@ -54,8 +54,8 @@ def test_the_file_sinks_manifest_and_the_ledger_share_it():
         conflict(stub, 1)
         stub.add_response("put_object", {})
         assert storage.create_if_absent("s3://b/sink/batch=0000000001/_SUCCESS", b"{}") is True
-    ledger = S3LedgerStorage("b", "w", client())
-    with Stubber(ledger.client) as stub:
+    ledger = LedgerStorage(S3Storage(S3Connection(access_key="k", secret_key="s", region="us-east-1")), "s3://b/w")
+    with Stubber(ledger.storage.client) as stub:
         conflict(stub, CONFLICT_RETRIES)
         with pytest.raises(LedgerUnavailable, match="kept conflicting"):
             ledger.create("_onceflow/p/batches/0000000001/plan.json", b"{}")

@@ -242,7 +242,7 @@ def audit_clickstream(runtime, hides_aborted: bool = True) -> AuditReport:
 
     counts = OutputAudit("page_minute_counts")
     expected_views = Counter((e["page"], oracle.window_start_ms(e["ts"])) for e in valid.values())
-    table = read_committed(runtime.sink_uri("page_minute_counts"), runtime.file_storage())
+    table = read_committed(runtime.sink_uri("page_minute_counts"), runtime.storage)
     got_views: Counter[tuple[str, int]] = Counter()
     if table.num_rows:
         for row in table.select(["page", "window_start", "views"]).to_pylist():

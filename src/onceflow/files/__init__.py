@@ -4,8 +4,7 @@ from .entries import FileEntry, Manifest
 from .reader import committed_files, committed_manifests, read_committed
 from .sink import FileSink
 from .staged_writer import write_staged_parquet
-from .backends import storage_for
-from .storage import MissingStagedFile, Storage
+from ..storage import MissingStagedFile, Storage, storage_for  # noqa: F401  (re-exported)
 
 __all__ = [
     "FileEntry",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import uuid
 
 from ..protocol.batch_id import BatchId
+from ..storage.base import join  # noqa: F401  (layout.join is how this package spells paths)
 
 STAGING_DIR = "_staging"
 MANIFEST_NAME = "_SUCCESS"
@@ -29,14 +30,6 @@ BATCH_DIR_PREFIX = "batch="
 def batch_id(batch_seq: int) -> str:
     """The batch's id as directory name; the same spelling as ``Plan.batch_id``."""
     return str(BatchId(batch_seq))
-
-
-def join(base: str, *parts: str) -> str:
-    """Join URI or path segments with ``/`` (all supported storages use it)."""
-    out = base.rstrip("/")
-    for part in parts:
-        out = f"{out}/{part.strip('/')}"
-    return out
 
 
 def batch_staging(sink_uri: str, batch_seq: int) -> str:

@@ -10,8 +10,7 @@ import pyarrow.parquet as pq
 
 from . import layout
 from .entries import Manifest
-from .backends import storage_for
-from .storage import Storage
+from ..storage import Storage, storage_for
 
 
 def committed_manifests(sink_uri: str, storage: Storage | None = None) -> list[Manifest]:

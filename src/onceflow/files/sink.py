@@ -26,8 +26,7 @@ from ..protocol.participant import Outcome, Result, Vote
 from ..protocol.plan import Plan
 from . import layout
 from .entries import FileEntry, Manifest
-from .backends import storage_for
-from .storage import MissingStagedFile, Storage
+from ..storage import MissingStagedFile, Storage, storage_for
 
 BEFORE_PUBLISH = faults.declare("files.commit.before_publish", "file sink commit: nothing promoted yet")
 AFTER_PUBLISH = faults.declare("files.commit.after_publish", "file sink commit: files promoted, no _SUCCESS manifest")

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from . import layout
 from .entries import FileEntry
-from .storage import Storage
+from ..storage import Storage
 
 ArrowData = Union[pa.Table, Iterable[pa.RecordBatch]]
 # Row groups close at whichever comes first (Spark's own writer aims at 128 MiB);

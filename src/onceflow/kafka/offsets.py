@@ -109,6 +109,26 @@ class KafkaOffsetSource:
             for tp in partitions
         }
 
+    def timestamps_at(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        """The timestamp (epoch ms) of the record at each offset; None where
+        there is no committed record there (yet) or it did not come in time."""
+        found: dict[TopicPartition, int | None] = {}
+        for tp, offset in offsets.items():
+            self._consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, offset)])
+            deadline = time.monotonic() + self.timeout_s
+            found[tp] = None
+            try:
+                while time.monotonic() < deadline:
+                    msg = self._consumer.poll(0.2)
+                    if msg is None:
+                        continue
+                    if msg.error() is None:
+                        found[tp] = msg.timestamp()[1]
+                    break  # a record, or partition EOF / an error: either way done with it
+            finally:
+                self._consumer.unassign()
+        return found
+
     def last_stable_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The LastStableOffset of a fresh read_committed fetch of each partition.
 

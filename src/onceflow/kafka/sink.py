@@ -28,7 +28,6 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
-import pyarrow.fs as pafs
 from confluent_kafka import KafkaException, Producer
 
 from .. import faults
@@ -40,7 +39,8 @@ from .ids import repair_id, transactional_id
 from .txn_protocol import Action, EndTxnReply, end_txns
 from .visibility import Observer, SplitView, State, confirm_aborted, observe
 from ..layout import kafka_staging_dir
-from .writer import REPAIR_HEADER, TxnHandle, _as_uri, open_staged, record_headers
+from ..storage import Storage, storage_for
+from .writer import REPAIR_HEADER, TxnHandle, open_staged, record_headers
 
 AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit: EndTxn sent for every split, nothing verified yet")
 
@@ -83,7 +83,7 @@ class KafkaSinkParticipant:
         pipeline: str,
         config: Mapping[str, Any],
         staging_root: str,
-        filesystem: pafs.FileSystem | None = None,
+        storage: Storage | None = None,
         transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
         safety_fraction: float = DEFAULT_SAFETY_FRACTION,
         timeout_s: float = 30.0,
@@ -94,7 +94,7 @@ class KafkaSinkParticipant:
         self.pipeline = pipeline
         self.config = base_config(config)
         self.staging_root = staging_root
-        self.filesystem = filesystem
+        self.storage = storage or storage_for(staging_root)
         self.transaction_timeout_ms = transaction_timeout_ms
         self.safety_fraction = safety_fraction
         self.timeout_s = timeout_s
@@ -229,7 +229,7 @@ class KafkaSinkParticipant:
                 return self._unknown(where, again)
             if again.state is not State.ABORTED:
                 return self._inconsistent(where, again)
-            table = open_staged(h.staged_uri, self.filesystem)
+            table = open_staged(h.staged_uri, self.storage)
             base = record_headers(h.batch_id, h.split) + [(REPAIR_HEADER, b"1")]
             producer.begin_transaction()
             for row in table.to_pylist():
@@ -283,17 +283,11 @@ class KafkaSinkParticipant:
 
     # -- staging --------------------------------------------------------------------
 
-    def _fs_path(self, uri: str) -> tuple[pafs.FileSystem, str]:
-        return (self.filesystem, uri) if self.filesystem is not None else pafs.FileSystem.from_uri(_as_uri(uri))
-
     def _staged_exists(self, h: TxnHandle) -> bool:
-        fs, path = self._fs_path(h.staged_uri)
-        return fs.get_file_info(path).type == pafs.FileType.File
+        return self.storage.size(h.staged_uri) is not None
 
     def _delete_staging(self, batch_id: str) -> None:
-        fs, path = self._fs_path(kafka_staging_dir(self.staging_root, self.pipeline, self.name, batch_id))
-        if fs.get_file_info(path).type == pafs.FileType.Directory:
-            fs.delete_dir(path)
+        self.storage.delete_tree(kafka_staging_dir(self.staging_root, self.pipeline, self.name, batch_id))
 
     def discard_staging(self, plan: Plan) -> None:
         """After the batch is done: staged copies are no longer needed. Idempotent."""

@@ -18,8 +18,8 @@ partition count, as librdkafka's default partitioner does for keyed records;
 round-robin for null keys), so the staged copy knows where every record went
 and a repair can put it back in the same partition.
 
-The staged copy (Arrow IPC stream at ``staged_uri``: a local path, or a path
-on the given ``pyarrow.fs`` filesystem such as S3) holds the split's records
+The staged copy (Arrow IPC stream at ``staged_uri``, written through the
+warehouse's ``onceflow.storage``: local, Hadoop FS or S3) holds the split's records
 exactly as produced; the commit task re-publishes it if the broker aborted
 the transaction (I7).
 """
@@ -30,15 +30,16 @@ import json
 import time
 import zlib
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 from confluent_kafka import KafkaException, Producer
 
 from .. import faults
 from ..layout import kafka_staging_dir
+from ..storage import Storage, storage_for
 from .config import producer_config
 from .ids import transactional_id
 from .reader import HEADERS_TYPE
@@ -108,19 +109,16 @@ def record_headers(batch_id: str, split: int) -> list[tuple[str, bytes]]:
     return [(BATCH_HEADER, batch_id.encode()), (SPLIT_HEADER, str(split).encode())]
 
 
-def open_staged(uri: str, filesystem: pafs.FileSystem | None = None) -> pa.Table:
+def open_staged(uri: str, storage: Storage) -> pa.Table:
     """Read a staged copy back (commit task, for a repair)."""
-    fs, path = (filesystem, uri) if filesystem is not None else pafs.FileSystem.from_uri(_as_uri(uri))
-    with fs.open_input_stream(path) as stream:
-        return pa.ipc.open_stream(stream).read_all()
+    data = storage.read_bytes(uri)
+    if data is None:
+        raise FileNotFoundError(f"staged copy {uri} is gone")
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
 def _array(column) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-
-
-def _as_uri(uri: str) -> str:
-    return uri if "://" in uri else f"file://{uri}"
 
 
 class TransactionalSplitWriter:
@@ -135,7 +133,7 @@ class TransactionalSplitWriter:
         split: int,
         topic: str,
         staged_uri: str,
-        filesystem: pafs.FileSystem | None = None,
+        storage: Storage | None = None,
         timeout_s: float = 60.0,
         producer_overrides: Mapping[str, Any] | None = None,
     ):
@@ -143,9 +141,7 @@ class TransactionalSplitWriter:
         self.txn_id = transactional_id(pipeline, sink, split)
         self.staged_uri = staged_uri
         self.timeout_s = timeout_s
-        self._fs, self._staged_path = (
-            (filesystem, staged_uri) if filesystem is not None else pafs.FileSystem.from_uri(_as_uri(staged_uri))
-        )
+        self._storage = storage or storage_for(staged_uri)
         self._stats: list[str] = []
         overrides = {
             "statistics.interval.ms": 50,
@@ -164,7 +160,7 @@ class TransactionalSplitWriter:
         self._first_write_ms = 0
         self._rows: dict[str, list] = {name: [] for name in STAGED_SCHEMA.names}  # of write() calls, not produced yet
         self._stage_writer: pa.ipc.RecordBatchStreamWriter | None = None
-        self._stage_stream = None
+        self._stage_stream = ExitStack()
         self._delivery_errors: list[str] = []
 
     # -- lifecycle -----------------------------------------------------------------
@@ -180,9 +176,8 @@ class TransactionalSplitWriter:
         if meta is None or meta.error is not None or not meta.partitions:
             raise PreCommitError(f"{self._name()}: output topic {self.topic!r} does not exist: create it first")
         self._partition_count = len(meta.partitions)
-        self._fs.create_dir(self._staged_path.rsplit("/", 1)[0], recursive=True)
-        self._stage_stream = self._fs.open_output_stream(self._staged_path)
-        self._stage_writer = pa.ipc.new_stream(self._stage_stream, STAGED_SCHEMA)
+        out = self._stage_stream.enter_context(self._storage.open_write(self.staged_uri))
+        self._stage_writer = pa.ipc.new_stream(out, STAGED_SCHEMA)
 
     def write(
         self,
@@ -307,7 +302,7 @@ class TransactionalSplitWriter:
             raise PreCommitError(f"{self._name()}: no delivery report for partitions {sorted(missing)}")
         faults.fault_point(AFTER_FLUSH)
         self._stage_writer.close()
-        self._stage_stream.close()
+        self._stage_stream.close()  # the staged copy is complete (on S3: uploaded) only now
         return TxnHandle(
             pipeline=self.pipeline,
             sink=self.sink,

@@ -1,7 +1,7 @@
 """The durable per-pipeline ledger (DESIGN.md §3).
 
-- ``storage``: the LedgerStorage interface and ``open_ledger_storage``;
-  backends in ``local``, ``hadoop`` and ``s3``.
+- ``storage``: ``LedgerStorage``, the ledger's keys on an ``onceflow.storage``
+  storage, and ``open_ledger_storage``.
 - ``records``: the records and their checksummed envelope.
 - ``ledger``: ``BatchLedger``, typed access to one pipeline's records.
 """
@@ -9,8 +9,7 @@
 from .errors import LedgerCorruptError, LedgerError, LedgerFormatError, LedgerUnavailable
 from .ledger import BATCH_EFFECT, BatchLedger
 from .records import Decision, DecisionOutcome, DoneMarker, Head
-from .backends import open_ledger_storage
-from .storage import LedgerStorage
+from .storage import LedgerStorage, open_ledger_storage
 
 __all__ = [
     "BATCH_EFFECT",

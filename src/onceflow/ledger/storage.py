@@ -1,40 +1,23 @@
-"""The storage under a ledger: four calls, one of them atomic.
+"""The ledger's view of a storage: keys under one root, errors as LedgerUnavailable.
 
-Keys are ``/``-separated paths relative to the storage root. Every ledger
-record is written with ``create`` (atomic create-if-absent, never an
-overwrite); ``overwrite`` exists only for the head hint, which readers treat
-as a hint. ``list`` is for tooling (``onceflow status --all``) and never on
-the hot path: finding the latest state costs a constant number of requests.
+Keys are ``/``-separated paths relative to the root. Every ledger record is
+written with ``create`` (atomic create-if-absent, never an overwrite);
+``overwrite`` exists only for the head hint, which readers treat as a hint.
+``list`` is for tooling (``onceflow status --all``) and never on the hot
+path: finding the latest state costs a constant number of requests.
 
-Backends: ``LocalLedgerStorage`` (a directory), ``HadoopLedgerStorage`` (any
-Hadoop FileSystem URI through a JVM: hdfs://, file://), ``S3LedgerStorage``
-(conditional PutObject). ``backends.open_ledger_storage`` picks one by URI scheme.
+The bytes go through ``onceflow.storage``, the layer the file and Kafka
+sinks use too.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from contextlib import contextmanager
+from typing import Iterator
 
-
-@runtime_checkable
-class LedgerStorage(Protocol):
-    def create(self, key: str, data: bytes) -> bool:
-        """Write ``data`` at ``key`` if nothing is there, atomically: readers
-        see all of it or nothing. False if ``key`` already exists (it is
-        left untouched). Safe against a concurrent ``create`` of the same key
-        from another process: exactly one of them returns True."""
-
-    def read(self, key: str) -> bytes | None:
-        """The bytes at ``key``, or None if absent."""
-
-    def overwrite(self, key: str, data: bytes) -> None:
-        """Replace ``key`` atomically (last writer wins). Head hint only."""
-
-    def list(self, prefix: str) -> list[str]:
-        """Keys under ``prefix``, sorted. Tooling only: cost grows with the ledger."""
-
-    def describe(self, key: str) -> str:
-        """The full location of ``key`` (path or URI), for messages."""
+from ..settings import ConfigurationError
+from ..storage import Storage, join, storage_for
+from .errors import LedgerError, LedgerUnavailable
 
 
 def check_key(key: str) -> str:
@@ -43,3 +26,59 @@ def check_key(key: str) -> str:
     if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"invalid ledger key {key!r}: use a relative path without '.', '..' or empty parts")
     return key
+
+
+class LedgerStorage:
+    def __init__(self, storage: Storage, root: str):
+        self.storage = storage
+        self.root = root.rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"LedgerStorage({self.storage!r}, {self.root!r})"
+
+    def describe(self, key: str) -> str:
+        """The full location of ``key`` (path or URI), for messages."""
+        return join(self.root, check_key(key))
+
+    @contextmanager
+    def _reaching(self, location: str) -> Iterator[None]:
+        try:
+            yield
+        except (LedgerError, ConfigurationError, ValueError):
+            raise
+        except Exception as exc:
+            raise LedgerUnavailable(f"ledger storage unusable at {location}: {self.storage.explain(exc)}.") from exc
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Write ``data`` at ``key`` if nothing is there, atomically. False if
+        ``key`` exists (left untouched); of racing creators exactly one wins."""
+        location = self.describe(key)
+        with self._reaching(location):
+            return self.storage.create_if_absent(location, data)
+
+    def read(self, key: str) -> bytes | None:
+        """The bytes at ``key``, or None if absent."""
+        location = self.describe(key)
+        with self._reaching(location):
+            return self.storage.read_bytes(location)
+
+    def overwrite(self, key: str, data: bytes) -> None:
+        """Replace ``key`` atomically (last writer wins). Head hint only."""
+        location = self.describe(key)
+        with self._reaching(location):
+            self.storage.replace(location, data)
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Keys under ``prefix``, sorted. Tooling only: cost grows with the ledger."""
+        base = prefix.rstrip("/")
+        location = self.describe(base) if base else self.root
+        with self._reaching(location):
+            found = self.storage.list_tree(location)
+        return [f"{base}/{name}" if base else name for name in found]
+
+
+def open_ledger_storage(root: str, storage: Storage | None = None) -> LedgerStorage:
+    """The ledger under ``root`` (the warehouse), on ``storage`` or the one
+    ``onceflow.storage.storage_for`` picks for ``root`` (an S3 root needs
+    ``storage``: an ``S3Storage`` with its connection)."""
+    return LedgerStorage(storage or storage_for(root), root)

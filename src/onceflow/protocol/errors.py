@@ -38,7 +38,7 @@ class AbortFailed(CoordinatorError):
     """A participant answered FAILED to abort after ABORT was decided."""
 
 
-class StaleAttempt(CoordinatorError):
+class StaleAttempt(CoordinatorError, IllegalTransition):
     """An older attempt (a zombie) tried to vote; its vote is not counted."""
 
 

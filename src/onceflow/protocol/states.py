@@ -74,10 +74,15 @@ class IllegalTransition(RuntimeError):
     """A step was asked for that the batch's state does not allow."""
 
 
-def check_transition(current: BatchState, target: BatchState, *, batch: str, pipeline: str, step: str) -> None:
+def check_transition(
+    current: BatchState, target: BatchState, *, batch: str, pipeline: str, step: str,
+    refusal: type[IllegalTransition] = IllegalTransition,
+) -> None:
+    """Every write that changes a batch's state calls this first; ``refusal``
+    is the error to raise (a zombie's vote raises ``StaleAttempt``)."""
     if target not in TRANSITIONS[current]:
         allowed = ", ".join(sorted(s.value for s in TRANSITIONS[current])) or "none (finished)"
-        raise IllegalTransition(
+        raise refusal(
             f"{step} refused for batch {batch} of pipeline {pipeline!r}: it is {current.value}, and from there "
             f"only {allowed} may follow, not {target.value}. Run `onceflow status` to see the batch; "
             "a finished batch is never changed, plan the next one instead."

@@ -11,6 +11,7 @@ one line below.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import importlib
 from importlib.metadata import entry_points
 from datetime import timedelta
@@ -20,7 +21,7 @@ from ..settings import ConfigurationError
 
 if TYPE_CHECKING:
     from ..deployment import Deployment
-    from ..protocol.participant import Participant
+    from ..protocol.participant import Participant, Vote
     from ..protocol.plan import SinkPlan
     from ..spec import PipelineSpec, SinkSpec
 
@@ -29,6 +30,24 @@ BUILT_IN: dict[str, str] = {
     "files": "onceflow.sinks.files:FILES",
     "kafka": "onceflow.sinks.kafka:KAFKA",
 }
+
+
+@dataclass(frozen=True)
+class OpenTransaction:
+    """A pre-committed transaction: the broker aborts it ``timeout_ms`` after ``started_ms``."""
+
+    transactional_id: str
+    split: int
+    started_ms: int
+    timeout_ms: int
+
+    @property
+    def deadline_ms(self) -> int:
+        return self.started_ms + self.timeout_ms
+
+    def used(self, now_ms: int) -> float:
+        """The fraction of its timeout already gone."""
+        return max(0.0, (now_ms - self.started_ms) / self.timeout_ms)
 
 
 class SinkKind(Protocol):
@@ -52,6 +71,10 @@ class SinkKind(Protocol):
     def vote_lifetime(self, sink: SinkSpec) -> timedelta | None:
         """How long a pre-committed output stays committable (None: no bound) [DAG parsing:
         the spark task's execution_timeout]."""
+
+    def open_transactions(self, sink: SinkSpec, vote: Vote) -> list[OpenTransaction]:
+        """The transactions ``vote`` holds open until the decision is applied, each
+        with the time it began and its timeout; [] for a kind without any [UI, status]."""
 
     def participant(self, pipeline: PipelineSpec, sink: SinkSpec, deployment: Deployment) -> Participant:
         """The participant that verifies, commits and aborts the sink's batches [Airflow worker, Spark driver]."""

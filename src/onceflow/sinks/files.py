@@ -28,11 +28,14 @@ class FilesKind:
     def vote_lifetime(self, sink):
         return None  # staged files wait for the commit as long as it takes
 
+    def open_transactions(self, sink, vote) -> list:
+        return []  # staged files hold no transaction
+
     def participant(self, pipeline, sink, deployment) -> FileSink:
-        return FileSink(sink.name, self.location(sink, deployment.warehouse), storage=deployment.file_storage())
+        return FileSink(sink.name, self.location(sink, deployment.warehouse), storage=deployment.storage())
 
     def pre_commit(self, frame: Any, sink, sink_plan, deployment, job_options: Mapping[str, str]) -> None:
-        options = {**job_options, "path": self.location(sink, deployment.warehouse), **deployment.file_storage_options()}
+        options = {**job_options, "path": self.location(sink, deployment.warehouse), **deployment.storage_options()}
         frame.write.format(FORMAT).mode("append").options(**options).save()
 
 

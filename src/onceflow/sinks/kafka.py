@@ -8,7 +8,8 @@ from datetime import timedelta
 from typing import Any, Mapping
 
 from ..kafka.ids import transactional_ids
-from ..kafka.sink import DEFAULT_SAFETY_FRACTION, KafkaSinkParticipant
+from ..kafka.sink import DEFAULT_SAFETY_FRACTION, KafkaSinkParticipant, handles_of
+from . import OpenTransaction
 
 
 # The Spark data source that pre-commits this kind (onceflow.spark.kafka_sink registers it).
@@ -33,14 +34,20 @@ class KafkaKind:
         # The commit refuses a vote older than this fraction of the transaction's timeout.
         return timedelta(milliseconds=sink.transaction_timeout_ms * DEFAULT_SAFETY_FRACTION)
 
+    def open_transactions(self, sink, vote) -> list[OpenTransaction]:
+        return [
+            OpenTransaction(h.transactional_id, h.split, h.first_write_ms, sink.transaction_timeout_ms)
+            for h in handles_of(vote)
+            if h.first_write_ms  # a split that wrote nothing began no transaction
+        ]
+
     def participant(self, pipeline, sink, deployment) -> KafkaSinkParticipant:
-        filesystem, staging_root = deployment.arrow_filesystem()
         return KafkaSinkParticipant(
             sink.name,
             pipeline.name,
             deployment.kafka.config(),
-            staging_root=staging_root,
-            filesystem=filesystem,
+            staging_root=deployment.warehouse,
+            storage=deployment.storage(),
             transaction_timeout_ms=sink.transaction_timeout_ms,
         )
 

@@ -40,7 +40,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ..files.backends import storage_for
+from ..storage import storage_for
 from ..files.entries import FileEntry
 from ..files.sink import FileSink
 from ..files.staged_writer import write_staged_parquet

@@ -89,7 +89,6 @@ class KafkaSplitWriter(DataSourceArrowWriter):
         opts = self.options
         # Staged copies live in the warehouse (onceflow.layout), which the deployment names.
         deployment = Deployment.from_option(opts.deployment)
-        filesystem, root = deployment.arrow_filesystem()
         split = TaskContext.get().partitionId()
         if split >= len(opts.transactional_ids):
             raise ValueError(
@@ -99,8 +98,8 @@ class KafkaSplitWriter(DataSourceArrowWriter):
         attempt_tag = f"{opts.attempt}-{TaskContext.get().attemptNumber()}"
         writer = TransactionalSplitWriter(
             deployment.kafka.config(), opts.pipeline, opts.sink, opts.batch_id, split, opts.topic,
-            staged_uri(root, opts.pipeline, opts.sink, opts.batch_id, split, attempt_tag),
-            filesystem=filesystem,
+            staged_uri(deployment.warehouse, opts.pipeline, opts.sink, opts.batch_id, split, attempt_tag),
+            storage=deployment.storage(),
             producer_overrides={"transaction.timeout.ms": opts.transaction_timeout_ms},
         )
         if writer.txn_id != opts.transactional_ids[split]:

@@ -15,8 +15,6 @@ def record_vote_in_ledger(pipeline: str, deployment_option: str, vote: Vote) -> 
     """Idempotent for the same vote; a zombie attempt's vote raises StaleAttempt."""
     from ..coordinator import Coordinator
     from ..deployment import Deployment
-    from ..ledger.backends import open_ledger_storage
 
     deployment = Deployment.from_option(deployment_option)
-    storage = open_ledger_storage(deployment.warehouse, s3=deployment.s3)
-    Coordinator(storage, pipeline, participants={}, identity=f"spark:{pipeline}").record_vote(vote.batch_seq, vote.attempt, vote)
+    Coordinator(deployment.ledger_storage(), pipeline, participants={}, identity=f"spark:{pipeline}").record_vote(vote.batch_seq, vote.attempt, vote)

@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"onceflow.spark.submit: {exc}", file=sys.stderr)
         return 2
     spark = spark_session(args.master)
-    runtime = PipelineRuntime(spec, deployment, identity=f"spark-driver:{spec.name}:{args.batch}", spark=spark)
+    runtime = PipelineRuntime(spec, deployment, identity=f"spark-driver:{spec.name}:{args.batch}")
     try:
         result = run_batch(spark, runtime, args.batch)
     except IllegalTransition as exc:

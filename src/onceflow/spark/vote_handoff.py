@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from ..files.backends import storage_for
+from ..storage import storage_for
 from ..protocol.batch_id import BatchId
 from ..protocol.participant import Vote
 

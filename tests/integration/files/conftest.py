@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from onceflow.files.storage import Storage
+from onceflow.storage import Storage
 
 
 @pytest.fixture(params=["local", "hadoop", "s3"])
@@ -14,15 +14,15 @@ def sink_root(request, tmp_path) -> tuple[str, Storage]:
     """(sink URI, storage). ``hadoop`` is Hadoop's FileSystem API on file://
     through the test SparkContext's JVM (no HDFS cluster on these machines)."""
     if request.param == "local":
-        from onceflow.files.local import LocalStorage
+        from onceflow.storage.local import LocalStorage
 
         return str(tmp_path / "sink"), LocalStorage()
     if request.param == "hadoop":
         request.getfixturevalue("spark")
-        from onceflow.files.hadoop import HadoopStorage
+        from onceflow.storage.hadoop import HadoopStorage
 
         return f"file://{tmp_path}/sink", HadoopStorage()
-    from onceflow.files.s3 import S3Storage
+    from onceflow.storage.s3 import S3Storage
 
     endpoint = request.getfixturevalue("s3_endpoint")
     bucket = request.getfixturevalue("s3_bucket")

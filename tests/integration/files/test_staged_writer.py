@@ -7,7 +7,7 @@ import hashlib
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from onceflow.files.local import LocalStorage
+from onceflow.storage.local import LocalStorage
 from onceflow.files.staged_writer import write_staged_parquet
 
 

@@ -227,23 +227,19 @@ def test_commit_never_takes_no_error_as_proof(kafka_broker, topic, pipeline, tmp
 
 def test_staged_copy_on_s3_repairs_a_broker_abort(kafka_broker, topic, pipeline, s3_endpoint, s3_bucket):
     require(kafka_broker, HIDES_ABORTED_RECORDS)
-    from urllib.parse import urlparse
+    from onceflow.storage.s3 import S3Storage
 
-    import pyarrow.fs as pafs
-
-    url = urlparse(s3_endpoint.endpoint_url)
-    s3 = pafs.S3FileSystem(endpoint_override=url.netloc, scheme=url.scheme, access_key=s3_endpoint.access_key,
-                           secret_key=s3_endpoint.secret_key, region=s3_endpoint.region)
+    s3 = S3Storage(s3_endpoint)
     config = kafka_broker.config()
-    root = f"{s3_bucket}/pipelines"
-    writer = TransactionalSplitWriter(config, pipeline, "out", BATCH, 0, topic, staged_uri(root, pipeline, "out", BATCH, 0, 0), filesystem=s3)
+    root = f"s3://{s3_bucket}/pipelines"
+    writer = TransactionalSplitWriter(config, pipeline, "out", BATCH, 0, topic, staged_uri(root, pipeline, "out", BATCH, 0, 0), storage=s3)
     writer.begin()
     for i in range(80):
         writer.write(f"{BATCH}-0-{i}".encode(), key=f"k{i}".encode(), headers=[("trace", b"t%d" % i)])
     handle = writer.precommit()
     writer.abandon()
     fence_transactional_ids(config, [handle.transactional_id])
-    participant = KafkaSinkParticipant("out", pipeline, config, staging_root=root, filesystem=s3)
+    participant = KafkaSinkParticipant("out", pipeline, config, staging_root=root, storage=s3)
 
     result = participant.commit(_vote(handle))
 
@@ -252,4 +248,4 @@ def test_staged_copy_on_s3_repairs_a_broker_abort(kafka_broker, topic, pipeline,
     assert Counter(v for _, v, _ in records) == Counter(_expected(0, 80))
     assert {h[3] for _, _, h in records} == {("trace", b"t%d" % i) for i in range(80)}  # user headers survive
     participant.discard_staging(_plan(pipeline, splits=1))
-    assert s3.get_file_info(handle.staged_uri).type == pafs.FileType.NotFound
+    assert s3.size(handle.staged_uri) is None and s3.list_tree(root) == []

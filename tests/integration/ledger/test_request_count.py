@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from onceflow.ledger.ledger import BATCH_EFFECT
 from onceflow.ledger.records import Decision, DecisionOutcome, DoneMarker, Head
-from onceflow.ledger.s3 import S3LedgerStorage
+from onceflow.ledger.storage import LedgerStorage
+from onceflow.storage.s3 import S3Storage
 from onceflow.coordinator import Coordinator
 from onceflow.protocol.plan import OffsetRange, Plan
 from onceflow.protocol.states import BatchState
@@ -18,7 +19,7 @@ from tests.doubles.helpers import config
 
 
 def ledger_with(batches: int, bucket: str, endpoint) -> tuple[Coordinator, collections.Counter]:
-    storage = S3LedgerStorage(bucket, f"count-{uuid.uuid4().hex[:6]}", endpoint)
+    storage = LedgerStorage(S3Storage(endpoint), f"s3://{bucket}/count-{uuid.uuid4().hex[:6]}")
     coord = Coordinator(storage, "big", participants("world", World()))
     ledger = coord.ledger
 
@@ -33,7 +34,7 @@ def ledger_with(batches: int, bucket: str, endpoint) -> tuple[Coordinator, colle
     ledger.write_head(Head(latest_seq=batches, last_committed_seq=batches))
     counts: collections.Counter = collections.Counter()
     # before-send.s3.<Operation> fires once per HTTP request, retries included
-    storage.client.meta.events.register("before-send.s3", lambda event_name, **_: counts.update([event_name.rsplit(".", 1)[-1]]))
+    storage.storage.client.meta.events.register("before-send.s3", lambda event_name, **_: counts.update([event_name.rsplit(".", 1)[-1]]))
     return coord, counts
 
 
@@ -59,7 +60,7 @@ def test_latest_state_costs_the_same_with_1_and_1000_batches(s3_bucket, s3_endpo
         assert coord.latest_seq() == batches + 1
         assert coord.plan(batches + 1).ranges == (OffsetRange("in", 0, batches * 10, batches * 10 + 5),)
         # the probe is bounded even when the hint is missing: O(log n), no listing
-        coord.ledger.storage.client.delete_object(Bucket=s3_bucket, Key=f"{coord.ledger.storage.prefix}/{coord.ledger.head_key}")
+        coord.ledger.storage.storage.delete(coord.ledger.storage.describe(coord.ledger.head_key))
         costs[batches]["latest_seq_no_hint"] = cost(counts, coord.latest_seq)
     print(costs)
     for op in ("latest_seq", "recover", "describe", "plan_next"):

@@ -8,11 +8,11 @@ import threading
 import pytest
 
 from onceflow.ledger.errors import LedgerUnavailable
-from onceflow.ledger.hadoop import HadoopLedgerStorage
-from onceflow.ledger.local import LocalLedgerStorage
-from onceflow.ledger.s3 import S3LedgerStorage
-from onceflow.ledger.backends import open_ledger_storage
-from onceflow.ledger.storage import LedgerStorage
+from onceflow.ledger.storage import LedgerStorage, open_ledger_storage
+from onceflow.settings import ConfigurationError
+from onceflow.storage.hadoop import HadoopStorage
+from onceflow.storage.local import LocalStorage
+from onceflow.storage.s3 import S3Storage
 
 
 def test_create_if_absent_never_overwrites(storage: LedgerStorage):
@@ -55,7 +55,7 @@ def test_describe_names_the_full_location(storage: LedgerStorage):
 
 
 def test_racing_creates_have_exactly_one_winner(storage: LedgerStorage):
-    if isinstance(storage, HadoopLedgerStorage):
+    if isinstance(storage.storage, HadoopStorage):
         pytest.skip(reason="Hadoop's file:// FileSystem checks-then-renames: create-if-absent is atomic only on HDFS")
     for round_ in range(5):
         key = f"race/{round_}/decision.json"
@@ -82,7 +82,7 @@ def test_s3_endpoint_unreachable_names_endpoint_bucket_and_fix():
     from onceflow_devkit.services.s3 import S3Endpoint
 
     port = pick_port(1)
-    storage = S3LedgerStorage("ledger-bucket", "root", S3Endpoint(f"http://127.0.0.1:{port}"))
+    storage = LedgerStorage(S3Storage(S3Endpoint(f"http://127.0.0.1:{port}")), "s3://ledger-bucket/root")
     with pytest.raises(LedgerUnavailable) as err:
         storage.read("_onceflow/p/_head.json")
     message = str(err.value)
@@ -91,24 +91,24 @@ def test_s3_endpoint_unreachable_names_endpoint_bucket_and_fix():
 
 
 def test_s3_missing_bucket_is_unavailable_not_absent(s3_endpoint):
-    storage = S3LedgerStorage("no-such-bucket-onceflow", "", s3_endpoint)
-    with pytest.raises(LedgerUnavailable, match="bucket 'no-such-bucket-onceflow' exists"):
+    storage = LedgerStorage(S3Storage(s3_endpoint), "s3://no-such-bucket-onceflow")
+    with pytest.raises(LedgerUnavailable, match="no-such-bucket-onceflow.*NoSuchBucket.*bucket exists"):
         storage.create("k.json", b"{}")
 
 
 def test_local_root_unusable_names_the_path(tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the ledger root should be")
-    storage = LocalLedgerStorage(blocker)
+    storage = open_ledger_storage(str(blocker))
     with pytest.raises(LedgerUnavailable, match=str(blocker)):
         storage.create("_onceflow/p/batches/0000000001/plan.json", b"{}")
 
 
-def test_factory_picks_backend_by_scheme(tmp_path, s3_endpoint, spark):
-    assert isinstance(open_ledger_storage(str(tmp_path)), LocalLedgerStorage)
-    assert isinstance(open_ledger_storage(tmp_path.as_uri()), LocalLedgerStorage)
-    s3 = open_ledger_storage("s3://bucket/some/prefix", s3=s3_endpoint)
-    assert isinstance(s3, S3LedgerStorage) and (s3.bucket, s3.prefix) == ("bucket", "some/prefix")
+def test_factory_picks_backend_by_scheme(tmp_path, spark):
+    assert isinstance(open_ledger_storage(str(tmp_path)).storage, LocalStorage)
+    assert isinstance(open_ledger_storage(tmp_path.as_uri()).storage, LocalStorage)
+    with pytest.raises(ConfigurationError, match="no S3 connection was given"):
+        open_ledger_storage("s3://bucket/some/prefix")
     # The HDFS client connects lazily: choosing the backend needs no NameNode.
-    hadoop = open_ledger_storage("hdfs://127.0.0.1:1/ledger", spark=spark)
-    assert isinstance(hadoop, HadoopLedgerStorage) and hadoop.describe("k.json") == "hdfs://127.0.0.1:1/ledger/k.json"
+    hadoop = open_ledger_storage("hdfs://127.0.0.1:1/ledger")
+    assert isinstance(hadoop.storage, HadoopStorage) and hadoop.describe("k.json") == "hdfs://127.0.0.1:1/ledger/k.json"

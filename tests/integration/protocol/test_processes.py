@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from onceflow.ledger.local import LocalLedgerStorage
+from onceflow.ledger.storage import open_ledger_storage
 from onceflow.coordinator import Coordinator
 from onceflow.protocol.states import BatchState
 
@@ -83,7 +83,7 @@ def test_commit_and_rollback_racing_end_with_one_decision_both_follow(storage_sp
 def test_commit_task_killed_at_a_fault_point_is_finished_by_recovery(tmp_path, point, finished_as):
     ledger_dir, effects = tmp_path / "ledger", tmp_path / "effects"
     parts = participants("dir", effects)
-    coord = Coordinator(LocalLedgerStorage(ledger_dir), "crash", parts)
+    coord = Coordinator(open_ledger_storage(str(ledger_dir)), "crash", parts)
     plan = coord.plan_next(source(), config())
     prepare_all(coord, parts, plan)
     env = {**os.environ, "ONCEFLOW_FAULTS": f"{point}=crash"}

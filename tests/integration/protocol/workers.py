@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
-from onceflow.ledger.local import LocalLedgerStorage
-from onceflow.ledger.s3 import S3LedgerStorage
+from onceflow.ledger.storage import LedgerStorage, open_ledger_storage
+from onceflow.storage.s3 import S3Storage
 from onceflow.coordinator import Coordinator
 from onceflow.protocol.errors import BatchAborted
 from onceflow.protocol.states import BatchState
@@ -17,9 +17,9 @@ from tests.doubles.fakes import participants
 def build_storage(spec):
     kind, *args = spec
     if kind == "local":
-        return LocalLedgerStorage(args[0])
+        return open_ledger_storage(str(args[0]))
     bucket, prefix, endpoint = args
-    return S3LedgerStorage(bucket, prefix, endpoint)
+    return LedgerStorage(S3Storage(endpoint), f"s3://{bucket}/{prefix}")
 
 
 def race_worker(role: str, storage_spec, effects_root: str, conn, barrier) -> None:
@@ -48,5 +48,5 @@ if __name__ == "__main__":
     # python -m tests.integration.protocol.workers <ledger dir> <effects dir> <seq>: the commit task
     # (ONCEFLOW_FAULTS decides where it dies).
     ledger_dir, effects_root, seq = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    Coordinator(LocalLedgerStorage(ledger_dir), "crash", participants("dir", effects_root)).commit(seq)
+    Coordinator(open_ledger_storage(str(ledger_dir)), "crash", participants("dir", effects_root)).commit(seq)
     print("commit finished")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +19,7 @@ from onceflow.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from onceflow.spark.batch_job import run_batch
 from onceflow.spec import SinkSpec
+from onceflow.storage.local import local_path
 from tests.support import require
 
 
@@ -61,7 +61,7 @@ def test_two_batches_commit_exactly_once(spark, pipeline, kafka_broker):
         result = run_batch(spark, pipeline, plan.batch_seq)
         assert result.input_records == plan.records
         status = coordinator.commit(plan.batch_seq)
-        staged = Path(pipeline.kafka_staging_root) / "_onceflow" / pipeline.spec.name / "kafka-staging"
+        staged = local_path(pipeline.deployment.warehouse) / "_onceflow" / pipeline.spec.name / "kafka-staging"
         assert any(p.is_file() for p in staged.rglob("*")), "pre-commit keeps a copy of the Kafka output for repair"
         pipeline.after_commit(plan)
         assert status.state.value == "committed"
@@ -76,7 +76,7 @@ def test_two_batches_commit_exactly_once(spark, pipeline, kafka_broker):
     committed = group.committed([TopicPartition(pipeline.spec.topics[0], p) for p in (0, 1)], timeout=30)
     group.close()
     assert [tp.offset for tp in committed] == [500, 500]
-    staging = Path(pipeline.kafka_staging_root) / "_onceflow" / pipeline.spec.name / "kafka-staging"
+    staging = local_path(pipeline.deployment.warehouse) / "_onceflow" / pipeline.spec.name / "kafka-staging"
     assert not any(p.is_file() for p in staging.rglob("*")), list(staging.rglob("*"))
 
     report = audit_clickstream(pipeline)

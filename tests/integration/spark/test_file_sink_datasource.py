@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from onceflow.files import FileSink, committed_files, layout, read_committed
-from onceflow.files.backends import storage_for
-from onceflow.files.storage import Storage
+from onceflow.storage import storage_for
+from onceflow.storage import Storage
 from onceflow.protocol.participant import Outcome
 from onceflow.protocol.plan import Plan
 from onceflow.spark.file_sink import FORMAT, register
@@ -29,7 +29,7 @@ def target(request, tmp_path, spark) -> tuple[str, dict[str, str], Storage]:
         return str(tmp_path / "sink"), {}, storage_for(str(tmp_path / "sink"))
     if request.param == "hadoop":
         return f"file://{tmp_path}/sink", {"storage": "hadoop"}, storage_for(f"file://{tmp_path}/sink", "hadoop")
-    from onceflow.files.s3 import S3Storage
+    from onceflow.storage.s3 import S3Storage
 
     storage = S3Storage(request.getfixturevalue("s3_endpoint"))
     return f"s3://{request.getfixturevalue('s3_bucket')}/sink", storage.options(), storage

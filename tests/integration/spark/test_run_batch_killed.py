@@ -247,7 +247,7 @@ def assert_nothing_visible(runtime: PipelineRuntime, seq: int, at: str) -> None:
     assert (report.committed_batches, report.input_records) == (0, 0), f"{at}:\n{report.summary()}"
     assert {o.name: o.records for o in report.outputs.values()} == dict.fromkeys(report.outputs, 0), f"{at}:\n{report.summary()}"
 
-    storage = runtime.file_storage()
+    storage = runtime.storage
     sink_uri = runtime.sink_uri("page_minute_counts")
     assert committed_manifests(sink_uri, storage) == [], f"{at}: a _SUCCESS manifest exists under {sink_uri}"
     assert storage.list_dir(layout.batch_staging(sink_uri, seq)) == {}, f"{at}: staging of batch {seq} was not deleted"

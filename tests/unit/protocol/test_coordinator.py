@@ -4,11 +4,12 @@ in test_coordinator_chaos.py drives them on all three backends)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from onceflow.ledger.errors import LedgerCorruptError, LedgerFormatError
-from onceflow.ledger.local import LocalLedgerStorage
+from onceflow.ledger.storage import open_ledger_storage
 from onceflow.ledger import records
 from onceflow.protocol.errors import BatchAborted, CommitFailed, ConcurrentPlanError, RetryLater, StaleAttempt
 from onceflow.protocol.participant import Outcome, Result
@@ -21,7 +22,7 @@ from tests.doubles.helpers import config, prepare_all, run_batch, source, world_
 
 @pytest.fixture
 def local(tmp_path):
-    return LocalLedgerStorage(tmp_path / "ledger")
+    return open_ledger_storage(str(tmp_path / "ledger"))
 
 
 def test_batches_commit_and_chain_without_gap(local):
@@ -80,9 +81,61 @@ def test_after_the_decision_no_attempt_or_vote_counts(local):
     with pytest.raises(IllegalTransition, match="committed"):
         coord.begin_attempt(plan.batch_seq)
     late = parts["files"].prepare(plan, 1)
-    with pytest.raises(StaleAttempt, match="already decided"):
+    with pytest.raises(StaleAttempt, match=r"vote of 'files' in attempt 1 \(ignored\) refused.*it is committed"):
         coord.record_vote(plan.batch_seq, 1, late)
     assert coord.describe(plan.batch_seq).decision.votes["files"] != late
+
+
+def _record_steps(coord, monkeypatch) -> list[str]:
+    """Every transition check and every state-changing ledger write, in order."""
+    import onceflow.coordinator as coordinator_module
+
+    steps: list[str] = []
+    check = coordinator_module.check_transition
+
+    def checked(current, target, **kw):
+        steps.append(f"check {current.value}->{target.value}")
+        check(current, target, **kw)
+
+    monkeypatch.setattr(coordinator_module, "check_transition", checked)
+    for method, label in (("claim_attempt", "attempt"), ("create_vote", "vote"), ("create_decision", "decision")):
+        write = getattr(coord.ledger, method)
+        monkeypatch.setattr(coord.ledger, method, lambda *a, _w=write, _l=label, **k: (steps.append(f"write {_l}"), _w(*a, **k))[1])
+    create_done = coord.ledger.create_done
+
+    def done(marker):
+        steps.append(f"write done {marker.effect}")
+        return create_done(marker)
+
+    monkeypatch.setattr(coord.ledger, "create_done", done)
+    return steps
+
+
+def test_every_state_change_passes_the_transition_table(local, monkeypatch):
+    coord, world, parts = world_coordinator(local)
+    steps = _record_steps(coord, monkeypatch)
+    run_batch(coord, parts, source())
+    assert steps == [
+        "check planned->preparing", "write attempt",
+        "check preparing->preparing", "write vote",
+        "check preparing->preparing", "write vote",
+        "check prepared->committing", "write decision",
+        "write done events", "write done files",
+        "check committing->committed", "write done _batch",
+    ]
+    steps.clear()
+    plan = coord.plan_next(source(), config())
+    attempt = coord.begin_attempt(plan.batch_seq)
+    coord.record_vote(plan.batch_seq, attempt, parts["files"].prepare(plan, attempt))
+    with pytest.raises(BatchAborted):
+        coord.commit(plan.batch_seq)  # "events" never voted
+    assert steps == [
+        "check planned->preparing", "write attempt",
+        "check preparing->preparing", "write vote",
+        "check preparing->aborting", "write decision",
+        "write done files", "write done events",
+        "check aborting->aborted", "write done _batch",
+    ]
 
 
 def test_a_vote_cannot_be_replaced_within_its_attempt(local):
@@ -214,7 +267,7 @@ def test_configuration_mismatch_fails_fast(local):
 
 
 def _decision_file(coord, seq):
-    return coord.ledger.storage.root / coord.ledger.decision_key(seq)
+    return Path(coord.ledger.storage.describe(coord.ledger.decision_key(seq)))
 
 
 def test_hand_edited_record_is_refused_naming_batch_file_and_fix(local):
@@ -244,7 +297,7 @@ def test_newer_and_older_formats_are_refused_with_what_to_do(local, monkeypatch)
         coord.commit(plan.batch_seq)
     monkeypatch.setattr(records, "FORMAT", 1)
     monkeypatch.setattr(records, "MIN_FORMAT", 1)
-    path = local.root / coord.ledger.plan_key(plan.batch_seq)
+    path = Path(local.describe(coord.ledger.plan_key(plan.batch_seq)))
     doc = json.loads(path.read_text())
     doc["format"] = 9
     path.write_text(json.dumps(doc))
@@ -257,7 +310,7 @@ def test_stale_missing_or_torn_head_hint_never_hides_batches(local):
     src = source(10_000)
     for _ in range(5):
         run_batch(coord, parts, src)
-    head = local.root / coord.ledger.head_key
+    head = Path(local.describe(coord.ledger.head_key))
     head.unlink()
     assert coord.latest_seq() == 5
     coord.ledger.write_head(records.Head(latest_seq=2))

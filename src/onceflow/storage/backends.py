@@ -1,17 +1,25 @@
-"""The file storage for a URI, by scheme: local, Hadoop FileSystem or S3."""
+"""The storage for a URI, by scheme: local, Hadoop FileSystem or S3."""
 
 from __future__ import annotations
 
 from typing import Mapping
 from urllib.parse import urlparse
 
-from .storage import Storage
+from .base import Storage
 
 
 def storage_for(uri: str, kind: str | None = None, options: Mapping[str, str] | None = None) -> Storage:
-    """The storage for ``uri``. ``kind`` forces one (``"hadoop"`` for a
-    ``file://`` URI through Hadoop's API); ``options`` carries ``s3.*``
-    settings (see ``S3Storage.from_options``)."""
+    """The storage for ``uri``.
+
+    - a plain path or ``file://``: ``LocalStorage`` (``os.link`` is atomic
+      across processes; Hadoop's local FileSystem is not);
+    - ``s3://`` / ``s3a://``: ``S3Storage`` from the ``s3.*`` ``options``
+      (``S3Storage.options()``); without them a ConfigurationError, never AWS
+      by default;
+    - any other scheme (``hdfs://``, ``viewfs://``, ...): ``HadoopStorage``.
+
+    ``kind`` forces one (``"hadoop"`` serves a ``file://`` URI through
+    Hadoop's API, for tests of that code path)."""
     scheme = urlparse(uri).scheme.lower()
     if kind is None:
         kind = {"": "local", "file": "local", "s3": "s3", "s3a": "s3"}.get(scheme, "hadoop")
@@ -30,7 +38,7 @@ def storage_for(uri: str, kind: str | None = None, options: Mapping[str, str] | 
             raise ValueError(f"storage kind 's3' cannot serve {uri}: use an s3://bucket/prefix URI")
         from .s3 import OPTION_KEYS, S3Storage
 
-        if not any((options or {}).get(k) for k in OPTION_KEYS):
+        if not any(k in (options or {}) for k in OPTION_KEYS):
             from ..settings import ConfigurationError
 
             raise ConfigurationError(

@@ -1,13 +1,17 @@
-"""The storage interface a file sink needs, and how a URI picks its storage.
+"""The one storage interface of onceflow: the ledger, the file sinks and the
+Kafka sinks' staged copies all go through it.
 
-One small implementation per kind of storage, one code path each:
+Paths are absolute URIs or local paths (``/data/x``, ``file:///data/x``,
+``hdfs://nn/x``, ``s3://bucket/x``), joined with ``/``. One implementation per
+kind of storage, one code path each:
 
-- ``local``  (``/path`` or ``file:///path``): os/pathlib; promotion renames.
+- ``local``  (``/path`` or ``file:///path``): os/pathlib; create-if-absent by
+  ``os.link``; promotion renames.
 - ``hadoop`` (``hdfs://``, ``viewfs://``, any other Hadoop scheme, or
-  ``file://`` when asked for): the JVM's ``org.apache.hadoop.fs.FileSystem``,
-  the API Spark itself uses; promotion renames.
-- ``s3``     (``s3://``, ``s3a://``): boto3 for metadata, pyarrow's S3 stream
-  for writing; promotion is a server-side copy.
+  ``file://`` on request): the JVM's ``org.apache.hadoop.fs`` API, the one
+  Spark uses; create-if-absent by a non-overwriting rename; promotion renames.
+- ``s3``     (``s3://``, ``s3a://``): boto3; create-if-absent by
+  ``PutObject(If-None-Match: *)``; promotion is a server-side copy.
 
 Every method is idempotent or says what it does when repeated, because
 commit and abort may run any number of times after any crash.
@@ -19,11 +23,20 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import BinaryIO, ClassVar, Iterable
 
-from . import layout
+# Names a storage writes before an atomic rename; listings never show them.
+TMP_PREFIX = ".tmp-"
 
 
 class MissingStagedFile(Exception):
     """A file named by a vote is neither staged nor promoted (I7: never success)."""
+
+
+def join(base: str, *parts: str) -> str:
+    """Join URI or path segments with ``/`` (every supported storage uses it)."""
+    out = base.rstrip("/")
+    for part in parts:
+        out = f"{out}/{part.strip('/')}"
+    return out
 
 
 class Storage(ABC):
@@ -35,6 +48,10 @@ class Storage(ABC):
         The file is complete once the context exits without error."""
 
     @abstractmethod
+    def read_bytes(self, path: str) -> bytes | None:
+        """The whole file, or None if there is none."""
+
+    @abstractmethod
     def size(self, path: str) -> int | None:
         """Bytes in the file at ``path``, or None if there is none."""
 
@@ -44,12 +61,19 @@ class Storage(ABC):
         Empty if ``path`` does not exist."""
 
     @abstractmethod
-    def read_bytes(self, path: str) -> bytes | None:
-        """The whole file, or None if there is none."""
+    def list_tree(self, path: str) -> list[str]:
+        """Every file below ``path``, as sorted ``/``-separated paths relative
+        to it, without temp files. Cost grows with the tree: tooling only."""
 
     @abstractmethod
     def create_if_absent(self, path: str, data: bytes) -> bool:
-        """Atomically create ``path`` holding ``data``; False if it existed."""
+        """Write ``data`` at ``path`` if nothing is there, atomically: readers
+        see all of it or nothing, and of two processes racing for the same
+        path exactly one gets True. False leaves the existing file untouched."""
+
+    @abstractmethod
+    def replace(self, path: str, data: bytes) -> None:
+        """Replace the file at ``path`` atomically (last writer wins)."""
 
     @abstractmethod
     def delete(self, path: str) -> None:
@@ -66,11 +90,15 @@ class Storage(ABC):
         Resumes a publish interrupted by a crash. Files in either directory
         that are not in ``names`` (a failed or speculative task attempt's
         orphans) are never published. Raises MissingStagedFile when a name is
-        in neither place."""
+        in neither place. ``_``-prefixed names in ``target_dir`` are kept."""
 
     def is_transient(self, exc: BaseException) -> bool:
         """Is ``exc`` worth a retry later (service unreachable) rather than a failure?"""
         return False
+
+    def explain(self, exc: BaseException) -> str:
+        """What went wrong and what to check, for a message a user reads."""
+        return f"{exc}. Check that the storage is reachable and writable by this user, then retry the task"
 
 
 class RenamingStorage(Storage):
@@ -96,10 +124,10 @@ class RenamingStorage(Storage):
         for name in sorted(wanted - present.keys()):
             if name not in staged:
                 raise MissingStagedFile(f"{name} is neither in {staged_dir} nor in {target_dir}")
-            self.rename(layout.join(staged_dir, name), layout.join(target_dir, name))
-        self._sweep(target_dir, wanted | {layout.MANIFEST_NAME})
+            self.rename(join(staged_dir, name), join(target_dir, name))
+        self._sweep(target_dir, wanted, keep_underscored=True)
 
-    def _sweep(self, directory: str, keep: set[str]) -> None:
+    def _sweep(self, directory: str, keep: set[str], keep_underscored: bool = False) -> None:
         for name in self.list_dir(directory):
-            if name not in keep:
-                self.delete_tree(layout.join(directory, name))
+            if name not in keep and not (keep_underscored and name.startswith("_")):
+                self.delete_tree(join(directory, name))

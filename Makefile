@@ -4,6 +4,8 @@
 VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 PYTEST_ARGS ?=
+# make demo DEMO_ARGS=--keep-running: leave the stack and Airflow up, print the onceflow page URL.
+DEMO_ARGS ?=
 
 .PHONY: venv demo test test-unit test-all test-chaos chaos chaos-report services-up services-down clean
 
@@ -11,7 +13,7 @@ venv:
 	@tools/bootstrap.sh
 
 demo: venv
-	$(VENV)/bin/onceflow demo
+	$(VENV)/bin/onceflow demo $(DEMO_ARGS)
 
 # The default suite: everything but runs marked slow (under 20 min on 2 cores).
 # --durations: every run reports its slowest tests (the figures docs/testing.md quotes).

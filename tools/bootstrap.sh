@@ -25,6 +25,19 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
   || fail "Python 3.10+ is required; '$PYTHON' is $("$PYTHON" --version 2>&1). Set PYTHON=/path/to/python3.11."
 
+# The UI test drives Debian's Chromium with Playwright (whose own browser
+# download cannot run here). Installed when we may; otherwise that test skips
+# and names the missing binary.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "onceflow setup: installing chromium (Debian package) for the UI browser test"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+      || echo "onceflow setup: could not install chromium; the UI browser test will skip" >&2
+  else
+    echo "onceflow setup: chromium not found and not root; the UI browser test will skip (apt-get install chromium)" >&2
+  fi
+fi
+
 stamp=.venv/.onceflow-installed
 want=$(cat requirements.txt constraints.txt pyproject.toml devkit/pyproject.toml examples/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/onceflow ]; then

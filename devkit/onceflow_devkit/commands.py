@@ -48,8 +48,10 @@ def _services(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from onceflow_devkit.demo import run_demo
+    from onceflow_devkit.demo import run_demo, stop_demo
 
+    if args.stop:
+        return stop_demo()
     return run_demo(broker=args.broker, warehouse=args.warehouse, keep_running=args.keep_running)
 
 
@@ -114,7 +116,9 @@ def add_commands(sub) -> None:
 
     demo = sub.add_parser("demo", help="run the demo end to end on the embedded stack (dev kit)")
     demo.add_argument("--broker", choices=BROKERS, default="noida")
-    demo.add_argument("--keep-running", action="store_true", help="leave the stack up afterwards")
+    demo.add_argument("--keep-running", action="store_true",
+                      help="leave the stack and Airflow up afterwards, and print the onceflow page's URL")
+    demo.add_argument("--stop", action="store_true", help="stop what --keep-running left up")
     demo.add_argument("--warehouse", help="where outputs and the ledger go (default: a local directory; "
                       "s3://bucket/prefix uses the embedded S3 endpoint)")
     demo.set_defaults(func=_demo)

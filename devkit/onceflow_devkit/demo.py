@@ -33,6 +33,19 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+def stop_demo() -> int:
+    """End what ``run_demo(keep_running=True)`` left running: Airflow, then the stack."""
+    from onceflow_devkit.airflow_env import DAGS_FOLDER
+    from onceflow_devkit.local_airflow import LocalAirflow
+
+    home = onceflow_home() / "demo"
+    if (home / "airflow").is_dir():
+        LocalAirflow(home / "airflow", DAGS_FOLDER).stop(grace=10)
+    EmbeddedStack(home / "stack").down()
+    _say(f"[demo]    Airflow and the stack of {home} are stopped")
+    return 0
+
+
 def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: bool = False) -> int:
     from onceflow_examples.clickstream import CLICKSTREAM
     from onceflow_examples.clickstream_data import generate, produce
@@ -93,8 +106,13 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
         recheck = (f"set -a; . {stack.env_file}; set +a; export ONCEFLOW_HOME={home / 'stack'} "
                    f"ONCEFLOW_WAREHOUSE={warehouse} ONCEFLOW_DAGS_FOLDER={DAGS_FOLDER}\n"
                    "          .venv/bin/onceflow status --pipeline clickstream; .venv/bin/onceflow audit --pipeline clickstream")
-        _say(f"[demo]    the stack is still up; look again with:\n          {recheck}" if keep_running
-             else "[demo]    run `onceflow demo --keep-running` to look at the batches and outputs afterwards")
+        if keep_running:
+            airflow.start(timeout=180, detach=True)
+            _say(f"[ui]      the onceflow page: {airflow.api_url}/plugin/onceflow (Airflow's UI, Plugins > onceflow);"
+                 f" each DAG run has an 'onceflow batch' tab")
+            _say(f"[demo]    the stack and Airflow are still up (`onceflow demo --stop` ends them); look again with:\n          {recheck}")
+        else:
+            _say("[demo]    run `onceflow demo --keep-running` to look at the batches, outputs and the onceflow page afterwards")
         return 0 if report.ok else 1
     finally:
         if not keep_running:

@@ -31,6 +31,7 @@ from typing import Any
 
 from . import faults
 from .settings import ConfigurationError
+from .deployed import DeployedPipeline, register
 from .deployment import is_s3_uri
 from .sinks import sink_kind
 from .spec import PipelineSpec
@@ -231,4 +232,5 @@ def pipeline_dag(
         # is then failed whenever the batch did not commit (a rollback that
         # succeeds must not turn a failed batch into a successful run).
         plan >> spark >> [commit, rollback]
+    register(DeployedPipeline(dag.dag_id, spec, warehouse, kafka_conn_id, aws_conn_id))
     return dag

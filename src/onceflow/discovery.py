@@ -58,27 +58,43 @@ def _import_file(path: Path, folder: Path):
     return module
 
 
-def specs_in_folder(folder: Path) -> tuple[dict[str, PipelineSpec], dict[str, str]]:
-    """(specs by name, import errors by file) of the DAG files in ``folder``."""
+def _import_dag_files(folder: Path) -> tuple[list, dict[str, str]]:
+    """(modules, import errors by file) of the DAG files in ``folder``."""
     folder = Path(folder).resolve()
     if not folder.is_dir():
         raise ConfigurationError(f"DAGs folder {folder} does not exist: pass --dags-folder with the folder of your DAG files")
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
-    specs: dict[str, PipelineSpec] = {}
+    modules: list = []
     errors: dict[str, str] = {}
     for path in sorted(folder.rglob("*.py")):
         if any(part.startswith(("_", ".")) for part in path.relative_to(folder).parts):
             continue
         try:
-            module = _import_file(path, folder)
+            modules.append(_import_file(path, folder))
         except Exception as exc:  # a broken DAG file must not hide the others
             errors[str(path)] = f"{type(exc).__name__}: {exc}"
-            continue
+    return modules, errors
+
+
+def specs_in_folder(folder: Path) -> tuple[dict[str, PipelineSpec], dict[str, str]]:
+    """(specs by name, import errors by file) of the DAG files in ``folder``."""
+    modules, errors = _import_dag_files(folder)
+    specs: dict[str, PipelineSpec] = {}
+    for module in modules:
         for value in vars(module).values():
             if isinstance(value, PipelineSpec):
                 specs.setdefault(value.name, value)
     return specs, errors
+
+
+def deployed_in_folder(folder: Path):
+    """(DeployedPipeline by DAG id, import errors by file): the pipelines the DAG
+    files in ``folder`` deploy with ``pipeline_dag``."""
+    from .deployed import deployed
+
+    _, errors = _import_dag_files(folder)
+    return deployed(), errors
 
 
 def find_pipeline(name: str, spec: str | None = None, dags_folder: str | None = None) -> PipelineSpec:

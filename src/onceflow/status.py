@@ -1,4 +1,5 @@
-"""``onceflow status``: the batches of a pipeline, newest first (tooling; reads the ledger)."""
+"""What a batch looks like to a person: ``onceflow status`` and the UI page
+both show these rows (tooling; reads the ledger, newest first, a page at a time)."""
 
 from __future__ import annotations
 
@@ -7,30 +8,51 @@ from typing import Any
 
 from .protocol.batch_id import BatchId
 
+# Stages of a batch, as (name, from timing, to timing) of BatchStatus.timings.
+STAGES = (
+    ("waiting for Spark", "planned", "attempt_claimed"),
+    ("pre-commit", "attempt_claimed", "last_vote"),
+    ("decision", "last_vote", "decided"),
+    ("commit or abort", "decided", "done"),
+)
 
-def batch_rows(coordinator, limit: int = 20) -> list[dict[str, Any]]:
-    latest = coordinator.latest_seq()
+
+def stage_durations_ms(timings: dict[str, int]) -> dict[str, int]:
+    return {name: timings[end] - timings[start] for name, start, end in STAGES if start in timings and end in timings}
+
+
+def batch_row(status) -> dict[str, Any]:
+    """One batch (a ``BatchStatus``) as plain data."""
+    decision = status.decision
+    return {
+        "batch": status.batch_id,
+        "batch_seq": status.batch_seq,
+        "run_id": status.plan.params.get("run_id"),
+        "state": status.state.value,
+        "records": status.plan.records,
+        "ranges": [r.to_dict() for r in status.plan.ranges],
+        "replay_of": status.plan.replay_of,
+        "attempt": status.attempt,
+        "votes": {name: vote.records for name, vote in status.votes.items()},
+        "missing_votes": list(status.missing_votes),
+        "decision": None if decision is None else decision.outcome.value,
+        "decided_by": None if decision is None else decision.decided_by,
+        "reason": None if decision is None else decision.reason,
+        "done": {effect: marker.detail for effect, marker in status.done.items()},
+        "timings_ms": dict(status.timings),
+        "stages_ms": stage_durations_ms(dict(status.timings)),
+    }
+
+
+def batch_rows(coordinator, limit: int = 20, newest: int | None = None) -> list[dict[str, Any]]:
+    """Up to ``limit`` batches from ``newest`` (default: the latest) down; one
+    ``describe`` per batch, never a listing of the ledger."""
+    newest = coordinator.latest_seq() if newest is None else newest
     rows = []
-    for seq in range(latest, max(0, latest - limit), -1):
+    for seq in range(newest, max(0, newest - limit), -1):
         status = coordinator.describe(seq)
-        if status is None:
-            continue
-        rows.append(
-            {
-                "batch": status.batch_id,
-                "state": status.state.value,
-                "records": status.plan.records,
-                "ranges": [r.to_dict() for r in status.plan.ranges],
-                "replay_of": status.plan.replay_of,
-                "attempt": status.attempt,
-                "votes": {name: vote.records for name, vote in status.votes.items()},
-                "missing_votes": list(status.missing_votes),
-                "decision": None if status.decision is None else status.decision.outcome.value,
-                "decided_by": None if status.decision is None else status.decision.decided_by,
-                "reason": None if status.decision is None else status.decision.reason,
-                "timings_ms": dict(status.timings),
-            }
-        )
+        if status is not None:
+            rows.append(batch_row(status))
     return rows
 
 

@@ -313,14 +313,15 @@ class LocalAirflow:
         """A REST client for this Airflow's API server (close it, or use it as a context manager)."""
         return AirflowApi(self.api_url)
 
-    def start(self, timeout: float = 120.0) -> None:
+    def start(self, timeout: float = 120.0, detach: bool = False) -> None:
         """Start api-server, scheduler and dag-processor; return when all three are healthy.
 
         Healthy means: the API answers ``/api/v2/monitor/health`` and reports
         a live scheduler and dag-processor heartbeat. Migrates first.
         Idempotent: components already running are kept. The processes die
         with the calling *thread* (PR_SET_PDEATHSIG): call it from a thread
-        that outlives the servers, e.g. the main thread.
+        that outlives the servers, e.g. the main thread; ``detach`` leaves
+        them running after this process ends (``stop`` ends them).
         """
         self.migrate()
         env = self.env()
@@ -338,7 +339,7 @@ class LocalAirflow:
                         ready=self._recording_session(proc, api.health if component == "api-server" else None),
                         env=env,
                         timeout=remaining,
-                        die_with_parent=True,
+                        die_with_parent=not detach,
                     )
                 except Exception as exc:
                     self.stop(grace=2)

@@ -29,11 +29,24 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from ..protocol.batch_id import BatchId
+from ..protocol.errors import BatchAborted
 from ..protocol.states import BatchState
-from ..deployment import is_s3_uri
 from ..spec import PipelineSpec
 
 log = logging.getLogger(__name__)
+
+
+def _emit_metrics(runtime, status) -> None:
+    """Airflow metrics of a finished batch, with the input lag behind it (one Kafka round trip)."""
+    from .. import metrics
+    from ..lag import input_lag
+
+    try:
+        lag = input_lag(runtime)
+    except Exception as exc:  # Kafka unreachable now: the batch is finished all the same
+        log.warning("input lag not measured for the metrics: %s", exc)
+        lag = None
+    metrics.batch_finished(status, runtime.spec, lag)
 
 
 class _BatchOperator(BaseOperator):
@@ -60,19 +73,13 @@ class _BatchOperator(BaseOperator):
         """Every task starts here: arm the run's injected faults (test
         deployments only), then build the runtime from the connections."""
         from .. import faults
-        from ..hooks.kafka import KafkaConfigHook
-        from ..hooks.s3 import S3ConnectionHook
-        from ..deployment import Deployment
-        from ..runtime import PipelineRuntime
+        from ..deployed import DeployedPipeline
 
         faults.arm_run_param((context.get("params") or {}).get(faults.RUN_PARAM))
-        s3 = None
-        if is_s3_uri(self.warehouse):
-            s3 = S3ConnectionHook(self.aws_conn_id).connection(f"warehouse {self.warehouse}")
-        deployment = Deployment(self.warehouse, KafkaConfigHook(self.kafka_conn_id).cluster(), s3)
         ti = context["ti"]
         identity = f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
-        return PipelineRuntime(self.pipeline, deployment, identity=identity)
+        deployed = DeployedPipeline(ti.dag_id, self.pipeline, self.warehouse, self.kafka_conn_id, self.aws_conn_id)
+        return deployed.runtime(identity=identity)
 
     def planned_seq(self, context) -> int:
         planned = context["ti"].xcom_pull(task_ids=self.plan_task_id)
@@ -133,8 +140,13 @@ class CommitBatchOperator(_BatchOperator):
     def execute(self, context) -> dict[str, Any]:
         runtime = self.runtime(context)
         seq = self.planned_seq(context)
-        status = runtime.coordinator.commit(seq)
+        try:
+            status = runtime.coordinator.commit(seq)
+        except BatchAborted:
+            _emit_metrics(runtime, runtime.coordinator.describe(seq))
+            raise
         runtime.after_commit(status.plan)
+        _emit_metrics(runtime, status)
         votes = {name: vote.records for name, vote in status.votes.items()}
         log.info("batch %s of %s is %s; records per output: %s", status.batch_id, self.pipeline.name, status.state.value, votes)
         return {"batch_seq": seq, "state": status.state.value, "records": votes}
@@ -158,5 +170,6 @@ class RollbackBatchOperator(_BatchOperator):
         status = runtime.coordinator.rollback(seq, reason=reason)
         if status.state is BatchState.COMMITTED:
             runtime.after_commit(status.plan)
+        _emit_metrics(runtime, status)
         log.info("batch %s of %s is %s", status.batch_id, self.pipeline.name, status.state.value)
         return {"batch_seq": seq, "state": status.state.value}

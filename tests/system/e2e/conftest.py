@@ -80,18 +80,32 @@ class ClickstreamWorld:
         return audit_clickstream(self.runtime)
 
 
-@pytest.fixture
-def fresh_broker():
+@contextmanager
+def broker_with_topics():
+    """A fresh broker with the clickstream's topics, stopped on exit."""
     proc = ManagedProcess(f"e2e-kafka-{uuid.uuid4().hex[:6]}", TEST_HOME / f"e2e-{uuid.uuid4().hex[:6]}").reset()
     broker = start_broker("noida", proc, die_with_parent=True)
     ensure_topics(broker.config(), ["clicks", *(s.target for s in CLICKSTREAM.sinks if s.kind == "kafka")])
-    yield broker
-    proc.stop(grace=2)
+    try:
+        yield broker
+    finally:
+        proc.stop(grace=2)
+
+
+def make_world(broker, root, extra_env=None) -> ClickstreamWorld:
+    """The clickstream DAG in a migrated Airflow home under ``root``, on a local warehouse."""
+    warehouse = f"file://{root}/warehouse"
+    airflow = onceflow_airflow(root / "airflow", broker, warehouse, extra_env={"ONCEFLOW_SCHEDULE": "none", **(extra_env or {})})
+    airflow.migrate()
+    return ClickstreamWorld(broker, warehouse, airflow)
+
+
+@pytest.fixture
+def fresh_broker():
+    with broker_with_topics() as broker:
+        yield broker
 
 
 @pytest.fixture
 def world(fresh_broker, tmp_path) -> ClickstreamWorld:
-    warehouse = f"file://{tmp_path}/warehouse"
-    airflow = onceflow_airflow(tmp_path / "airflow", fresh_broker, warehouse, extra_env={"ONCEFLOW_SCHEDULE": "none"})
-    airflow.migrate()
-    return ClickstreamWorld(fresh_broker, warehouse, airflow)
+    return make_world(fresh_broker, tmp_path)

@@ -1,0 +1,156 @@
+"""The onceflow API and pages, mounted in Airflow's api-server at ``/onceflow``.
+
+Every route authenticates with Airflow's own auth manager (the UI's ``_token``
+cookie, or a Bearer token from ``POST /auth/token``): no token is 401, a user
+who may not read the DAG's runs is 403. Read-only.
+
+    GET /onceflow/api/pipelines                       the pipelines this user may see
+    GET /onceflow/api/pipelines/{dag_id}              overview: latest batch, lag, open transactions, a page of batches
+    GET /onceflow/api/pipelines/{dag_id}/batches      ?before=<batch seq>&limit=N, newest first
+    GET /onceflow/api/pipelines/{dag_id}/runs/{run_id}  the batch an Airflow run planned
+    GET /onceflow/  /onceflow/dags/{dag_id}  /onceflow/dags/{dag_id}/runs/{run_id}   the same as pages
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi.responses import HTMLResponse
+
+from . import overview as data
+from .charts import stacked_bars
+
+MAX_PAGE = 200
+
+
+def _read_runs():
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    return Depends(requires_access_dag("GET", DagAccessEntity.RUN))
+
+
+def _user():
+    from airflow.api_fastapi.core_api.security import get_user
+
+    return Depends(get_user)
+
+
+class Pipelines:
+    """The pipelines the DAG files deploy, by DAG id: imported from Airflow's
+    DAGs folder on first use, and again when a DAG id is not known yet."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: dict[str, Any] | None = None
+
+    def _load(self) -> dict[str, Any]:
+        from airflow.configuration import conf
+
+        from ..discovery import deployed_in_folder
+
+        found, _errors = deployed_in_folder(conf.get("core", "dags_folder"))
+        return found
+
+    def all(self) -> dict[str, Any]:
+        with self._lock:
+            if self._known is None:
+                self._known = self._load()
+            return dict(self._known)
+
+    def get(self, dag_id: str):
+        known = self.all()
+        if dag_id not in known:
+            with self._lock:
+                self._known = self._load()
+                known = dict(self._known)
+        if dag_id not in known:
+            raise HTTPException(404, f"DAG {dag_id!r} is not an onceflow pipeline (no pipeline_dag call builds it)")
+        return known[dag_id]
+
+    def runtime(self, dag_id: str):
+        return self.get(dag_id).runtime(identity=f"airflow-ui:{dag_id}")
+
+
+PIPELINES = Pipelines()
+
+
+def _visible_dag_ids(user) -> list[str]:
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return sorted(get_auth_manager().filter_authorized_dag_ids(dag_ids=set(PIPELINES.all()), user=user, method="GET"))
+
+
+def _run_batch(dag_id: str, run_id: str) -> dict[str, Any]:
+    runtime = PIPELINES.runtime(dag_id)
+    status = runtime.batch_of_run(run_id)
+    if status is None:
+        raise HTTPException(404, f"run {run_id!r} of {dag_id!r} planned no batch (yet, or among the latest {data.PAGE_SIZE * 4})")
+    from ..status import batch_row
+
+    row = batch_row(status)
+    row["open_transactions"] = data.open_transactions(status, runtime.spec, data.now_ms())
+    return {"dag_id": dag_id, "pipeline": runtime.spec.name, "now_ms": data.now_ms(), "batch": row}
+
+
+app = FastAPI(title="onceflow", description=__doc__.split("\n\n")[0], docs_url=None, redoc_url=None)
+
+
+@app.get("/api/pipelines")
+def list_pipelines(user=_user()) -> dict[str, Any]:
+    return {"pipelines": [{"dag_id": d, "pipeline": PIPELINES.get(d).spec.name} for d in _visible_dag_ids(user)]}
+
+
+@app.get("/api/pipelines/{dag_id}", dependencies=[_read_runs()])
+def pipeline_overview(dag_id: str, limit: int = Query(data.PAGE_SIZE, ge=1, le=MAX_PAGE)) -> dict[str, Any]:
+    return data.overview(PIPELINES.runtime(dag_id), dag_id, limit=limit)
+
+
+@app.get("/api/pipelines/{dag_id}/batches", dependencies=[_read_runs()])
+def pipeline_batches(dag_id: str, before: int | None = Query(None, ge=1),
+                     limit: int = Query(data.PAGE_SIZE, ge=1, le=MAX_PAGE)) -> dict[str, Any]:
+    return data.batch_page(PIPELINES.runtime(dag_id), before, limit)
+
+
+@app.get("/api/pipelines/{dag_id}/runs/{run_id:path}", dependencies=[_read_runs()])
+def run_batch(dag_id: str, run_id: str) -> dict[str, Any]:
+    return _run_batch(dag_id, run_id)
+
+
+# -- pages ------------------------------------------------------------------------
+
+def _render(template: str, **context: Any) -> HTMLResponse:
+    from .pages import render
+
+    return HTMLResponse(render(template, **context))
+
+
+@app.get("/", response_class=HTMLResponse)
+def index_page(user=_user()) -> HTMLResponse:
+    rows = []
+    for dag_id in _visible_dag_ids(user):
+        page = data.batch_page(PIPELINES.runtime(dag_id), limit=1)
+        rows.append({"dag_id": dag_id, "latest": page["batches"][0] if page["batches"] else None})
+    return _render("index.html", pipelines=rows)
+
+
+@app.get("/dags/{dag_id}", response_class=HTMLResponse, dependencies=[_read_runs()])
+def pipeline_page(dag_id: str, before: int | None = Query(None, ge=1),
+                  limit: int = Query(data.PAGE_SIZE, ge=1, le=MAX_PAGE)) -> HTMLResponse:
+    view = data.overview(PIPELINES.runtime(dag_id), dag_id, before=before, limit=limit)
+    chronological = list(reversed(view["batches"]))
+    labels = [b["batch"] for b in chronological]
+    outputs = sorted({name for b in chronological for name in b["votes"]})
+    records = stacked_bars("Records per batch, by output", labels,
+                           {name: [b["votes"].get(name) or 0 for b in chronological] for name in outputs}, "records")
+    stages = sorted({s for b in chronological for s in b["stages_ms"]}, key=data.STAGE_ORDER.index)
+    durations = stacked_bars("Batch duration by stage", labels,
+                             {s: [b["stages_ms"].get(s, 0) / 1000 for b in chronological] for s in stages}, "s")
+    return _render("pipeline.html", view=view, charts=[records, durations])
+
+
+@app.get("/dags/{dag_id}/runs/{run_id:path}", response_class=HTMLResponse, dependencies=[_read_runs()])
+def run_page(dag_id: str, run_id: str) -> HTMLResponse:
+    return _render("run.html", view=_run_batch(dag_id, run_id), run_id=run_id)

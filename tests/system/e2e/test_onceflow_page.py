@@ -1,0 +1,216 @@
+"""The onceflow page in Airflow's UI: a real api-server with the plugin from
+its entry point, real runs of the clickstream DAG (one aborted by a Spark
+failure, its replay committed, one whose commit crashed after the COMMIT
+decision, leaving its Kafka transactions open), Airflow's own auth, and a
+real browser (Debian's chromium driven by Playwright).
+
+Screenshots land in .onceflow/test-output/ui/ (README's comes from there).
+About 5 minutes: three `airflow dags test` runs, then one server start.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import threading
+from contextlib import closing
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from onceflow_devkit.local_airflow.auth import auth_env
+from tests.support import ROOT
+from tests.system.e2e.conftest import broker_with_topics, make_world
+
+DAG_ID = "clickstream_exactly_once"
+CONF = {"max_records_per_partition": 10_000}
+USERS = {"ada": ("viewer", "ada-secret"), "eve": ("viewer", "eve-secret")}
+DENIED = {"eve": [DAG_ID]}  # signed in, but may not read this DAG
+SCREENSHOTS = ROOT / ".onceflow" / "test-output" / "ui"
+DAG_ROUTES = (
+    f"/onceflow/api/pipelines/{DAG_ID}",
+    f"/onceflow/api/pipelines/{DAG_ID}/batches?limit=2",
+    f"/onceflow/dags/{DAG_ID}",
+)
+
+
+class StatsdListener:
+    """A real StatsD UDP socket on 127.0.0.1: every datagram Airflow's metrics send."""
+
+    def __init__(self) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.settimeout(0.2)
+        self.port = self.socket.getsockname()[1]
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.lines.extend(self.socket.recv(65535).decode().splitlines())
+            except socket.timeout:
+                continue
+
+    def env(self) -> dict[str, str]:
+        return {"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                "AIRFLOW__METRICS__STATSD_PORT": str(self.port), "AIRFLOW__METRICS__STATSD_PREFIX": "airflow"}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.socket.close()
+
+
+@pytest.fixture(scope="module")
+def statsd():
+    listener = StatsdListener()
+    yield listener
+    listener.close()
+
+
+@pytest.fixture(scope="module")
+def page_world(tmp_path_factory, statsd):
+    root = tmp_path_factory.mktemp("ui")
+    with broker_with_topics() as broker:
+        world = make_world(broker, root, {**auth_env(root / "auth", USERS, DENIED), **statsd.env()})
+        world.produce(600, seed=11)
+        with world.faults("job.after_votes=raise"):
+            aborted = world.airflow.dags_test(DAG_ID, conf=CONF, timeout=900)
+        assert aborted.run_state == "failed" and aborted.tasks["rollback"] == "success", aborted.describe()
+        replay = world.airflow.dags_test(DAG_ID, conf=CONF, timeout=900)
+        assert replay.succeeded, replay.describe()
+        world.produce(200, seed=12)
+        with world.faults("commit.effect.before=crash"):
+            left_open = world.airflow.dags_test(DAG_ID, conf=CONF, timeout=900)
+        assert not left_open.succeeded and left_open.tasks["spark"] == "success", left_open.describe()
+        world.airflow.start(timeout=180)
+        try:
+            yield world, {"aborted": aborted.run_id, "committed": replay.run_id, "open": left_open.run_id}
+        finally:
+            world.airflow.stop(grace=2)
+
+
+def _client(world, user: str | None = None, token: str | None = None) -> httpx.Client:
+    client = httpx.Client(base_url=world.airflow.api_url, timeout=60)
+    if user:
+        answer = client.post("/auth/token", json={"username": user, "password": USERS[user][1]})
+        assert answer.status_code == 201, answer.text
+        token = answer.json()["access_token"]
+    if token:
+        client.headers["Authorization"] = f"Bearer {token}"
+    return client
+
+
+def test_every_route_answers_only_to_a_user_airflow_lets_read_the_dag(page_world):
+    world, runs = page_world
+    routes = (*DAG_ROUTES, f"/onceflow/api/pipelines/{DAG_ID}/runs/{quote(runs['committed'], safe='')}")
+    with closing(_client(world)) as anonymous, closing(_client(world, token="not-a-jwt")) as forged, \
+            closing(_client(world, "eve")) as eve, closing(_client(world, "ada")) as ada:
+        for route in routes:
+            assert anonymous.get(route).status_code == 401, route
+            assert forged.get(route).status_code == 403, route
+            assert eve.get(route).status_code == 403, route
+            assert ada.get(route).status_code == 200, route
+        assert anonymous.get("/onceflow/api/pipelines").status_code == 401
+        assert anonymous.get("/onceflow/").status_code == 401
+        assert eve.get("/onceflow/api/pipelines").json() == {"pipelines": []}
+        assert ada.get("/onceflow/api/pipelines").json() == {"pipelines": [{"dag_id": DAG_ID, "pipeline": "clickstream"}]}
+
+
+def test_the_api_shows_states_ranges_counts_lag_and_open_transactions(page_world):
+    world, runs = page_world
+    with closing(_client(world, "ada")) as ada:
+        view = ada.get(f"/onceflow/api/pipelines/{DAG_ID}").json()
+        run = ada.get(f"/onceflow/api/pipelines/{DAG_ID}/runs/{quote(runs['committed'], safe='')}").json()
+        older = ada.get(f"/onceflow/api/pipelines/{DAG_ID}/batches", params={"before": 2, "limit": 5}).json()
+    open_batch, committed, aborted = view["batches"]
+    assert [b["state"] for b in view["batches"]] == ["committing", "committed", "aborted"], view["batches"]
+    assert [b["run_id"] for b in view["batches"]] == [runs["open"], runs["committed"], runs["aborted"]]
+    assert view["latest"]["batch"] == open_batch["batch"] == "0000000003"
+    # the replay read exactly the aborted batch's ranges; every record went to one of the two Kafka outputs
+    assert committed["replay_of"] == 1 and committed["ranges"] == aborted["ranges"] and committed["records"] == 600
+    assert committed["votes"]["clicks_enriched"] + committed["votes"]["clicks_dead_letter"] == 600
+    assert "presumed abort" not in aborted["reason"] and aborted["decision"] == "ABORT"
+    assert set(committed["stages_ms"]) == {"waiting for Spark", "pre-commit", "decision", "commit or abort"}
+    # batch 3 decided COMMIT, then its commit task died: both Kafka outputs' transactions are still open
+    assert open_batch["decision"] == "COMMIT" and open_batch["records"] == 200
+    txns = view["open_transactions"]
+    assert {t["sink"] for t in txns} == {"clicks_enriched", "clicks_dead_letter"} and txns == open_batch["open_transactions"]
+    for t in txns:
+        assert t["batch"] == "0000000003" and 0 < t["remaining_ms"] <= t["timeout_ms"] and 0 <= t["used"] < 1
+        assert t["deadline_ms"] == t["started_ms"] + t["timeout_ms"]
+    # the 200 records of the undecided batch are the input's lag
+    assert sum(row["lag"] for row in view["lag"]) == 200 and view["lag_error"] is None
+    assert all(row["oldest_uncommitted_age_s"] is not None for row in view["lag"] if row["lag"])
+    assert run["batch"]["batch"] == "0000000002" and run["batch"]["state"] == "committed"
+    assert [b["batch"] for b in older["batches"]] == ["0000000001"] and older["next_before"] is None
+
+
+def test_batches_report_to_airflow_metrics_on_a_real_statsd_socket(page_world, statsd):
+    lines = [line for line in statsd.lines if line.startswith("airflow.onceflow.clickstream.")]
+    metrics = {}
+    for line in lines:
+        name, _, rest = line.partition(":")
+        metrics.setdefault(name[len("airflow.onceflow.clickstream."):], []).append(rest)
+    assert metrics.get("batches.aborted") == ["1|c"] and metrics.get("batches.committed") == ["1|c"], lines
+    assert metrics["records_in"] == ["600|g"], lines
+    out = {k.split(".", 1)[1]: int(v[0].split("|")[0]) for k, v in metrics.items() if k.startswith("records_out.")}
+    assert out["clicks_enriched"] + out["clicks_dead_letter"] == 600 and out["page_minute_counts"] > 0, out
+    for stage in ("waiting_for_spark", "pre-commit", "decision", "commit_or_abort"):
+        assert any(v.endswith("|ms") for v in metrics.get(f"stage.{stage}", [])), (stage, sorted(metrics))
+    age = float(metrics["transaction_age_at_decision"][0].split("|")[0])
+    assert 0 < age < 0.5, age  # well inside the Kafka sinks' transaction timeout
+    assert "input_lag" in metrics and "input_lag.clicks.0" in metrics, sorted(metrics)
+
+
+def test_the_page_in_a_browser(page_world):
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("the browser test needs Debian's chromium binary: apt-get install chromium (tools/bootstrap.sh does as root)")
+    from playwright.sync_api import expect, sync_playwright
+
+    world, runs = page_world
+    api = world.airflow.api_url
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_context(viewport={"width": 1500, "height": 1100}).new_page()
+        page.set_default_timeout(60_000)
+
+        # sign in with Airflow's own login form, then open onceflow from the navigation
+        page.goto(f"{api}/auth/login?next={quote(api + '/plugin/onceflow', safe='')}")
+        page.locator('input[name="username"]').fill("ada")
+        page.locator('input[name="password"]').fill(USERS["ada"][1])
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(re.compile(r".*/plugin/onceflow.*"))
+        frame = page.frame_locator("iframe")
+        frame.get_by_role("link", name=DAG_ID).click()
+
+        batches = frame.locator("table.batches")
+        expect(batches.locator("#batch-0000000003")).to_contain_text("committing")
+        expect(batches.locator("#batch-0000000002")).to_contain_text("committed")
+        expect(batches.locator("#batch-0000000002")).to_contain_text("replays 0000000001")
+        expect(batches.locator("#batch-0000000001")).to_contain_text("aborted")
+        expect(batches.locator("#batch-0000000002")).to_contain_text("600")
+        expect(batches.locator("#batch-0000000002")).to_contain_text("clicks[0] 0..")
+        countdowns = frame.locator("table.transactions td.countdown")
+        expect(countdowns).to_have_count(4)  # two Kafka outputs, two splits each
+        expect(countdowns.first).to_have_text(re.compile(r"^\d+:\d\d left \(\d+% used\)$"))
+        expect(frame.locator("table.lag")).to_contain_text("clicks[0]")
+        expect(frame.locator("figure")).to_have_count(2)
+        page.screenshot(path=str(SCREENSHOTS / "pipeline.png"), full_page=True)
+
+        # the per-run view, from the DAG run's own page in Airflow
+        page.goto(f"{api}/dags/{DAG_ID}/runs/{quote(runs['committed'], safe='')}")
+        page.get_by_role("link", name=re.compile("onceflow batch")).first.click()
+        page.wait_for_url(re.compile(r".*/plugin/onceflow-batch$"))
+        run_view = page.frame_locator("iframe")
+        expect(run_view.locator("h1")).to_have_text(f"Batch 0000000002 of run {runs['committed']}")
+        expect(run_view.locator("p.latest")).to_contain_text("committed")
+        page.screenshot(path=str(SCREENSHOTS / "run.png"), full_page=True)
+        browser.close()

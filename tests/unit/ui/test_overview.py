@@ -1,0 +1,63 @@
+"""What the onceflow page computes from the ledger: pure logic, fakes only."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from onceflow.kafka.writer import TxnHandle
+from onceflow.protocol.participant import Vote
+from onceflow.protocol.states import BatchState
+from onceflow.spec import PipelineSpec, SinkSpec
+from onceflow.ui.overview import WARN_FROM, batch_page, open_transactions
+from onceflow.ui.pages import render
+from tests.doubles.helpers import run_batch, source, world_coordinator
+
+SPEC = PipelineSpec("p", ("in",), "m:f", (SinkSpec("out", "kafka", "out", transaction_timeout_ms=60_000), SinkSpec("files", "files", "f")))
+START = 1_000_000
+
+
+def _status(state: BatchState, done=()):
+    handles = [TxnHandle("p", "out", "0000000003", split, "out", f"onceflow-p-out-{split}", 7, 0, START + split * 1000).to_dict()
+               for split in range(2)]
+    handles.append(TxnHandle("p", "out", "0000000003", 2, "out", "onceflow-p-out-2", 8, 0, 0).to_dict())  # wrote nothing
+    votes = {"out": Vote("out", 3, 1, {"handles": handles}, 10), "files": Vote("files", 3, 1, {}, 10)}
+    return SimpleNamespace(state=state, votes=votes, done={name: object() for name in done}, batch_id="0000000003")
+
+
+def test_open_transactions_count_down_to_the_broker_abort_and_warn_from_half():
+    found = open_transactions(_status(BatchState.PREPARED), SPEC, now=START + 30_000)
+    assert [(t["split"], t["remaining_ms"], t["warning"]) for t in found] == [(0, 30_000, True), (1, 31_000, False)]
+    assert found[0]["used"] == WARN_FROM and found[0]["deadline_ms"] == START + 60_000
+    late = open_transactions(_status(BatchState.COMMITTING), SPEC, now=START + 90_000)
+    assert [t["remaining_ms"] for t in late] == [0, 0] and all(t["used"] > 1 for t in late)
+
+
+def test_no_transaction_is_open_once_its_output_is_committed_or_the_batch_is_finished():
+    assert open_transactions(_status(BatchState.COMMITTING, done=("out",)), SPEC, now=START) == []
+    for state in (BatchState.COMMITTED, BatchState.ABORTED, BatchState.ABORTING, BatchState.PLANNED):
+        assert open_transactions(_status(state), SPEC, now=START) == []
+
+
+def test_batches_come_newest_first_a_page_at_a_time_without_listing_the_ledger(tmp_path, monkeypatch):
+    from onceflow.ledger.storage import LedgerStorage, open_ledger_storage
+
+    monkeypatch.setattr(LedgerStorage, "list", lambda *a, **k: (_ for _ in ()).throw(AssertionError("the page listed the ledger")))
+    coord, _world, parts = world_coordinator(open_ledger_storage(str(tmp_path)))
+    src = source(10_000)
+    for _ in range(5):
+        run_batch(coord, parts, src)
+    runtime = SimpleNamespace(coordinator=coord, spec=SPEC)
+    pages, before = [], None
+    while True:
+        page = batch_page(runtime, before=before, limit=2, now=START)
+        pages.append([row["batch_seq"] for row in page["batches"]])
+        if page["next_before"] is None:
+            break
+        before = page["next_before"]
+    assert pages == [[5, 4], [3, 2], [1]]
+    assert all(row["state"] == "committed" and row["open_transactions"] == [] for row in batch_page(runtime, now=START)["batches"])
+
+
+def test_pages_escape_what_they_show():
+    html = render("index.html", pipelines=[{"dag_id": "<script>alert(1)</script>", "latest": None}])
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html

@@ -32,7 +32,8 @@ SPEC = PipelineSpec("bench", ("in",), "m:f", (SinkSpec("out", "files", "out"),))
 
 
 def build(root: str, batches: int) -> Coordinator:
-    coordinator = Coordinator(open_ledger_storage(root), SPEC.name, participants={})
+    # describe() needs the sink names only: no participant is called
+    coordinator = Coordinator(open_ledger_storage(root), SPEC.name, participants={"out": None})
     ledger = coordinator.ledger
 
     def committed(seq: int) -> None:

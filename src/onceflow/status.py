@@ -30,6 +30,7 @@ def batch_row(status) -> dict[str, Any]:
         "run_id": status.plan.params.get("run_id"),
         "state": status.state.value,
         "records": status.plan.records,
+        "backlog": status.plan.params.get("backlog"),  # input lag when planned
         "ranges": [r.to_dict() for r in status.plan.ranges],
         "replay_of": status.plan.replay_of,
         "attempt": status.attempt,

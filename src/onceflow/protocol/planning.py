@@ -214,4 +214,6 @@ def next_plan(
     # Topics dropped from the configuration keep their position as empty
     # ranges, so adding them back later resumes where they stopped (I1).
     ranges.extend(OffsetRange(t, p, end, end) for (t, p), end in sorted(committed_ends.items()) if t not in config.topics)
+    # The input lag when this batch was planned: the UI charts it over time.
+    params["backlog"] = sum(stable[tp] - starts[tp] for tp in current)
     return Plan(pipeline, seq, tuple(ranges), sinks, now_ms, replay_of=None, params=params)

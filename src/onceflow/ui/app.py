@@ -148,7 +148,9 @@ def pipeline_page(dag_id: str, before: int | None = Query(None, ge=1),
     stages = sorted({s for b in chronological for s in b["stages_ms"]}, key=data.STAGE_ORDER.index)
     durations = stacked_bars("Batch duration by stage", labels,
                              {s: [b["stages_ms"].get(s, 0) / 1000 for b in chronological] for s in stages}, "s")
-    return _render("pipeline.html", view=view, charts=[records, durations])
+    backlog = stacked_bars("Input lag when each batch was planned", labels,
+                           {"records behind": [b["backlog"] or 0 for b in chronological]}, "records")
+    return _render("pipeline.html", view=view, charts=[records, durations, backlog])
 
 
 @app.get("/dags/{dag_id}/runs/{run_id:path}", response_class=HTMLResponse, dependencies=[_read_runs()])

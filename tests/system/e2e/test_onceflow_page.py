@@ -139,6 +139,7 @@ def test_the_api_shows_states_ranges_counts_lag_and_open_transactions(page_world
     assert set(committed["stages_ms"]) == {"waiting for Spark", "pre-commit", "decision", "commit or abort"}
     # batch 3 decided COMMIT, then its commit task died: both Kafka outputs' transactions are still open
     assert open_batch["decision"] == "COMMIT" and open_batch["records"] == 200
+    assert [b["backlog"] for b in view["batches"]] == [200, None, 600]  # a replay re-reads ranges: no new lag reading
     txns = view["open_transactions"]
     assert {t["sink"] for t in txns} == {"clicks_enriched", "clicks_dead_letter"} and txns == open_batch["open_transactions"]
     for t in txns:
@@ -202,7 +203,7 @@ def test_the_page_in_a_browser(page_world):
         expect(countdowns).to_have_count(4)  # two Kafka outputs, two splits each
         expect(countdowns.first).to_have_text(re.compile(r"^\d+:\d\d left \(\d+% used\)$"))
         expect(frame.locator("table.lag")).to_contain_text("clicks[0]")
-        expect(frame.locator("figure")).to_have_count(2)
+        expect(frame.locator("figure")).to_have_count(3)
         page.screenshot(path=str(SCREENSHOTS / "pipeline.png"), full_page=True)
 
         # the per-run view, from the DAG run's own page in Airflow

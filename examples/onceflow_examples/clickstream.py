@@ -56,7 +56,7 @@ CLICKSTREAM = PipelineSpec(
     sinks=(
         SinkSpec("page_minute_counts", FILES, "clickstream/page_minute_counts"),
         SinkSpec("clicks_enriched", KAFKA, "clicks_enriched"),
-        SinkSpec("clicks_dead_letter", KAFKA, "clicks_dead_letter"),
+        SinkSpec("clicks_dead_letter", KAFKA, "clicks_dead_letter", dead_letter=True),
     ),
     input_columns=("key", "value", "topic", "partition", "offset"),
 )

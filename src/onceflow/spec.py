@@ -47,6 +47,9 @@ class SinkSpec:
     # task; votes older than half of it are refused (aborted and re-run).
     # 15 min is Apache Kafka's default transaction.max.timeout.ms.
     transaction_timeout_ms: int = 900_000
+    # The output for records the transform could not process (dead letters):
+    # the UI and `onceflow status` count them per batch.
+    dead_letter: bool = False
 
     def __post_init__(self) -> None:
         check_name("sink name", self.name)

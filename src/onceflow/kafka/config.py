@@ -41,6 +41,9 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     # sometimes 510 ms, per init (measured on noida-db; 2 ms without). Every split, fence and
     # repair pays one init.
     "enable.sparse.connections": False,
+    # librdkafka's producer asks the broker to create a topic it looks up; a
+    # mistyped sink topic must be an error, never a new topic holding the output.
+    "allow.auto.create.topics": False,
 }
 
 

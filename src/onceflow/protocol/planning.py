@@ -188,8 +188,14 @@ def next_plan(
             f"no longer exist: {', '.join(f'{t}[{p}]' for t, p in gone)}. A topic was deleted or recreated; "
             "restore it, or start a new pipeline name."
         )
-    new = [tp for tp in current if tp not in committed_ends]
+    # A partition added to a topic the pipeline already reads starts at its first
+    # record (whatever was written to it before this plan is input); a topic new to
+    # the pipeline starts where the spec's start position says.
+    read_topics = {tp.topic for tp in committed_ends}
+    grown = [tp for tp in current if tp not in committed_ends and tp.topic in read_topics]
+    new = [tp for tp in current if tp.topic not in read_topics]
     starts = {tp: committed_ends[tp] for tp in current if tp in committed_ends}
+    starts.update(source.earliest_offsets(grown) if grown else {})
     if new:
         if config.start.kind == "earliest":
             starts.update(source.earliest_offsets(new))

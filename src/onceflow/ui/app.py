@@ -92,6 +92,7 @@ def _run_batch(dag_id: str, run_id: str) -> dict[str, Any]:
 
     row = batch_row(status)
     row["open_transactions"] = data.open_transactions(status, runtime.spec, data.now_ms())
+    row["dead_letters"] = data.dead_letters(row, runtime.spec)
     return {"dag_id": dag_id, "pipeline": runtime.spec.name, "now_ms": data.now_ms(), "batch": row}
 
 

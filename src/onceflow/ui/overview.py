@@ -46,6 +46,12 @@ def open_transactions(status, spec, now: int) -> list[dict[str, Any]]:
     return found
 
 
+def dead_letters(row: dict[str, Any], spec) -> int | None:
+    """Records of the batch that went to its dead-letter outputs (None: the pipeline declares none)."""
+    outputs = [s.name for s in spec.sinks if s.dead_letter]
+    return sum(row["votes"].get(name) or 0 for name in outputs) if outputs else None
+
+
 def batch_page(runtime, before: int | None = None, limit: int = PAGE_SIZE, now: int | None = None) -> dict[str, Any]:
     """Batches newest first: up to ``limit`` below ``before`` (default: from the latest)."""
     coordinator = runtime.coordinator
@@ -58,6 +64,7 @@ def batch_page(runtime, before: int | None = None, limit: int = PAGE_SIZE, now: 
             continue
         row = batch_row(status)
         row["open_transactions"] = open_transactions(status, runtime.spec, now)
+        row["dead_letters"] = dead_letters(row, runtime.spec)
         rows.append(row)
     oldest = rows[-1]["batch_seq"] if rows else 0
     return {"batches": rows, "next_before": oldest if oldest > 1 else None}

@@ -249,3 +249,18 @@ def test_staged_copy_on_s3_repairs_a_broker_abort(kafka_broker, topic, pipeline,
     assert {h[3] for _, _, h in records} == {("trace", b"t%d" % i) for i in range(80)}  # user headers survive
     participant.discard_staging(_plan(pipeline, splits=1))
     assert s3.size(handle.staged_uri) is None and s3.list_tree(root) == []
+
+
+def test_a_mistyped_output_topic_is_an_error_and_is_never_created(kafka_broker, pipeline, tmp_path):
+    from confluent_kafka.admin import AdminClient
+
+    from onceflow.storage.local import LocalStorage
+
+    config = kafka_broker.config()
+    missing = f"no-such-topic-{uuid.uuid4().hex[:6]}"
+    writer = TransactionalSplitWriter(config, pipeline, "out", BATCH, 0, missing, str(tmp_path / "staged.arrow"),
+                                      storage=LocalStorage())
+    with pytest.raises(PreCommitError, match=f"output topic '{missing}' does not exist: create it first"):
+        writer.begin()
+    writer.abandon()
+    assert missing not in AdminClient(config).list_topics(timeout=10).topics  # the lookup did not create it

@@ -135,6 +135,7 @@ def test_the_api_shows_states_ranges_counts_lag_and_open_transactions(page_world
     # the replay read exactly the aborted batch's ranges; every record went to one of the two Kafka outputs
     assert committed["replay_of"] == 1 and committed["ranges"] == aborted["ranges"] and committed["records"] == 600
     assert committed["votes"]["clicks_enriched"] + committed["votes"]["clicks_dead_letter"] == 600
+    assert committed["dead_letters"] == committed["votes"]["clicks_dead_letter"] > 0
     assert "presumed abort" not in aborted["reason"] and aborted["decision"] == "ABORT"
     assert set(committed["stages_ms"]) == {"waiting for Spark", "pre-commit", "decision", "commit or abort"}
     # batch 3 decided COMMIT, then its commit task died: both Kafka outputs' transactions are still open

@@ -52,11 +52,23 @@ def test_after_abort_the_same_ranges_are_replayed(src):
     assert replay.ranges == first.ranges and replay.replay_of == 1 and replay.batch_seq == 2
 
 
-def test_new_partitions_start_at_the_start_position(src):
+def test_a_partition_added_to_a_topic_being_read_starts_at_its_first_record(src):
+    first = plan_after(None, None, src, start="latest")
+    src.add("t", 2, 70, earliest=5)  # written to before the next plan: none of it may be skipped
+    for start in ("latest", "earliest", 1300):
+        assert ends(plan_after(first, BatchState.COMMITTED, src, start=start)) == [(0, 100, 100), (1, 50, 50), (2, 5, 70)]
+
+
+def test_a_topic_added_to_the_pipeline_starts_at_the_start_position(src):
     first = plan_after(None, None, src)
-    src.add("t", 2, 70, earliest=5)
-    assert ends(plan_after(first, BatchState.COMMITTED, src, start="latest")) == [(0, 100, 100), (1, 50, 50), (2, 70, 70)]
-    assert ends(plan_after(first, BatchState.COMMITTED, src)) == [(0, 100, 100), (1, 50, 50), (2, 5, 70)]
+    src.add("u", 0, 70, earliest=5)
+
+    def with_u(start):
+        config = PlanConfig(("t", "u"), SINKS, start=start, max_records_per_partition=None)
+        return next_plan(pipeline="p", previous=first, previous_state=BatchState.COMMITTED, source=src, config=config, now_ms=7)
+
+    assert [(r.topic, r.start, r.end) for r in with_u("latest").ranges if r.topic == "u"] == [("u", 70, 70)]
+    assert [(r.topic, r.start, r.end) for r in with_u("earliest").ranges if r.topic == "u"] == [("u", 5, 70)]
 
 
 def test_undecided_previous_batch_refuses(src):

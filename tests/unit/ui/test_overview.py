@@ -61,3 +61,12 @@ def test_batches_come_newest_first_a_page_at_a_time_without_listing_the_ledger(t
 def test_pages_escape_what_they_show():
     html = render("index.html", pipelines=[{"dag_id": "<script>alert(1)</script>", "latest": None}])
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
+
+
+def test_dead_letters_are_the_records_of_the_outputs_the_spec_marks_so():
+    from onceflow.ui.overview import dead_letters
+
+    row = {"votes": {"out": 90, "errors": 10}}
+    marked = PipelineSpec("p", ("in",), "m:f", (SinkSpec("out", "kafka", "out"), SinkSpec("errors", "kafka", "e", dead_letter=True)))
+    assert dead_letters(row, marked) == 10
+    assert dead_letters(row, SPEC) is None  # no output is marked: the page shows "-", not 0

@@ -118,7 +118,10 @@ class S3FaultProxy:
         seed: int,
         rates: S3FaultRates = S3FaultRates(),
         slow_s: tuple[float, float] = (0.5, 2.0),
+        drop_headers: frozenset[str] = frozenset(),
     ):
+        """``drop_headers``: request headers never forwarded (lower case), to play a
+        store that ignores them, e.g. ``if-none-match`` (no conditional writes)."""
         parts = urlsplit(upstream_url)
         if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/"):
             raise ValueError(
@@ -129,6 +132,7 @@ class S3FaultProxy:
         if not 0.0 <= low <= high:
             raise ValueError(f"S3FaultProxy slow_s={slow_s!r}: give (minimum, maximum) seconds with 0 <= minimum <= maximum")
         self.upstream = (parts.hostname, parts.port or 80)
+        self.drop_headers = frozenset(h.lower() for h in drop_headers)
         self.slow_s = (float(low), float(high))
         self._lock = threading.Lock()
         self._random = random.Random(seed)
@@ -379,7 +383,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         try:
             upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
             for name, value in self.headers.items():
-                if name.lower() not in _NOT_COPIED:
+                if name.lower() not in _NOT_COPIED and name.lower() not in self.server.proxy.drop_headers:
                     upstream.putheader(name, value)
             if chunked:
                 upstream.putheader("Transfer-Encoding", "chunked")

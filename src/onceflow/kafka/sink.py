@@ -40,7 +40,7 @@ from .txn_protocol import Action, EndTxnReply, end_txns
 from .visibility import Observer, SplitView, State, confirm_aborted, observe
 from ..layout import kafka_staging_dir
 from ..storage import Storage, storage_for
-from .writer import REPAIR_HEADER, TxnHandle, open_staged, record_headers
+from .writer import REPAIR_HEADER, StagedCopyDamaged, TxnHandle, open_staged, record_headers
 
 AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit: EndTxn sent for every split, nothing verified yet")
 
@@ -229,7 +229,11 @@ class KafkaSinkParticipant:
                 return self._unknown(where, again)
             if again.state is not State.ABORTED:
                 return self._inconsistent(where, again)
-            table = open_staged(h.staged_uri, self.storage)
+            try:
+                table = open_staged(h.staged_uri, self.storage, h.staged_sha256)
+            except StagedCopyDamaged as exc:
+                return Result(Outcome.FAILED, f"{where}: the broker aborted the transaction and {exc}; {h.records} records "
+                              "are NOT in the output. Restore the staged copy the vote names and re-run commit")
             base = record_headers(h.batch_id, h.split) + [(REPAIR_HEADER, b"1")]
             producer.begin_transaction()
             for row in table.to_pylist():

@@ -26,6 +26,7 @@ the transaction (I7).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import zlib
@@ -82,6 +83,8 @@ class TxnHandle:
     first_write_ms: int
     partitions: Mapping[int, PartitionWrite] = field(default_factory=dict)
     staged_uri: str = ""
+    # SHA-256 of the staged copy's bytes: a repair refuses a copy that changed ("" in older votes).
+    staged_sha256: str = ""
 
     @property
     def records(self) -> int:
@@ -109,12 +112,39 @@ def record_headers(batch_id: str, split: int) -> list[tuple[str, bytes]]:
     return [(BATCH_HEADER, batch_id.encode()), (SPLIT_HEADER, str(split).encode())]
 
 
-def open_staged(uri: str, storage: Storage) -> pa.Table:
-    """Read a staged copy back (commit task, for a repair)."""
+class StagedCopyDamaged(Exception):
+    """The staged copy is not the bytes the vote recorded."""
+
+
+def open_staged(uri: str, storage: Storage, sha256: str = "") -> pa.Table:
+    """Read a staged copy back (commit task, for a repair), checking its digest."""
     data = storage.read_bytes(uri)
     if data is None:
         raise FileNotFoundError(f"staged copy {uri} is gone")
+    if sha256 and hashlib.sha256(data).hexdigest() != sha256:
+        raise StagedCopyDamaged(f"staged copy {uri} does not match the SHA-256 its vote recorded: it was changed or damaged")
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+class _Digesting:
+    """A write-only file that hashes what passes through it to ``target``."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+        self.digest = hashlib.sha256()
+        self.closed = False
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        self.digest.update(view)
+        self.target.write(view)
+        return view.nbytes
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def close(self) -> None:
+        self.closed = True  # the storage's context closes the target
 
 
 def _array(column) -> pa.Array:
@@ -176,8 +206,8 @@ class TransactionalSplitWriter:
         if meta is None or meta.error is not None or not meta.partitions:
             raise PreCommitError(f"{self._name()}: output topic {self.topic!r} does not exist: create it first")
         self._partition_count = len(meta.partitions)
-        out = self._stage_stream.enter_context(self._storage.open_write(self.staged_uri))
-        self._stage_writer = pa.ipc.new_stream(out, STAGED_SCHEMA)
+        self._stage_file = _Digesting(self._stage_stream.enter_context(self._storage.open_write(self.staged_uri)))
+        self._stage_writer = pa.ipc.new_stream(self._stage_file, STAGED_SCHEMA)
 
     def write(
         self,
@@ -315,6 +345,7 @@ class TransactionalSplitWriter:
             first_write_ms=self._first_write_ms,
             partitions={p: PartitionWrite(self._first[p], c, self._last[p]) for p, c in sorted(self._counts.items())},
             staged_uri=self.staged_uri,
+            staged_sha256=self._stage_file.digest.hexdigest(),
         )
 
     def abandon(self) -> None:

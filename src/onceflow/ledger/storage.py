@@ -80,5 +80,10 @@ class LedgerStorage:
 def open_ledger_storage(root: str, storage: Storage | None = None) -> LedgerStorage:
     """The ledger under ``root`` (the warehouse), on ``storage`` or the one
     ``onceflow.storage.storage_for`` picks for ``root`` (an S3 root needs
-    ``storage``: an ``S3Storage`` with its connection)."""
-    return LedgerStorage(storage or storage_for(root), root)
+    ``storage``: an ``S3Storage`` with its connection). Checks once per
+    process that the storage's create-if-absent is atomic (S3: that the store
+    honours conditional writes)."""
+    ledger = LedgerStorage(storage or storage_for(root), root)
+    with ledger._reaching(root):
+        ledger.storage.check_create_if_absent(join(root, "_onceflow"))
+    return ledger

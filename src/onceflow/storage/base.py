@@ -92,6 +92,10 @@ class Storage(ABC):
         orphans) are never published. Raises MissingStagedFile when a name is
         in neither place. ``_``-prefixed names in ``target_dir`` are kept."""
 
+    def check_create_if_absent(self, directory: str) -> None:
+        """Fail with a ConfigurationError if ``create_if_absent`` is not atomic
+        here (a store that ignores the condition). Default: nothing to check."""
+
     def is_transient(self, exc: BaseException) -> bool:
         """Is ``exc`` worth a retry later (service unreachable) rather than a failure?"""
         return False

@@ -13,6 +13,7 @@ an ``onceflow.s3_connection.S3Connection``; another process gets its
 
 from __future__ import annotations
 
+import uuid
 from contextlib import contextmanager
 from functools import cached_property
 from typing import BinaryIO, Iterable, Iterator, Mapping
@@ -22,6 +23,8 @@ from ..s3_connection import S3Connection, create_if_absent
 from .base import MissingStagedFile, Storage, join
 
 OPTION_KEYS = ("s3.endpoint_url", "s3.region")
+# (endpoint, bucket) pairs this process has seen honour If-None-Match.
+_CONDITIONAL_WRITES_OK: set[tuple[str | None, str]] = set()
 _NOT_FOUND = ("404", "NoSuchKey", "NotFound")
 
 
@@ -149,6 +152,26 @@ class S3Storage(Storage):
                 if _code(exc) in _NOT_FOUND:
                     raise MissingStagedFile(f"{name} is neither in {staged_dir} nor in {target_dir}") from None
                 raise
+
+    def check_create_if_absent(self, directory: str) -> None:
+        """Probe once per process and bucket that the store honours ``If-None-Match: *``:
+        an S3-compatible store that ignores it would let two deciders both "win"."""
+        bucket, key = split_uri(join(directory, f"_conditional-write-probe-{uuid.uuid4().hex}"))
+        checked = (self.connection.endpoint_url, bucket)
+        if checked in _CONDITIONAL_WRITES_OK:
+            return
+        create_if_absent(self.client, bucket, key, b"first")  # False too if a retry of it met its own write
+        overwrote = create_if_absent(self.client, bucket, key, b"second")
+        self.client.delete_object(Bucket=bucket, Key=key)
+        if overwrote:
+            from ..settings import ConfigurationError
+
+            raise ConfigurationError(
+                f"the S3 store at {self.connection.endpoint_url or 'AWS'} (bucket {bucket!r}) ignores conditional writes "
+                "(PutObject with If-None-Match: * overwrote an existing object). onceflow's ledger needs them to decide "
+                "each batch once: use AWS S3 or a store that supports them (e.g. MinIO since 2024, Ceph RGW since Squid)"
+            )
+        _CONDITIONAL_WRITES_OK.add(checked)
 
     def is_transient(self, exc: BaseException) -> bool:
         from botocore.exceptions import ConnectionError as BotoConnectionError

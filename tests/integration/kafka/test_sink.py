@@ -196,6 +196,25 @@ def test_a_repair_without_its_staged_copy_fails_loudly(kafka_broker, topic, pipe
     assert "30 records are NOT in the output" in result.detail and handle.batch_id in result.detail
 
 
+def test_a_repair_refuses_a_staged_copy_that_changed_since_the_vote(kafka_broker, topic, pipeline, tmp_path, precommit_in_child):
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    config = kafka_broker.config()
+    uri = staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0)
+    handle = precommit_in_child(config, topic, uri, 30, pipeline=pipeline)
+    assert len(handle.staged_sha256) == 64
+    fence_transactional_ids(config, [handle.transactional_id])
+    staged = tmp_path / uri[len(str(tmp_path)) + 1:]
+    damaged = bytearray(staged.read_bytes())
+    damaged[-20] ^= 0xFF  # one flipped byte in the last record's value: still a readable Arrow stream
+    staged.write_bytes(bytes(damaged))
+
+    result = _participant(kafka_broker, pipeline, tmp_path).commit(_vote(handle))
+
+    assert result.outcome is Outcome.FAILED, result.detail
+    assert "does not match the SHA-256 its vote recorded" in result.detail and "30 records are NOT in the output" in result.detail
+    assert read_committed(config, topic, PARTITIONS) == []  # nothing of the damaged copy was published
+
+
 def test_a_vote_older_than_the_safety_fraction_of_the_timeout_is_refused(kafka_broker, topic, pipeline, tmp_path, precommit_in_child):
     config = kafka_broker.config()
     handle = precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0), 10, pipeline=pipeline)

@@ -112,3 +112,18 @@ def test_factory_picks_backend_by_scheme(tmp_path, spark):
     # The HDFS client connects lazily: choosing the backend needs no NameNode.
     hadoop = open_ledger_storage("hdfs://127.0.0.1:1/ledger")
     assert isinstance(hadoop.storage, HadoopStorage) and hadoop.describe("k.json") == "hdfs://127.0.0.1:1/ledger/k.json"
+
+
+def test_an_s3_store_that_ignores_conditional_writes_is_refused_before_any_record(s3_endpoint, s3_bucket):
+    """A store that drops If-None-Match would let two deciders both win: refused, naming it and the fix."""
+    from onceflow.s3_connection import S3Connection
+    from onceflow_devkit.chaos.s3_proxy import S3FaultProxy
+
+    honouring = S3Storage(s3_endpoint)
+    open_ledger_storage(f"s3://{s3_bucket}/honours", honouring)  # moto honours them
+    with S3FaultProxy(s3_endpoint.endpoint_url, seed=1, drop_headers=frozenset({"if-none-match"})) as proxy:
+        ignoring = S3Storage(S3Connection(endpoint_url=proxy.url, access_key=s3_endpoint.access_key,
+                                          secret_key=s3_endpoint.secret_key, region=s3_endpoint.region))
+        with pytest.raises(ConfigurationError, match=rf"{proxy.url} \(bucket '{s3_bucket}'\) ignores conditional writes"):
+            open_ledger_storage(f"s3://{s3_bucket}/ignores", ignoring)
+    assert honouring.list_tree(f"s3://{s3_bucket}/ignores") == []  # the probe cleaned up after itself

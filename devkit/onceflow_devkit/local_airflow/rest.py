@@ -152,6 +152,17 @@ class AirflowApi:
             return run_id  # an earlier POST whose answer was lost created it
         return self._check(response, f"trigger {dag_id}").json()["dag_run_id"]
 
+    def create_backfill(self, dag_id: str, from_date: str, to_date: str, **options: Any) -> dict:
+        """``POST /api/v2/backfills`` (what ``airflow backfill create`` and the UI's dialog do);
+        ``options``: max_active_runs, reprocess_behavior, run_backwards, dag_run_conf."""
+        body = {"dag_id": dag_id, "from_date": from_date, "to_date": to_date, **options}
+        return self._check(self._http.post("/api/v2/backfills", json=body), f"backfill of {dag_id}").json()
+
+    def runs(self, dag_id: str, run_type: str | None = None) -> list[dict]:
+        """The DAG's runs, oldest first (``run_type``: scheduled, manual, backfill, asset_triggered)."""
+        params = {"order_by": "logical_date", "limit": 100, **({"run_type": run_type} if run_type else {})}
+        return self._get(f"/api/v2/dags/{_p(dag_id)}/dagRuns", **params)["dag_runs"]
+
     def run(self, dag_id: str, run_id: str) -> dict:
         return self._get(f"/api/v2/dags/{_p(dag_id)}/dagRuns/{_p(run_id)}")
 

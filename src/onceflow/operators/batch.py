@@ -91,6 +91,24 @@ class _BatchOperator(BaseOperator):
         return int(planned["batch_seq"])
 
 
+def backfill_refusal(pipeline: str, context) -> str | None:
+    """Why this run must not plan, or None. A pipeline's batches form a sequence:
+    each run takes the next offsets after the last committed batch, whatever
+    its logical date. A backfill run would not read its data interval, and
+    would run beside other runs that abort its batches: refuse it at once."""
+    dag_run = context.get("dag_run")
+    run_type = getattr(getattr(dag_run, "run_type", None), "value", getattr(dag_run, "run_type", None))
+    if run_type != "backfill":
+        return None
+    interval = f"{context.get('data_interval_start')} to {context.get('data_interval_end')}"
+    return (
+        f"pipeline {pipeline!r} plans its batches as a sequence of offsets, not by data interval: this backfill run "
+        f"({interval}) would read whatever comes next in Kafka, not the records of its interval, so it is refused "
+        "and nothing was read. Trigger ordinary runs to catch up (each takes the next batch); a backfill by data "
+        "interval needs interval batches, which onceflow does not offer yet."
+    )
+
+
 class PlanBatchOperator(_BatchOperator):
     """Recover any unfinished batch, then bind this DAG run to its batch.
 
@@ -101,8 +119,12 @@ class PlanBatchOperator(_BatchOperator):
     """
 
     def execute(self, context) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+        refusal = backfill_refusal(self.pipeline.name, context)
+        if refusal:
+            log.error(refusal)
+            raise AirflowFailException(refusal)  # no retry: the run type will not change
         runtime = self.runtime(context)
         coordinator = runtime.coordinator
         run_id = context["run_id"]

@@ -71,7 +71,7 @@ def main() -> None:
         started = time.perf_counter()
         coordinator = build(root, args.batches)
         print(f"ledger of {args.batches} committed batches built in {time.perf_counter() - started:.1f} s")
-        runtime = SimpleNamespace(coordinator=coordinator, spec=SPEC)
+        runtime = SimpleNamespace(reader=coordinator, spec=SPEC)
         newest = timed(lambda: batch_page(runtime, limit=PAGE_SIZE), args.rounds)
         far_back = timed(lambda: batch_page(runtime, before=args.batches // 2, limit=PAGE_SIZE), args.rounds)
         listing = timed(lambda: coordinator.ledger.storage.list(), args.rounds)

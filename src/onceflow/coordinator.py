@@ -105,12 +105,16 @@ class Coordinator:
         *,
         identity: str | None = None,
         clock: Callable[[], int] | None = None,
+        on_finished: Callable[[int], None] | None = None,
     ):
         self.ledger = BatchLedger(storage, pipeline)
         self.pipeline = pipeline
         self.participants = dict(participants)
         self.identity = identity or _default_identity()
         self._clock = clock or (lambda: int(time.time() * 1000))
+        # Called with the batch's seq by whichever call finished it (wrote its done
+        # marker): once per batch, whoever finishes it (commit, rollback, recovery).
+        self.on_finished = on_finished
 
     # -- reading ---------------------------------------------------------------
     def latest_seq(self) -> int:
@@ -413,15 +417,19 @@ class Coordinator:
 
     def _finish(self, seq: int, decision: Decision) -> None:
         outcome = decision.outcome
-        current, target = (
-            (BatchState.COMMITTING, BatchState.COMMITTED) if outcome is DecisionOutcome.COMMIT
-            else (BatchState.ABORTING, BatchState.ABORTED)
-        )
-        # Every effect is marked done by now; a concurrent finisher may have written the marker first (same outcome).
+        current = self._decided_state(seq, decision)
+        if current.terminal:
+            return  # a concurrent finisher wrote the marker first: finished, nothing to change
+        target = BatchState.COMMITTED if outcome is DecisionOutcome.COMMIT else BatchState.ABORTED
         self._check(seq, current, target, f"finish {outcome.value}")
         log.info("batch %s of %s: %s", BatchId(seq), self.pipeline, target.value)
-        self.ledger.create_done(DoneMarker(seq, BATCH_EFFECT, outcome, "all effects applied", self.identity, self._clock()))
+        created, _ = self.ledger.create_done(DoneMarker(seq, BATCH_EFFECT, outcome, "all effects applied", self.identity, self._clock()))
         self._update_head(seq, committed=seq if outcome is DecisionOutcome.COMMIT else None)
+        if created and self.on_finished is not None:
+            try:
+                self.on_finished(seq)
+            except Exception:  # an observer (metrics) must never fail the batch it observes
+                log.warning("batch %s of %s: on_finished failed", BatchId(seq), self.pipeline, exc_info=True)
 
     # -- abort phase / recovery ------------------------------------------------------
     def rollback(self, seq: int, reason: str) -> BatchStatus:

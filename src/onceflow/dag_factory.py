@@ -31,7 +31,7 @@ from typing import Any
 
 from . import faults
 from .settings import ConfigurationError
-from .deployed import DeployedPipeline, register
+from .deployed import PLAN_TASK_ID, DeployedPipeline
 from .deployment import is_s3_uri
 from .sinks import sink_kind
 from .spec import PipelineSpec
@@ -205,7 +205,8 @@ def pipeline_dag(
         + ", ".join(f"{s.name} ({s.kind}: {s.target})" for s in spec.sinks),
         **dag_kwargs,
     ) as dag:
-        plan = PlanBatchOperator(task_id="plan", **common)
+        deployed = DeployedPipeline(dag_id or spec.name, spec, warehouse, kafka_conn_id, aws_conn_id)
+        plan = PlanBatchOperator(task_id=PLAN_TASK_ID, doc_json=deployed.to_doc(), **common)
         spark = OnceflowSparkSubmitOperator(
             task_id="spark",
             application=str(SUBMIT_APPLICATION),
@@ -232,5 +233,4 @@ def pipeline_dag(
         # is then failed whenever the batch did not commit (a rollback that
         # succeeds must not turn a failed batch into a successful run).
         plan >> spark >> [commit, rollback]
-    register(DeployedPipeline(dag.dag_id, spec, warehouse, kafka_conn_id, aws_conn_id))
     return dag

@@ -1,17 +1,22 @@
 """A pipeline as ``pipeline_dag`` deployed it: its spec, its warehouse and the
-Airflow connections that reach its services.
+Airflow connections that reach its services (never a secret).
 
-The protocol tasks build their runtime from it, and the UI plugin finds every
-deployed pipeline by importing the DAG files (``discovery.deployed_in_folder``):
-each ``pipeline_dag`` call registers one here, keyed by DAG id.
+The protocol tasks build their runtime from it. ``pipeline_dag`` also writes
+it as the plan task's ``doc_json``, which Airflow serializes with the DAG: the
+UI plugin reads it from there (``from_doc``), so the api-server never runs DAG
+code.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .deployment import Deployment, is_s3_uri
 from .spec import PipelineSpec
+
+DOC_KEY = "onceflow_pipeline"  # the key of the plan task's doc_json
+PLAN_TASK_ID = "plan"
 
 
 @dataclass(frozen=True)
@@ -32,19 +37,28 @@ class DeployedPipeline:
             s3 = S3ConnectionHook(self.aws_conn_id).connection(f"warehouse {self.warehouse}")
         return Deployment(self.warehouse, KafkaConfigHook(self.kafka_conn_id).cluster(), s3)
 
+    def to_doc(self) -> str:
+        """This pipeline as the plan task's ``doc_json`` (shown in Airflow's task details)."""
+        return json.dumps(
+            {DOC_KEY: {"spec": json.loads(self.spec.to_json()), "warehouse": self.warehouse,
+                       "kafka_conn_id": self.kafka_conn_id, "aws_conn_id": self.aws_conn_id}},
+            indent=1, sort_keys=True,
+        )
+
+    @classmethod
+    def from_doc(cls, dag_id: str, doc_json: str | None) -> "DeployedPipeline | None":
+        """The pipeline a plan task's ``doc_json`` describes; None if it is not one of ours."""
+        try:
+            raw = json.loads(doc_json or "{}").get(DOC_KEY)
+        except (ValueError, AttributeError):
+            return None
+        if not raw:
+            return None
+        spec = PipelineSpec.from_json(json.dumps(raw["spec"]))
+        return cls(dag_id, spec, raw["warehouse"], raw["kafka_conn_id"], raw.get("aws_conn_id"))
+
     def runtime(self, identity: str | None = None):
         from .runtime import PipelineRuntime
 
         return PipelineRuntime(self.spec, self.deployment(), identity=identity)
 
-
-_DEPLOYED: dict[str, DeployedPipeline] = {}
-
-
-def register(pipeline: DeployedPipeline) -> None:
-    _DEPLOYED[pipeline.dag_id] = pipeline
-
-
-def deployed() -> dict[str, DeployedPipeline]:
-    """Every pipeline the DAG files imported by this process deployed, by DAG id."""
-    return dict(_DEPLOYED)

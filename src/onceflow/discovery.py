@@ -88,14 +88,6 @@ def specs_in_folder(folder: Path) -> tuple[dict[str, PipelineSpec], dict[str, st
     return specs, errors
 
 
-def deployed_in_folder(folder: Path):
-    """(DeployedPipeline by DAG id, import errors by file): the pipelines the DAG
-    files in ``folder`` deploy with ``pipeline_dag``."""
-    from .deployed import deployed
-
-    _, errors = _import_dag_files(folder)
-    return deployed(), errors
-
 
 def find_pipeline(name: str, spec: str | None = None, dags_folder: str | None = None) -> PipelineSpec:
     """The pipeline ``name``: at ``spec`` (module[:attribute]) when given, else

@@ -7,32 +7,46 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .protocol.states import BatchState
+from .ledger.ledger import BATCH_EFFECT
+from .ledger.records import DecisionOutcome
+
+# How many batches back from the latest to look for the newest committed one
+# (two ledger reads each); the ledger's head names it when the walk gives up.
+MAX_WALK = 50
 
 
-def _last_committed(coordinator) -> Any:
-    head = coordinator.ledger.read_head()
-    seq = coordinator.latest_seq()
-    floor = head.last_committed_seq if head else 0
-    while seq > 0 and seq >= floor:  # the head is a hint: confirm, walking back from the latest
-        status = coordinator.describe(seq)
-        if status is not None and status.state is BatchState.COMMITTED:
-            return status
-        seq -= 1
-    return coordinator.describe(floor) if floor else None
+def consumed_to(reader) -> dict[tuple[str, int], int]:
+    """Per (topic, partition), the offset the pipeline has committed up to: the
+    ends of the newest committed batch; before any commit, where the first
+    batch starts (the spec's start position)."""
+    ledger = reader.ledger
+    latest = reader.latest_seq()
+    head = ledger.read_head()
+    floor = max(head.last_committed_seq if head else 0, latest - MAX_WALK, 1)
+    committed = next(
+        (seq for seq in range(latest, floor - 1, -1)
+         if (d := ledger.read_decision(seq)) is not None and d.outcome is DecisionOutcome.COMMIT
+         and ledger.read_done(seq, BATCH_EFFECT) is not None),
+        head.last_committed_seq if head else 0,
+    )
+    if committed:
+        return {(r.topic, r.partition): r.end for r in ledger.read_plan(committed).ranges}
+    first = ledger.read_plan(1) if latest else None
+    return {(r.topic, r.partition): r.start for r in first.ranges} if first else {}
 
 
-def input_lag(runtime, now: int | None = None) -> list[dict[str, Any]]:
+def input_lag(runtime, now: int | None = None, timeout_s: float = 30.0) -> list[dict[str, Any]]:
     """Per input partition: the committed end, the last stable offset, the
-    records between them, and the age of the oldest record not yet committed."""
+    records between them, and the age of the oldest record not yet committed.
+    ``timeout_s`` bounds each Kafka request."""
     now = int(time.time() * 1000) if now is None else now
-    committed = _last_committed(runtime.coordinator)
-    ends = {(r.topic, r.partition): r.end for r in committed.plan.ranges} if committed else {}
-    with runtime.offset_source() as source:
+    ends = consumed_to(runtime.reader)
+    with runtime.offset_source(timeout_s) as source:
         partitions = source.partitions(runtime.spec.topics)
         stable = source.last_stable_offsets(partitions)
-        earliest = source.earliest_offsets(partitions)
-        starts = {tp: ends.get((tp.topic, tp.partition), earliest[tp]) for tp in partitions}
+        missing = [tp for tp in partitions if (tp.topic, tp.partition) not in ends]
+        earliest = source.earliest_offsets(missing) if missing else {}
+        starts = {tp: ends.get((tp.topic, tp.partition), earliest.get(tp, 0)) for tp in partitions}
         behind = {tp: starts[tp] for tp in partitions if stable[tp] > starts[tp]}
         stamps = source.timestamps_at(behind)
     rows = []

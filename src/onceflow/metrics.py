@@ -19,7 +19,7 @@ import logging
 import re
 
 from .protocol.states import BatchState
-from .sinks import sink_kind
+from .sinks import open_transactions_of
 from .status import stage_durations_ms
 
 log = logging.getLogger(__name__)
@@ -32,11 +32,7 @@ def _slug(text: str) -> str:
 
 def transaction_age_at_decision(status, spec) -> float | None:
     decided = status.timings.get("decided")
-    used = [
-        txn.used(decided)
-        for name, vote in status.votes.items()
-        for txn in sink_kind(spec.sink(name).kind).open_transactions(spec.sink(name), vote)
-    ] if decided else []
+    used = [txn.used(decided) for _name, txn in open_transactions_of(spec, status.votes)] if decided else []
     return max(used) if used else None
 
 

@@ -57,13 +57,22 @@ class PipelineRuntime:
 
         return Coordinator(self.ledger_storage, self.spec.name, self.participants(), identity=self.identity)
 
+    @cached_property
+    def reader(self):
+        """A coordinator that only reads the ledger (status, the UI): it builds no
+        participant, so it needs no sink client (nor, on HDFS, a JVM of its own)."""
+        from .coordinator import Coordinator
+
+        return Coordinator(self.ledger_storage, self.spec.name, dict.fromkeys(s.name for s in self.spec.sinks),
+                           identity=self.identity)
+
     def batch_of_run(self, run_id: str, lookback: int = RUN_LOOKBACK):
         """Status of the newest batch an Airflow run planned, or None.
 
         Plans carry their run id; the newest ``lookback`` batches are searched
         (a cleared run older than that is planned as a new batch: never a
         duplicate, because planning starts where the last commit ended)."""
-        coordinator = self.coordinator
+        coordinator = self.reader
         latest = coordinator.latest_seq()
         for seq in range(latest, max(0, latest - lookback), -1):
             plan = coordinator.ledger.read_plan(seq)
@@ -93,11 +102,11 @@ class PipelineRuntime:
         if not result.ok:
             raise RetryLater(f"batch {plan.batch_id} of {self.spec.name} is committed, but {result.detail}; retry the task")
 
-    def offset_source(self):
+    def offset_source(self, timeout_s: float = 30.0):
         """The input log as planning sees it; use as a context manager."""
         from .kafka.offsets import KafkaOffsetSource
 
-        return KafkaOffsetSource(self.deployment.kafka.config())
+        return KafkaOffsetSource(self.deployment.kafka.config(), timeout_s=timeout_s)
 
     def plan_config(self, params: Mapping[str, Any] | None = None) -> PlanConfig:
         params = dict(params or {})

@@ -45,16 +45,12 @@ def batch_row(status) -> dict[str, Any]:
     }
 
 
-def batch_rows(coordinator, limit: int = 20, newest: int | None = None) -> list[dict[str, Any]]:
-    """Up to ``limit`` batches from ``newest`` (default: the latest) down; one
-    ``describe`` per batch, never a listing of the ledger."""
+def batch_rows(coordinator, limit: int = 20, newest: int | None = None, row=batch_row) -> list[dict[str, Any]]:
+    """Up to ``limit`` batches from ``newest`` (default: the latest) down, each as
+    ``row(status)``; one ``describe`` per batch, never a listing of the ledger."""
     newest = coordinator.latest_seq() if newest is None else newest
-    rows = []
-    for seq in range(newest, max(0, newest - limit), -1):
-        status = coordinator.describe(seq)
-        if status is not None:
-            rows.append(batch_row(status))
-    return rows
+    statuses = (coordinator.describe(seq) for seq in range(newest, max(0, newest - limit), -1))
+    return [row(status) for status in statuses if status is not None]
 
 
 def _when(ms: int | None) -> str:

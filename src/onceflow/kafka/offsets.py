@@ -113,9 +113,9 @@ class KafkaOffsetSource:
         """The timestamp (epoch ms) of the record at each offset; None where
         there is no committed record there (yet) or it did not come in time."""
         found: dict[TopicPartition, int | None] = {}
+        deadline = time.monotonic() + self.timeout_s  # for all of them together
         for tp, offset in offsets.items():
             self._consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, offset)])
-            deadline = time.monotonic() + self.timeout_s
             found[tp] = None
             try:
                 while time.monotonic() < deadline:

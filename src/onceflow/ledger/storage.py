@@ -32,6 +32,7 @@ class LedgerStorage:
     def __init__(self, storage: Storage, root: str):
         self.storage = storage
         self.root = root.rstrip("/")
+        self._create_checked = False
 
     def __repr__(self) -> str:
         return f"LedgerStorage({self.storage!r}, {self.root!r})"
@@ -54,6 +55,9 @@ class LedgerStorage:
         ``key`` exists (left untouched); of racing creators exactly one wins."""
         location = self.describe(key)
         with self._reaching(location):
+            if not self._create_checked:  # before the first record: is create-if-absent atomic here?
+                self.storage.check_create_if_absent(join(self.root, "_onceflow"))
+                self._create_checked = True
             return self.storage.create_if_absent(location, data)
 
     def read(self, key: str) -> bytes | None:
@@ -80,10 +84,7 @@ class LedgerStorage:
 def open_ledger_storage(root: str, storage: Storage | None = None) -> LedgerStorage:
     """The ledger under ``root`` (the warehouse), on ``storage`` or the one
     ``onceflow.storage.storage_for`` picks for ``root`` (an S3 root needs
-    ``storage``: an ``S3Storage`` with its connection). Checks once per
-    process that the storage's create-if-absent is atomic (S3: that the store
-    honours conditional writes)."""
-    ledger = LedgerStorage(storage or storage_for(root), root)
-    with ledger._reaching(root):
-        ledger.storage.check_create_if_absent(join(root, "_onceflow"))
-    return ledger
+    ``storage``: an ``S3Storage`` with its connection). Before its first
+    record it checks that the storage's create-if-absent is atomic (S3: that
+    the store honours conditional writes); a reader never writes."""
+    return LedgerStorage(storage or storage_for(root), root)

@@ -21,6 +21,7 @@ batch's one decision (I2). Protocol errors map to task outcomes:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -29,24 +30,23 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from ..protocol.batch_id import BatchId
-from ..protocol.errors import BatchAborted
 from ..protocol.states import BatchState
 from ..spec import PipelineSpec
 
 log = logging.getLogger(__name__)
 
 
-def _emit_metrics(runtime, status) -> None:
-    """Airflow metrics of a finished batch, with the input lag behind it (one Kafka round trip)."""
+def _emit_metrics(runtime, seq: int) -> None:
+    """Airflow metrics of a batch this task finished, with the input lag behind it."""
     from .. import metrics
     from ..lag import input_lag
 
     try:
-        lag = input_lag(runtime)
+        lag = input_lag(runtime, timeout_s=5.0)
     except Exception as exc:  # Kafka unreachable now: the batch is finished all the same
         log.warning("input lag not measured for the metrics: %s", exc)
         lag = None
-    metrics.batch_finished(status, runtime.spec, lag)
+    metrics.batch_finished(runtime.reader.describe(seq), runtime.spec, lag)
 
 
 class _BatchOperator(BaseOperator):
@@ -79,7 +79,10 @@ class _BatchOperator(BaseOperator):
         ti = context["ti"]
         identity = f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
         deployed = DeployedPipeline(ti.dag_id, self.pipeline, self.warehouse, self.kafka_conn_id, self.aws_conn_id)
-        return deployed.runtime(identity=identity)
+        runtime = deployed.runtime(identity=identity)
+        # Whichever task finishes a batch (commit, rollback, a plan's recovery) reports its metrics, once.
+        runtime.coordinator.on_finished = functools.partial(_emit_metrics, runtime)
+        return runtime
 
     def planned_seq(self, context) -> int:
         planned = context["ti"].xcom_pull(task_ids=self.plan_task_id)
@@ -162,13 +165,8 @@ class CommitBatchOperator(_BatchOperator):
     def execute(self, context) -> dict[str, Any]:
         runtime = self.runtime(context)
         seq = self.planned_seq(context)
-        try:
-            status = runtime.coordinator.commit(seq)
-        except BatchAborted:
-            _emit_metrics(runtime, runtime.coordinator.describe(seq))
-            raise
+        status = runtime.coordinator.commit(seq)
         runtime.after_commit(status.plan)
-        _emit_metrics(runtime, status)
         votes = {name: vote.records for name, vote in status.votes.items()}
         log.info("batch %s of %s is %s; records per output: %s", status.batch_id, self.pipeline.name, status.state.value, votes)
         return {"batch_seq": seq, "state": status.state.value, "records": votes}
@@ -192,6 +190,5 @@ class RollbackBatchOperator(_BatchOperator):
         status = runtime.coordinator.rollback(seq, reason=reason)
         if status.state is BatchState.COMMITTED:
             runtime.after_commit(status.plan)
-        _emit_metrics(runtime, status)
         log.info("batch %s of %s is %s", status.batch_id, self.pipeline.name, status.state.value)
         return {"batch_seq": seq, "state": status.state.value}

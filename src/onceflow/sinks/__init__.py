@@ -101,3 +101,12 @@ def sink_kind(name: str) -> SinkKind:
         raise ConfigurationError(f"sink kind {name!r} is not known: use one of {', '.join(kinds())}")
     module, _, attribute = location.partition(":")
     return getattr(importlib.import_module(module), attribute)
+
+
+def open_transactions_of(spec: PipelineSpec, votes: Mapping[str, Vote]) -> list[tuple[str, OpenTransaction]]:
+    """(output, transaction) for every transaction the votes hold open, output by output."""
+    return [
+        (name, txn)
+        for name, vote in sorted(votes.items())
+        for txn in sink_kind(spec.sink(name).kind).open_transactions(spec.sink(name), vote)
+    ]

@@ -95,7 +95,8 @@ class KafkaSplitWriter(DataSourceArrowWriter):
                 f"{FORMAT}: partition {split} has no transactional id: the plan allows {len(opts.transactional_ids)} "
                 f"splits for sink {opts.sink!r}; repartition the DataFrame to that many partitions"
             )
-        attempt_tag = f"{opts.attempt}-{TaskContext.get().attemptNumber()}"
+        # taskAttemptId is unique in the application: attemptNumber restarts at 0 when a stage is retried.
+        attempt_tag = f"{opts.attempt}-{TaskContext.get().taskAttemptId()}"
         writer = TransactionalSplitWriter(
             deployment.kafka.config(), opts.pipeline, opts.sink, opts.batch_id, split, opts.topic,
             staged_uri(deployment.warehouse, opts.pipeline, opts.sink, opts.batch_id, split, attempt_tag),

@@ -178,12 +178,16 @@ class HadoopStorage(RenamingStorage):
     def rename(self, src: str, dst: str) -> None:
         fs, source = self._fs_path(src)
         _, target = self._fs_path(dst)
-        # Hadoop's rename moves src *into* an existing dst directory: refuse.
-        if fs.exists(target):
-            raise FileExistsError(f"cannot rename {src} to {dst}: it exists")
         fs.mkdirs(target.getParent())
-        if not fs.rename(source, target):
-            raise OSError(f"Hadoop FileSystem refused to rename {src} to {dst}")
+        # FileSystem.rename would move src *into* an existing dst directory; FileContext's
+        # rename with Rename.NONE refuses an existing dst in the same atomic step.
+        try:
+            self._jvm.org.apache.hadoop.fs.FileContext.getFileContext(fs.getUri(), self._conf).rename(
+                source, target, self._rename_options["NONE"])
+        except Exception as exc:
+            if java_class(exc) == "org.apache.hadoop.fs.FileAlreadyExistsException":
+                raise FileExistsError(f"cannot rename {src} to {dst}: it exists") from None
+            raise
 
     def is_transient(self, exc: BaseException) -> bool:
         return java_class(exc) in ("java.net.ConnectException", "java.net.SocketTimeoutException")

@@ -72,10 +72,15 @@ class S3Storage(Storage):
 
     @contextmanager
     def open_write(self, path: str) -> Iterator[BinaryIO]:
-        # Every writer names its file with a fresh uuid or attempt, so "fails if it exists" holds by construction.
+        # Every writer names its file with a fresh uuid or task attempt id, so "fails if it exists" holds by construction.
         bucket, key = split_uri(path)
-        with self._arrow_fs.open_output_stream(f"{bucket}/{key}") as out:
-            yield out
+        try:
+            with self._arrow_fs.open_output_stream(f"{bucket}/{key}") as out:
+                yield out
+        except BaseException:
+            # Closing the stream completed the upload even so: a failed writer leaves no partial object.
+            self.client.delete_object(Bucket=bucket, Key=key)
+            raise
 
     def read_bytes(self, path: str) -> bytes | None:
         bucket, key = split_uri(path)

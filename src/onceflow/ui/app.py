@@ -14,6 +14,7 @@ who may not read the DAG's runs is 403. Read-only.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query
@@ -22,7 +23,7 @@ from fastapi.responses import HTMLResponse
 from . import overview as data
 from .charts import stacked_bars
 
-MAX_PAGE = 200
+MAX_PAGE = 100
 
 
 def _read_runs():
@@ -39,36 +40,62 @@ def _user():
 
 
 class Pipelines:
-    """The pipelines the DAG files deploy, by DAG id: imported from Airflow's
-    DAGs folder on first use, and again when a DAG id is not known yet."""
+    """The onceflow pipelines Airflow knows, by DAG id, read from the serialized
+    DAGs (the plan task's ``doc_json``): the api-server never runs DAG code.
+    Lookups, misses included, are kept ``TTL_S`` seconds."""
+
+    TTL_S = 30.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._known: dict[str, Any] | None = None
+        self._cache: dict[str, tuple[float, Any]] = {}
 
-    def _load(self) -> dict[str, Any]:
-        from airflow.configuration import conf
-
-        from ..discovery import deployed_in_folder
-
-        found, _errors = deployed_in_folder(conf.get("core", "dags_folder"))
-        return found
-
-    def all(self) -> dict[str, Any]:
+    def _cached(self, key: str, load):
+        now = time.monotonic()
         with self._lock:
-            if self._known is None:
-                self._known = self._load()
-            return dict(self._known)
+            hit = self._cache.get(key)
+            if hit and now - hit[0] < self.TTL_S:
+                return hit[1]
+        value = load()
+        with self._lock:
+            self._cache[key] = (now, value)
+        return value
+
+    def dag_ids(self) -> list[str]:
+        """DAGs tagged ``onceflow`` that Airflow has not marked stale."""
+
+        def load() -> list[str]:
+            from airflow.models.dag import DagModel, DagTag
+            from airflow.utils.session import create_session
+            from sqlalchemy import select
+
+            with create_session() as session:
+                query = select(DagModel.dag_id).join(DagTag, DagTag.dag_id == DagModel.dag_id).where(
+                    DagTag.name == "onceflow", DagModel.is_stale.is_(False))
+                return sorted(session.scalars(query))
+
+        return self._cached("", load)
+
+    def find(self, dag_id: str):
+        """The DeployedPipeline of ``dag_id``, or None."""
+
+        def load():
+            from airflow.models.serialized_dag import SerializedDagModel
+
+            from ..deployed import PLAN_TASK_ID, DeployedPipeline
+
+            dag = SerializedDagModel.get_dag(dag_id)
+            if dag is None or not dag.has_task(PLAN_TASK_ID):
+                return None
+            return DeployedPipeline.from_doc(dag_id, dag.get_task(PLAN_TASK_ID).doc_json)
+
+        return self._cached(f"dag:{dag_id}", load)
 
     def get(self, dag_id: str):
-        known = self.all()
-        if dag_id not in known:
-            with self._lock:
-                self._known = self._load()
-                known = dict(self._known)
-        if dag_id not in known:
+        found = self.find(dag_id)
+        if found is None:
             raise HTTPException(404, f"DAG {dag_id!r} is not an onceflow pipeline (no pipeline_dag call builds it)")
-        return known[dag_id]
+        return found
 
     def runtime(self, dag_id: str):
         return self.get(dag_id).runtime(identity=f"airflow-ui:{dag_id}")
@@ -78,9 +105,16 @@ PIPELINES = Pipelines()
 
 
 def _visible_dag_ids(user) -> list[str]:
+    """The pipelines whose runs ``user`` may read."""
     from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
-    return sorted(get_auth_manager().filter_authorized_dag_ids(dag_ids=set(PIPELINES.all()), user=user, method="GET"))
+    manager = get_auth_manager()
+    return [
+        dag_id for dag_id in PIPELINES.dag_ids()
+        if PIPELINES.find(dag_id) is not None and manager.is_authorized_dag(
+            method="GET", access_entity=DagAccessEntity.RUN, details=DagDetails(id=dag_id), user=user)
+    ]
 
 
 def _run_batch(dag_id: str, run_id: str) -> dict[str, Any]:
@@ -96,7 +130,8 @@ def _run_batch(dag_id: str, run_id: str) -> dict[str, Any]:
     return {"dag_id": dag_id, "pipeline": runtime.spec.name, "now_ms": data.now_ms(), "batch": row}
 
 
-app = FastAPI(title="onceflow", description=__doc__.split("\n\n")[0], docs_url=None, redoc_url=None)
+# No OpenAPI document or docs pages: every path here answers only to an authorized user.
+app = FastAPI(title="onceflow", description=__doc__.split("\n\n")[0], docs_url=None, redoc_url=None, openapi_url=None)
 
 
 @app.get("/api/pipelines")

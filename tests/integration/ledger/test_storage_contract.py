@@ -120,10 +120,12 @@ def test_an_s3_store_that_ignores_conditional_writes_is_refused_before_any_recor
     from onceflow_devkit.chaos.s3_proxy import S3FaultProxy
 
     honouring = S3Storage(s3_endpoint)
-    open_ledger_storage(f"s3://{s3_bucket}/honours", honouring)  # moto honours them
+    assert open_ledger_storage(f"s3://{s3_bucket}/honours", honouring).create("k.json", b"{}")  # moto honours them
     with S3FaultProxy(s3_endpoint.endpoint_url, seed=1, drop_headers=frozenset({"if-none-match"})) as proxy:
         ignoring = S3Storage(S3Connection(endpoint_url=proxy.url, access_key=s3_endpoint.access_key,
                                           secret_key=s3_endpoint.secret_key, region=s3_endpoint.region))
+        ledger = open_ledger_storage(f"s3://{s3_bucket}/ignores", ignoring)
+        assert ledger.read("k.json") is None  # reading needs no check, and writes nothing
         with pytest.raises(ConfigurationError, match=rf"{proxy.url} \(bucket '{s3_bucket}'\) ignores conditional writes"):
-            open_ledger_storage(f"s3://{s3_bucket}/ignores", ignoring)
+            ledger.create("k.json", b"{}")
     assert honouring.list_tree(f"s3://{s3_bucket}/ignores") == []  # the probe cleaned up after itself

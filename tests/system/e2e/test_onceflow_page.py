@@ -14,6 +14,7 @@ import re
 import shutil
 import socket
 import threading
+import time
 from contextlib import closing
 from urllib.parse import quote
 
@@ -89,10 +90,20 @@ def page_world(tmp_path_factory, statsd):
             left_open = world.airflow.dags_test(DAG_ID, conf=CONF, timeout=900)
         assert not left_open.succeeded and left_open.tasks["spark"] == "success", left_open.describe()
         world.airflow.start(timeout=180)
+        _wait_until_parsed(world)
         try:
             yield world, {"aborted": aborted.run_id, "committed": replay.run_id, "open": left_open.run_id}
         finally:
             world.airflow.stop(grace=2)
+
+
+def _wait_until_parsed(world, timeout: float = 120.0) -> None:
+    """The page lists DAGs the DAG processor has parsed (not stale): wait for that."""
+    deadline = time.monotonic() + timeout
+    with closing(_client(world, "ada")) as ada:
+        while (answer := ada.get(f"/api/v2/dags/{DAG_ID}")).status_code != 200 or answer.json().get("is_stale"):
+            assert time.monotonic() < deadline, f"{DAG_ID} not parsed within {timeout:.0f} s: {answer.text[:300]}"
+            time.sleep(1)
 
 
 def _client(world, user: str | None = None, token: str | None = None) -> httpx.Client:
@@ -118,6 +129,7 @@ def test_every_route_answers_only_to_a_user_airflow_lets_read_the_dag(page_world
             assert ada.get(route).status_code == 200, route
         assert anonymous.get("/onceflow/api/pipelines").status_code == 401
         assert anonymous.get("/onceflow/").status_code == 401
+        assert anonymous.get("/onceflow/openapi.json").status_code == 404  # no schema served to anyone
         assert eve.get("/onceflow/api/pipelines").json() == {"pipelines": []}
         assert ada.get("/onceflow/api/pipelines").json() == {"pipelines": [{"dag_id": DAG_ID, "pipeline": "clickstream"}]}
 

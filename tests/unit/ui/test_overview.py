@@ -34,8 +34,11 @@ def test_open_transactions_count_down_to_the_broker_abort_and_warn_from_half():
 
 def test_no_transaction_is_open_once_its_output_is_committed_or_the_batch_is_finished():
     assert open_transactions(_status(BatchState.COMMITTING, done=("out",)), SPEC, now=START) == []
-    for state in (BatchState.COMMITTED, BatchState.ABORTED, BatchState.ABORTING, BatchState.PLANNED):
+    assert open_transactions(_status(BatchState.ABORTING, done=("out",)), SPEC, now=START) == []
+    for state in (BatchState.COMMITTED, BatchState.ABORTED, BatchState.PLANNED):
         assert open_transactions(_status(state), SPEC, now=START) == []
+    # an abort not applied yet: the transactions are still open, counting down
+    assert len(open_transactions(_status(BatchState.ABORTING), SPEC, now=START)) == 2
 
 
 def test_batches_come_newest_first_a_page_at_a_time_without_listing_the_ledger(tmp_path, monkeypatch):
@@ -46,7 +49,7 @@ def test_batches_come_newest_first_a_page_at_a_time_without_listing_the_ledger(t
     src = source(10_000)
     for _ in range(5):
         run_batch(coord, parts, src)
-    runtime = SimpleNamespace(coordinator=coord, spec=SPEC)
+    runtime = SimpleNamespace(reader=coord, spec=SPEC)
     pages, before = [], None
     while True:
         page = batch_page(runtime, before=before, limit=2, now=START)

@@ -104,7 +104,7 @@ def raw_write(config: dict, topic: str, batch: pa.RecordBatch) -> tuple[float, f
     started = time.perf_counter()
     keys = batch.column("key").to_pylist()
     values = batch.column("value").to_pylist()
-    headers = record_headers("0000000001", 0)
+    headers = record_headers("0000000001", 0, "onceflow.bench.out.0")
     producer = Producer({**config, "transactional.id": f"raw-{uuid.uuid4().hex[:8]}", **PRODUCER_TUNING})
     producer.init_transactions(30)
     producer.begin_transaction()

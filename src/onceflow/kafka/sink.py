@@ -234,7 +234,7 @@ class KafkaSinkParticipant:
             except StagedCopyDamaged as exc:
                 return Result(Outcome.FAILED, f"{where}: the broker aborted the transaction and {exc}; {h.records} records "
                               "are NOT in the output. Restore the staged copy the vote names and re-run commit")
-            base = record_headers(h.batch_id, h.split) + [(REPAIR_HEADER, b"1")]
+            base = record_headers(h.batch_id, h.split, h.transactional_id) + [(REPAIR_HEADER, b"1")]
             producer.begin_transaction()
             for row in table.to_pylist():
                 user = [(x["key"], x["value"]) for x in row["headers"]] if row["headers"] else []

@@ -41,7 +41,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from .config import consumer_config
 from .offsets import stable_offsets_from_stats
-from .writer import REPAIR_HEADER, PartitionWrite, TxnHandle, record_headers
+from .writer import ONCEFLOW_HEADERS, REPAIR_HEADER, PartitionWrite, TxnHandle, record_headers
 
 
 SEEK_GAP = 10_000  # records; reading fewer costs less than a seek's fresh fetch
@@ -209,8 +209,9 @@ class Observer:
                 if m.offset() > positions.get(tp, -1):  # records fetched before a seek may still arrive
                     positions[tp] = m.offset()
                 headers = m.headers()
-                for share in list(waiting.get(tuple(headers[:2]), ())) if headers else ():
-                    if share.saw(m.offset(), len(headers) > 2 and headers[2][0] == REPAIR_HEADER):
+                for share in list(waiting.get(tuple(headers[:ONCEFLOW_HEADERS]), ())) if headers else ():
+                    is_repair = len(headers) > ONCEFLOW_HEADERS and headers[ONCEFLOW_HEADERS][0] == REPAIR_HEADER
+                    if share.saw(m.offset(), is_repair):
                         settle(tp, share)
             if not from_start:
                 self._skip_to_probes(pending, positions)
@@ -261,7 +262,7 @@ class _Share:
         self.partition = partition
         self.write = write
         self.probe = write.last_offset
-        self.headers = tuple(record_headers(handle.batch_id, handle.split))  # as the writer put them on each record
+        self.headers = tuple(record_headers(handle.batch_id, handle.split, handle.transactional_id))  # as the writer put them
         self.split_name = f"{handle.batch_id}/{handle.split}"
         self.exact = exact  # count every original instead of trusting the probe
         self.original = 0

@@ -9,9 +9,11 @@ Runs on a Spark executor (one writer per task/split). Call sequence::
     -> handle goes into the vote; the transaction stays OPEN until the commit
        task ends it from another process (txn_protocol.end_txn)
 
-Every record carries the headers ``onceflow.batch`` and ``onceflow.split``,
-which let the commit task count this split's records when it verifies the
-commit, and find an already published repair.
+Every record carries the headers ``onceflow.batch``, ``onceflow.split`` and
+``onceflow.txn`` (the split's transactional id, which names the pipeline and
+sink), which let the commit task count this split's records when it verifies
+the commit, and find an already published repair, even in a topic that other
+pipelines (or other sinks of this one) write with the same batch ids.
 
 The writer picks each record's partition itself (CRC32 of the key modulo the
 partition count, as librdkafka's default partitioner does for keyed records;
@@ -47,6 +49,9 @@ from .reader import HEADERS_TYPE
 
 BATCH_HEADER = "onceflow.batch"
 SPLIT_HEADER = "onceflow.split"
+TXN_HEADER = "onceflow.txn"
+# record_headers() come first on every record; a repair's records add REPAIR_HEADER after them.
+ONCEFLOW_HEADERS = 3
 REPAIR_HEADER = "onceflow.repair"
 STAGED_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE)]
@@ -108,8 +113,9 @@ def staged_uri(root: str, pipeline: str, sink: str, batch_id: str, split: int, a
     return f"{kafka_staging_dir(root, pipeline, sink, batch_id)}/split-{split:05d}-attempt-{attempt}.arrow"
 
 
-def record_headers(batch_id: str, split: int) -> list[tuple[str, bytes]]:
-    return [(BATCH_HEADER, batch_id.encode()), (SPLIT_HEADER, str(split).encode())]
+def record_headers(batch_id: str, split: int, transactional_id: str) -> list[tuple[str, bytes]]:
+    """The headers that tell one split's records (and their repair) from every other record."""
+    return [(BATCH_HEADER, batch_id.encode()), (SPLIT_HEADER, str(split).encode()), (TXN_HEADER, transactional_id.encode())]
 
 
 class StagedCopyDamaged(Exception):
@@ -181,7 +187,7 @@ class TransactionalSplitWriter:
             **(producer_overrides or {}),
         }
         self._producer = Producer(producer_config(config, self.txn_id, **overrides))
-        self._headers = record_headers(batch_id, split)
+        self._headers = record_headers(batch_id, split, self.txn_id)
         self._first: dict[int, int] = {}
         self._last: dict[int, int] = {}
         self._counts: dict[int, int] = {}

@@ -87,8 +87,9 @@ def test_precommit_killed_then_committed_by_another_process_is_seen_exactly_once
     again = participant.commit(vote)
     assert again.outcome is Outcome.ALREADY_DONE, again.detail
     assert _audit(kafka_broker, topic) == expected
-    headers = {tuple(h[:2]) for _, _, h in read_committed(config, topic, PARTITIONS)}
-    assert headers == {tuple(record_headers(BATCH, 0)), tuple(record_headers(BATCH, 1))}
+    headers = {tuple(h[:3]) for _, _, h in read_committed(config, topic, PARTITIONS)}
+    ids = transactional_ids(pipeline, "out", 2)
+    assert headers == {tuple(record_headers(BATCH, 0, ids[0])), tuple(record_headers(BATCH, 1, ids[1]))}
 
 
 def test_precommit_killed_then_aborted_shows_nothing_even_for_splits_that_never_voted(
@@ -156,7 +157,7 @@ def test_broker_abort_between_precommit_and_commit_is_detected_and_repaired_exac
     assert result.outcome is Outcome.DONE and "repaired" in result.detail, result.detail
     records = read_committed(config, topic, PARTITIONS)
     assert Counter(v for _, v, _ in records) == Counter(_expected(0, 250))
-    assert all(h[2] == (REPAIR_HEADER, b"1") for _, _, h in records)
+    assert all(h[3] == (REPAIR_HEADER, b"1") for _, _, h in records)
     again = participant.commit(vote)
     assert again.outcome is Outcome.ALREADY_DONE, again.detail
     assert Counter(v for _, v, _ in read_committed(config, topic, PARTITIONS)) == Counter(_expected(0, 250))
@@ -172,7 +173,8 @@ def test_repair_that_crashed_half_way_is_published_once(kafka_broker, topic, pip
     crashed.init_transactions(30)
     crashed.begin_transaction()
     for value in _expected(0, 60):
-        crashed.produce(topic, value, partition=0, headers=record_headers(BATCH, 0) + [(REPAIR_HEADER, b"1")])
+        crashed.produce(topic, value, partition=0,
+                        headers=record_headers(BATCH, 0, handle.transactional_id) + [(REPAIR_HEADER, b"1")])
     crashed.flush(30)
     del crashed
 
@@ -265,7 +267,7 @@ def test_staged_copy_on_s3_repairs_a_broker_abort(kafka_broker, topic, pipeline,
     assert result.outcome is Outcome.DONE and "repaired" in result.detail, result.detail
     records = read_committed(config, topic, PARTITIONS)
     assert Counter(v for _, v, _ in records) == Counter(_expected(0, 80))
-    assert {h[3] for _, _, h in records} == {("trace", b"t%d" % i) for i in range(80)}  # user headers survive
+    assert {h[4] for _, _, h in records} == {("trace", b"t%d" % i) for i in range(80)}  # user headers survive
     participant.discard_staging(_plan(pipeline, splits=1))
     assert s3.size(handle.staged_uri) is None and s3.list_tree(root) == []
 
@@ -283,3 +285,37 @@ def test_a_mistyped_output_topic_is_an_error_and_is_never_created(kafka_broker, 
         writer.begin()
     writer.abandon()
     assert missing not in AdminClient(config).list_topics(timeout=10).topics  # the lookup did not create it
+
+
+def test_another_pipelines_records_with_the_same_batch_and_split_never_pass_for_ours(kafka_broker, topic, pipeline, tmp_path):
+    """Two pipelines write batch 0000000001 split 0 into one partition, interleaved. Ours is aborted by
+    the broker; theirs commits. The commit of ours must see its own records gone and repair them, not
+    count the other pipeline's records as its own."""
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    from onceflow.storage.local import LocalStorage
+
+    config = kafka_broker.config()
+    other = f"{pipeline}-other"
+    writers = {
+        name: TransactionalSplitWriter(config, name, "out", BATCH, 0, topic, staged_uri(str(tmp_path), name, "out", BATCH, 0, 0),
+                                       storage=LocalStorage())
+        for name in (pipeline, other)
+    }
+    for w in writers.values():
+        w.begin()
+    for start in range(0, 40, 10):  # interleave: ours, theirs, ours, ... all in partition 0
+        for name, w in writers.items():
+            values = _values(f"{name}-{BATCH}-0", start, start + 10)
+            w.write_batch(values.append_column("partition", pa.array([0] * 10, pa.int32())))
+            w._producer.flush(10)
+    ours, theirs = (writers[name].precommit() for name in (pipeline, other))
+    for w in writers.values():
+        w.abandon()
+    fence_transactional_ids(config, [ours.transactional_id])  # the broker aborts ours
+    assert _participant(kafka_broker, other, tmp_path).commit(_vote(theirs)).outcome is Outcome.DONE
+
+    result = _participant(kafka_broker, pipeline, tmp_path).commit(_vote(ours))
+
+    assert result.outcome is Outcome.DONE and "repaired" in result.detail, result.detail
+    seen = Counter(value for _, value, _ in read_committed(config, topic, PARTITIONS))
+    assert seen == Counter([f"{n}-{BATCH}-0-{i}".encode() for n in (pipeline, other) for i in range(40)])

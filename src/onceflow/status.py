@@ -33,6 +33,7 @@ def batch_row(status) -> dict[str, Any]:
         "backlog": status.plan.params.get("backlog"),  # input lag when planned
         "ranges": [r.to_dict() for r in status.plan.ranges],
         "replay_of": status.plan.replay_of,
+        "replanned": status.plan.params.get("replanned"),  # why a replay is smaller than the batch it replays
         "attempt": status.attempt,
         "votes": {name: vote.records for name, vote in status.votes.items()},
         "missing_votes": list(status.missing_votes),
@@ -67,7 +68,8 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"{r['batch']:<11} {r['state']:<11} {r['records']:>8} {r['attempt']:>7}  {_when(r['timings_ms'].get('planned')):<19}  {decision}"
         )
-        lines.append(f"{'':<11} ranges: {ranges}" + (f"; replays {BatchId(r['replay_of'])}" if r["replay_of"] else ""))
+        lines.append(f"{'':<11} ranges: {ranges}" + (f"; replays {BatchId(r['replay_of'])}" if r["replay_of"] else "")
+                     + (f" ({r['replanned']})" if r.get("replanned") else ""))
         if r["votes"] or r["missing_votes"]:
             lines.append(f"{'':<11} votes: {r['votes']}" + (f"; missing {r['missing_votes']}" if r["missing_votes"] else ""))
     return "\n".join(lines)

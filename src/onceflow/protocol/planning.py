@@ -151,6 +151,28 @@ def _check_not_lost(pipeline: str, seq: int, starts: Mapping[TopicPartition, int
         )
 
 
+def _replay_ranges(aborted: Plan, limit: int | None) -> tuple[tuple[OffsetRange, ...], str | None]:
+    """The ranges that replay an aborted batch, and why they are smaller, if they are.
+
+    The same ranges (I6), unless the batch cannot get through as it is: a
+    replay that was aborted again is halved (a batch too big or too slow to
+    commit in its transaction timeout would otherwise fail forever), and a
+    run asking for fewer records per partition gets them. Safe: nothing of an
+    aborted batch was visible, and the next batch starts where this one ends.
+    """
+    biggest = max((r.end - r.start for r in aborted.ranges), default=0)
+    cap, why = limit, None
+    if aborted.replay_of is not None and biggest > 1:
+        halved = biggest // 2
+        if cap is None or halved < cap:
+            cap, why = halved, (f"batch {aborted.batch_id} replayed batch {BatchId(aborted.replay_of)} and was aborted too: "
+                                f"halved to {halved} records per partition")
+    if cap is None or cap >= biggest:
+        return aborted.ranges, None
+    why = why or f"the run asked for at most {cap} records per partition (max_records_per_partition)"
+    return tuple(OffsetRange(r.topic, r.partition, r.start, min(r.end, r.start + cap)) for r in aborted.ranges), why
+
+
 def next_plan(
     *,
     pipeline: str,
@@ -177,7 +199,10 @@ def next_plan(
     if previous is not None and previous_state is BatchState.ABORTED:
         starts = {TopicPartition(r.topic, r.partition): r.start for r in previous.ranges}
         _check_not_lost(pipeline, seq, starts, source)
-        return Plan(pipeline, seq, previous.ranges, sinks, now_ms, replay_of=previous.batch_seq, params=params)
+        ranges, why = _replay_ranges(previous, config.max_records_per_partition)
+        if why:
+            params["replanned"] = why
+        return Plan(pipeline, seq, ranges, sinks, now_ms, replay_of=previous.batch_seq, params=params)
 
     current = list(source.partitions(config.topics))
     committed_ends = {TopicPartition(r.topic, r.partition): r.end for r in previous.ranges} if previous else {}

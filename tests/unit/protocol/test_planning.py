@@ -109,3 +109,20 @@ def test_bad_settings_fail_fast():
         PlanConfig(("t",), SINKS, max_records_per_partition=0)
     with pytest.raises(ConfigurationError, match="topics is empty"):
         PlanConfig((), SINKS)
+
+
+def test_a_replay_takes_the_same_ranges_unless_it_cannot_get_through(src):
+    first = plan_after(None, None, src)  # 80 and 50 records
+    same = plan_after(first, BatchState.ABORTED, src)
+    assert same.ranges == first.ranges and "replanned" not in same.params
+    # the run asks for smaller batches: the replay shrinks from the same starts, and says why
+    smaller = plan_after(first, BatchState.ABORTED, src, max_records_per_partition=30)
+    assert ends(smaller) == [(0, 20, 50), (1, 0, 30)] and smaller.replay_of == 1
+    assert "at most 30 records per partition" in smaller.params["replanned"]
+    # a replay aborted again is halved, and again, down to one record
+    halved = plan_after(same, BatchState.ABORTED, src)
+    assert ends(halved) == [(0, 20, 60), (1, 0, 40)] and "halved to 40" in halved.params["replanned"]
+    quartered = plan_after(halved, BatchState.ABORTED, src)
+    assert ends(quartered) == [(0, 20, 40), (1, 0, 20)]
+    # nothing is skipped: the next batch starts where the shrunk one ended
+    assert ends(plan_after(quartered, BatchState.COMMITTED, src)) == [(0, 40, 100), (1, 20, 50)]

@@ -1,9 +1,10 @@
 """Downstream of the clickstream pipeline, scheduled on its committed output.
 
-Runs after each commit of ``clickstream_exactly_once`` (the commit task emits
-an Asset event per output only once the batch is committed), so it only
-ever sees committed data: it reads the committed Parquet (batches with a
-``_SUCCESS`` manifest) and logs the busiest pages.
+Runs after each commit of ``clickstream_exactly_once`` (its tasks emit an
+Asset event per output only for a committed batch, saying which batch, its
+input ranges and its records per output), so it only ever sees committed
+data: it logs which batches triggered it, reads the committed Parquet
+(batches with a ``_SUCCESS`` manifest) and logs the busiest pages.
 """
 
 import os
@@ -24,6 +25,10 @@ with DAG(dag_id="clickstream_page_report", schedule=[PAGE_COUNTS], catchup=False
 
         from onceflow.files.reader import read_committed
 
+        batches = sorted({event.extra["batch_id"] for events in (triggering_asset_events or {}).values()
+                          for event in events if "batch_id" in (event.extra or {})})
+        print(f"triggered by committed batch(es) {batches}")
+
         storage = None
         if WAREHOUSE.startswith("s3://"):  # the pipeline's own S3 connection, never a default one
             from onceflow.storage.s3 import S3Storage
@@ -35,6 +40,6 @@ with DAG(dag_id="clickstream_page_report", schedule=[PAGE_COUNTS], catchup=False
         for row in table.select(["page", "views"]).to_pylist() if table.num_rows else []:
             views[row["page"]] += row["views"]
         print(f"committed views per page: {dict(views.most_common())}")
-        return dict(views)
+        return {"batches": batches, "views": dict(views)}
 
     top_pages()

@@ -31,26 +31,13 @@ from typing import Any
 
 from . import faults
 from .settings import ConfigurationError
+from .assets import alias, asset_uri, outputs  # noqa: F401  (outputs, asset_uri: where DAG files import them from)
 from .deployed import PLAN_TASK_ID, DeployedPipeline
 from .deployment import is_s3_uri
 from .sinks import sink_kind
 from .spec import PipelineSpec
 
 SUBMIT_APPLICATION = Path(__file__).resolve().parent / "spark" / "submit.py"
-
-
-def asset_uri(spec: PipelineSpec, sink_name: str, warehouse: str) -> str:
-    sink = spec.sink(sink_name)
-    return sink_kind(sink.kind).asset_uri(sink, warehouse)
-
-
-def outputs(spec: PipelineSpec, warehouse: str) -> list:
-    from airflow.sdk import Asset
-
-    return [
-        Asset(name=f"onceflow.{spec.name}.{s.name}", uri=asset_uri(spec, s.name, warehouse), group="onceflow")
-        for s in spec.sinks
-    ]
 
 
 def code_zip(module_name: str) -> str:
@@ -176,7 +163,10 @@ def pipeline_dag(
     kafka_conn_id = kafka_conn_id or os.environ.get("ONCEFLOW_KAFKA_CONN", "onceflow_kafka")
     aws_conn_id = aws_conn_id or os.environ.get("ONCEFLOW_S3_CONN", "onceflow_s3")
     spark_conn_id = spark_conn_id or os.environ.get("ONCEFLOW_SPARK_CONN", "onceflow_spark")
-    common = dict(pipeline=spec, warehouse=warehouse, kafka_conn_id=kafka_conn_id, aws_conn_id=aws_conn_id)
+    # Every protocol task may finish a batch (a plan's recovery, a rollback that finds COMMIT decided):
+    # each announces the committed batches it saw, through the pipeline's alias.
+    common = dict(pipeline=spec, warehouse=warehouse, kafka_conn_id=kafka_conn_id, aws_conn_id=aws_conn_id,
+                  outlets=[alias(spec)])
 
     if schedule == "spec":
         schedule = os.environ.get("ONCEFLOW_SCHEDULE") or spec.schedule
@@ -227,7 +217,7 @@ def pipeline_dag(
             spark_binary=spark_binary or default_spark_binary(),
             execution_timeout=spark_timeout or spark_timeout_of(spec),
         )
-        commit = CommitBatchOperator(task_id="commit", outlets=outputs(spec, warehouse), trigger_rule=TriggerRule.ALL_SUCCESS, **common)
+        commit = CommitBatchOperator(task_id="commit", trigger_rule=TriggerRule.ALL_SUCCESS, **common)
         rollback = RollbackBatchOperator(task_id="rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=3, **common)
         # commit and rollback are both leaves, as in DESIGN.md: the run's state
         # is then failed whenever the batch did not commit (a rollback that

@@ -25,7 +25,10 @@ def test_the_dag_is_plan_spark_then_commit_or_rollback_one_run_at_a_time(dag):
     assert dag.get_task("plan").downstream_task_ids == {"spark"}
     assert dag.get_task("spark").downstream_task_ids == {"commit", "rollback"}
     assert (dag.get_task("commit").trigger_rule, dag.get_task("rollback").trigger_rule) == ("all_success", "one_failed")
-    assert {a.name for a in dag.get_task("commit").outlets} == {f"onceflow.clickstream.{s.name}" for s in CLICKSTREAM.sinks}
+    # the protocol tasks announce committed batches through one alias (no event for an aborted batch)
+    for task_id in ("plan", "commit", "rollback"):
+        assert [a.name for a in dag.get_task(task_id).outlets] == ["onceflow.clickstream"]
+    assert dag.get_task("spark").outlets == []
 
 
 def test_the_spark_task_submits_the_installed_application_and_ships_onceflow_and_the_transform(dag):
@@ -101,3 +104,30 @@ def test_a_connection_without_keys_leaves_the_workers_own_aws_settings_alone(dag
     rendered = {k: ("" if k.startswith("AWS_") else v) for k, v in spark.env_vars.items()}
     kept = set_env_only(rendered)
     assert not [k for k in kept if k.startswith("AWS_")] and kept["ONCEFLOW_WAREHOUSE"] == "s3://lake/warehouse"
+
+
+def test_a_committed_batch_is_announced_with_what_it_committed_on_each_output():
+    from types import SimpleNamespace
+
+    from onceflow.assets import announce
+    from onceflow.protocol.participant import Vote
+    from onceflow.protocol.plan import OffsetRange, Plan
+
+    status = SimpleNamespace(pipeline="clickstream", batch_id="0000000004", batch_seq=4, plan=Plan(
+        "clickstream", 4, (OffsetRange("clicks", 0, 10, 20),), replay_of=3),
+        votes={s.name: Vote(s.name, 4, 1, {}, n) for s, n in zip(CLICKSTREAM.sinks, (2, 9, 1))})
+    added = []
+    events = {"onceflow.clickstream": SimpleNamespace(add=lambda asset, extra: added.append((asset.name, extra)))}
+    announce(_ByName(events), CLICKSTREAM, "file:///w", status)
+    assert [name for name, _ in added] == [f"onceflow.clickstream.{s.name}" for s in CLICKSTREAM.sinks]
+    extra = added[0][1]
+    assert extra["batch_id"] == "0000000004" and extra["replay_of"] == 3 and extra["records_in"] == 10
+    assert extra["ranges"] == [{"topic": "clicks", "partition": 0, "start": 10, "end": 20}]
+    assert extra["records_out"] == {"clicks_dead_letter": 1, "clicks_enriched": 9, "page_minute_counts": 2}
+
+
+class _ByName(dict):
+    """outlet_events as the task context has it: keyed by the alias."""
+
+    def __getitem__(self, alias):
+        return dict.__getitem__(self, alias.name)

@@ -36,6 +36,12 @@ from ..spec import PipelineSpec
 log = logging.getLogger(__name__)
 
 
+def _on_finished(runtime, finished: list[int], seq: int) -> None:
+    """A batch this task finished: remember it (for its Asset events), report its metrics."""
+    finished.append(seq)
+    _emit_metrics(runtime, seq)
+
+
 def _emit_metrics(runtime, seq: int) -> None:
     """Airflow metrics of a batch this task finished, with the input lag behind it."""
     from .. import metrics
@@ -80,9 +86,21 @@ class _BatchOperator(BaseOperator):
         identity = f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
         deployed = DeployedPipeline(ti.dag_id, self.pipeline, self.warehouse, self.kafka_conn_id, self.aws_conn_id)
         runtime = deployed.runtime(identity=identity)
-        # Whichever task finishes a batch (commit, rollback, a plan's recovery) reports its metrics, once.
-        runtime.coordinator.on_finished = functools.partial(_emit_metrics, runtime)
+        # Whichever task finishes a batch (commit, rollback, a plan's recovery) reports it, once.
+        self._finished: list[int] = []
+        runtime.coordinator.on_finished = functools.partial(_on_finished, runtime, self._finished)
         return runtime
+
+    def announce(self, context, runtime, also: int | None = None) -> None:
+        """Asset events for each batch this task finished as COMMITTED, and for ``also``
+        (this run's batch) when it is committed: downstream DAGs learn what was committed."""
+        from ..assets import announce
+
+        for seq in dict.fromkeys([*self._finished, *([also] if also else [])]):
+            status = runtime.reader.describe(seq)
+            if status is not None and status.state is BatchState.COMMITTED:
+                announce(context["outlet_events"], self.pipeline, self.warehouse, status)
+                log.info("batch %s of %s announced to the DAGs downstream of its outputs", status.batch_id, self.pipeline.name)
 
     def planned_seq(self, context) -> int:
         planned = context["ti"].xcom_pull(task_ids=self.plan_task_id)
@@ -141,6 +159,7 @@ class PlanBatchOperator(_BatchOperator):
             raise AirflowSkipException(message)
         with runtime.offset_source() as source:
             plan = coordinator.plan_next(source, runtime.plan_config(params), run_id=run_id)
+        self.announce(context, runtime)  # what its recovery finished, if anything
         if plan.batch_seq > 1:
             # plan_next first recovered the previous batch: if that finished a
             # commit some earlier task could not, finish its aftermath too.
@@ -167,6 +186,7 @@ class CommitBatchOperator(_BatchOperator):
         seq = self.planned_seq(context)
         status = runtime.coordinator.commit(seq)
         runtime.after_commit(status.plan)
+        self.announce(context, runtime, also=seq)
         votes = {name: vote.records for name, vote in status.votes.items()}
         log.info("batch %s of %s is %s; records per output: %s", status.batch_id, self.pipeline.name, status.state.value, votes)
         return {"batch_seq": seq, "state": status.state.value, "records": votes}
@@ -190,5 +210,6 @@ class RollbackBatchOperator(_BatchOperator):
         status = runtime.coordinator.rollback(seq, reason=reason)
         if status.state is BatchState.COMMITTED:
             runtime.after_commit(status.plan)
+            self.announce(context, runtime, also=seq)
         log.info("batch %s of %s is %s", status.batch_id, self.pipeline.name, status.state.value)
         return {"batch_seq": seq, "state": status.state.value}

@@ -61,6 +61,9 @@ def test_a_triggered_run_commits_feeds_the_downstream_dag_and_clearing_it_change
         # 5: the commit's Asset event runs the downstream DAG on committed data
         report_run = _wait_for_first_run(world, REPORT_DAG_ID)
         assert api.wait_for_run(REPORT_DAG_ID, report_run, timeout=300) == "success", api.explain(REPORT_DAG_ID, report_run)
+        # the event says which batch was committed: the downstream task read it from its triggering events
+        report_log = api.task_log(REPORT_DAG_ID, report_run, "top_pages")
+        assert "triggered by committed batch(es) ['0000000001']" in report_log, report_log
 
         # 3: clearing the committed run is a no-op that says so
         plan_try = next(t for t in api.task_instances(DAG_ID, run_id) if t["task_id"] == "plan")["try_number"]

@@ -165,6 +165,20 @@ def test_the_api_shows_states_ranges_counts_lag_and_open_transactions(page_world
     assert [b["batch"] for b in older["batches"]] == ["0000000001"] and older["next_before"] is None
 
 
+def test_only_the_committed_batch_is_announced_to_downstream_dags(page_world):
+    world, runs = page_world
+    with closing(_client(world, "ada")) as ada:
+        answer = ada.get("/api/v2/assets/events", params={"limit": 100})
+    assert answer.status_code == 200, answer.text
+    events = [e for e in answer.json()["asset_events"] if (e.get("extra") or {}).get("pipeline") == "clickstream"]
+    # batch 1 was aborted and batch 3 is still committing: one event per output of batch 2, with what it committed
+    assert sorted((e["extra"]["batch_id"], e["extra"]["output"]) for e in events) == [
+        ("0000000002", "clicks_dead_letter"), ("0000000002", "clicks_enriched"), ("0000000002", "page_minute_counts")]
+    facts = events[0]["extra"]
+    assert facts["records_in"] == 600 and facts["replay_of"] == 1 and len(facts["ranges"]) == 2
+    assert sum(facts["records_out"][name] for name in ("clicks_enriched", "clicks_dead_letter")) == 600
+
+
 def test_batches_report_to_airflow_metrics_on_a_real_statsd_socket(page_world, statsd):
     lines = [line for line in statsd.lines if line.startswith("airflow.onceflow.clickstream.")]
     metrics = {}

@@ -18,6 +18,7 @@ import os
 
 KAFKA_BOOTSTRAP_VAR = "ONCEFLOW_KAFKA_BOOTSTRAP"
 KAFKA_CONFIG_VAR = "ONCEFLOW_KAFKA_CONFIG"
+KAFKA_SECRETS_VAR = "ONCEFLOW_KAFKA_SECRETS"
 
 
 class ConfigurationError(ValueError):
@@ -25,15 +26,21 @@ class ConfigurationError(ValueError):
 
 
 def kafka_client_config() -> dict:
-    """``ONCEFLOW_KAFKA_CONFIG`` as a dict ({} when unset)."""
-    raw = os.environ.get(KAFKA_CONFIG_VAR) or "{}"
+    """``ONCEFLOW_KAFKA_CONFIG`` with ``ONCEFLOW_KAFKA_SECRETS`` over it, as a dict ({} when unset).
+    The second lets a platform hand secrets to a process on their own (a Kubernetes
+    secret as an environment variable) while the rest comes with the job."""
+    return {**_json_object(KAFKA_CONFIG_VAR), **_json_object(KAFKA_SECRETS_VAR)}
+
+
+def _json_object(var: str) -> dict:
+    raw = os.environ.get(var) or "{}"
     try:
         extra = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ConfigurationError(
-            f"{KAFKA_CONFIG_VAR} is not valid JSON ({exc}); set it to an object of "
+            f"{var} is not valid JSON ({exc}); set it to an object of "
             'librdkafka settings, e.g. {"security.protocol": "SASL_SSL"}'
         ) from None
     if not isinstance(extra, dict):
-        raise ConfigurationError(f"{KAFKA_CONFIG_VAR} must be a JSON object of librdkafka settings")
+        raise ConfigurationError(f"{var} must be a JSON object of librdkafka settings")
     return extra

@@ -73,3 +73,14 @@ def test_no_warehouse_names_the_variable(monkeypatch):
     monkeypatch.delenv("ONCEFLOW_WAREHOUSE", raising=False)
     with pytest.raises(ConfigurationError, match="ONCEFLOW_WAREHOUSE is not set"):
         Deployment.from_environment()
+
+
+def test_kafka_secrets_can_come_on_their_own_and_win(monkeypatch):
+    from onceflow.settings import kafka_client_config
+
+    monkeypatch.setenv("ONCEFLOW_KAFKA_CONFIG", '{"security.protocol": "SASL_SSL", "sasl.username": "svc"}')
+    monkeypatch.setenv("ONCEFLOW_KAFKA_SECRETS", '{"sasl.password": "from-a-kubernetes-secret"}')
+    assert kafka_client_config() == {"security.protocol": "SASL_SSL", "sasl.username": "svc", "sasl.password": "from-a-kubernetes-secret"}
+    monkeypatch.setenv("ONCEFLOW_KAFKA_SECRETS", "[1]")
+    with pytest.raises(ConfigurationError, match="ONCEFLOW_KAFKA_SECRETS must be a JSON object"):
+        kafka_client_config()

@@ -1,0 +1,65 @@
+"""The spark task's spark-submit command, as the Spark provider builds it, on
+every master the README advertises: no secret value is ever an argument."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from onceflow.operators.spark import OnceflowSparkSubmitOperator
+
+AWS_SECRET = "aws-secret-value-0123"
+AWS_TOKEN = "aws-session-token-4567"
+KAFKA_SECRET = "kafka-sasl-password-89"
+ENV = {
+    "ONCEFLOW_KAFKA_BOOTSTRAP": "b1:9093",
+    "ONCEFLOW_KAFKA_CONFIG": json.dumps({"security.protocol": "SASL_SSL", "sasl.username": "svc", "sasl.password": KAFKA_SECRET}),
+    "ONCEFLOW_WAREHOUSE": "s3://lake/w",
+    "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+    "AWS_SESSION_TOKEN": AWS_TOKEN,
+    "AWS_DEFAULT_REGION": "eu-west-1",
+    "ONCEFLOW_FAULTS": "",
+}
+SECRETS = (AWS_SECRET, AWS_TOKEN, KAFKA_SECRET)
+MASTERS = {"local": "local[2]", "standalone": "spark://10.0.0.5:7077", "yarn": "yarn", "k8s": "k8s://https://10.0.0.9:6443"}
+
+
+def _command(monkeypatch, master: str):
+    from airflow.providers.apache.spark.hooks import spark_submit
+
+    # The provider refuses k8s:// without the cncf.kubernetes provider's client, which only tracks the
+    # driver pod after submission; the command is built without it.
+    monkeypatch.setattr(spark_submit, "kube_client", object(), raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNDER_TEST", json.dumps({"conn_type": "spark", "host": master}))
+    op = OnceflowSparkSubmitOperator(task_id="spark", application="/app/submit.py", conn_id="spark_under_test",
+                                     env_vars=dict(ENV), spark_binary="spark-submit")
+    op.env_vars = op.submitted_env()  # what execute() does before the provider builds the command
+    hook = op._get_hook()
+    return hook._build_spark_submit_command("/app/submit.py"), hook
+
+
+@pytest.mark.parametrize("master", MASTERS)
+def test_no_secret_is_ever_an_argument_of_spark_submit(monkeypatch, master):
+    command, _hook = _command(monkeypatch, MASTERS[master])
+    text = " ".join(command)
+    assert not any(secret in text for secret in SECRETS), command
+    assert "ONCEFLOW_FAULTS" not in text  # an empty value leaves the worker's own setting alone
+
+
+@pytest.mark.parametrize("master", ["local", "standalone"])
+def test_where_the_environment_stays_an_environment_the_driver_gets_its_secrets(monkeypatch, master):
+    command, hook = _command(monkeypatch, MASTERS[master])
+    assert hook._env["AWS_SECRET_ACCESS_KEY"] == AWS_SECRET and hook._env["AWS_SESSION_TOKEN"] == AWS_TOKEN
+    assert json.loads(hook._env["ONCEFLOW_KAFKA_CONFIG"])["sasl.password"] == KAFKA_SECRET
+
+
+@pytest.mark.parametrize("master", ["yarn", "k8s"])
+def test_on_yarn_and_kubernetes_secrets_are_withheld_and_the_rest_still_reaches_the_driver(monkeypatch, master, caplog):
+    command, _hook = _command(monkeypatch, MASTERS[master])
+    text = " ".join(command)
+    assert "ONCEFLOW_WAREHOUSE=s3://lake/w" in text and "AWS_DEFAULT_REGION=eu-west-1" in text
+    assert '"sasl.username": "svc"' in text and "AWS_ACCESS_KEY_ID" not in text  # no half key pair either
+    assert "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN" in caplog.text and "ONCEFLOW_KAFKA_CONFIG[sasl.password]" in caplog.text
+    assert not any(secret in caplog.text for secret in SECRETS)

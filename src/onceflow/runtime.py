@@ -47,6 +47,11 @@ class PipelineRuntime:
 
         return open_ledger_storage(self.deployment.warehouse, self.storage)
 
+    def check_outputs(self) -> None:
+        """Each sink kind's fail-fast check of the deployment (plan task)."""
+        for sink in self.spec.sinks:
+            sink_kind(sink.kind).check(sink, self.deployment)
+
     def participants(self) -> dict[str, Any]:
         """One participant per sink, each made by its sink's kind."""
         return {sink.name: sink_kind(sink.kind).participant(self.spec, sink, self.deployment) for sink in self.spec.sinks}

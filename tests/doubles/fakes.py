@@ -42,6 +42,11 @@ class FakeSource:
             raise KeyError(f"unknown topics {sorted(unknown)}")
         return sorted(tp for tp in self.logs if tp.topic in topics)
 
+    ids: dict[str, str] = field(default_factory=dict)  # topic ids, where the "broker" reports them
+
+    def topic_ids(self, topics):
+        return {t: self.ids[t] for t in topics if t in self.ids}
+
     def earliest_offsets(self, partitions):
         return {tp: self.logs[tp][0] for tp in partitions}
 

@@ -35,3 +35,15 @@ def delete_topics(config: Mapping[str, Any], names: Iterable[str], timeout_s: fl
     if doomed:
         for future in admin.delete_topics(doomed, operation_timeout=timeout_s).values():
             future.result(timeout_s)
+
+
+def broker_setting(config: Mapping[str, Any], name: str, timeout_s: float = 30.0) -> str | None:
+    """One broker's value of ``name`` (DescribeConfigs), or None when the broker reports none."""
+    from confluent_kafka.admin import ConfigResource
+
+    admin = AdminClient(dict(config))
+    broker = next(iter(admin.list_topics(timeout=timeout_s).brokers))
+    (future,) = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, str(broker))],
+                                      request_timeout=timeout_s).values()
+    entry = future.result(timeout=timeout_s).get(name)
+    return None if entry is None or entry.value is None else str(entry.value)

@@ -101,6 +101,19 @@ class KafkaOffsetSource:
             found.extend(TopicPartition(topic, p) for p in sorted(meta.partitions))
         return found
 
+    def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
+        """Kafka's topic UUIDs (KIP-516); brokers that report none (the all-zero id) are left out."""
+        from confluent_kafka import TopicCollection
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({k: v for k, v in self._config.items() if not callable(v)})
+        found = {}
+        for topic, future in admin.describe_topics(TopicCollection(list(topics)), request_timeout=self.timeout_s).items():
+            topic_id = str(future.result(timeout=self.timeout_s).topic_id)
+            if topic_id.strip("A=") and topic_id != "None":
+                found[topic] = topic_id
+        return found
+
     def earliest_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return {
             tp: self._consumer.get_watermark_offsets(

@@ -157,6 +157,7 @@ class PlanBatchOperator(_BatchOperator):
             message = f"batch {done.batch_id} of {self.pipeline.name} (this run's) is already committed: nothing to do"
             log.info(message)
             raise AirflowSkipException(message)
+        runtime.check_outputs()
         with runtime.offset_source() as source:
             plan = coordinator.plan_next(source, runtime.plan_config(params), run_id=run_id)
         self.announce(context, runtime)  # what its recovery finished, if anything

@@ -57,6 +57,10 @@ class OffsetSource(Protocol):
         """The first offset whose timestamp is >= ``timestamp_ms``; the last
         stable offset when there is none."""
 
+    def topic_ids(self, topics: Sequence[str]) -> Mapping[str, str]:
+        """Each topic's id (Kafka's topic UUID), for those the broker reports: a
+        recreated topic has a new one."""
+
 
 class PlanningError(RuntimeError):
     """The next batch cannot be planned; the message says why and what to do."""
@@ -151,6 +155,19 @@ def _check_not_lost(pipeline: str, seq: int, starts: Mapping[TopicPartition, int
         )
 
 
+def _check_same_topics(pipeline: str, seq: int, previous: Plan | None, ids: Mapping[str, str]) -> None:
+    """A topic deleted and created again under the same name is another log: its
+    offsets say nothing about what was read. Refuse, rather than skip or re-read."""
+    known = (previous.params.get("topic_ids") or {}) if previous else {}
+    changed = sorted(t for t, old in known.items() if t in ids and ids[t] != old)
+    if changed:
+        raise PlanningError(
+            f"cannot plan batch {BatchId(seq)} of pipeline {pipeline!r}: topic(s) {', '.join(changed)} were deleted and "
+            f"created again since batch {previous.batch_id} (their topic id changed), so the committed offsets belong to "
+            "another log. Restore the old topic, or start a new pipeline name to read the new one from its start."
+        )
+
+
 def _replay_ranges(aborted: Plan, limit: int | None) -> tuple[tuple[OffsetRange, ...], str | None]:
     """The ranges that replay an aborted batch, and why they are smaller, if they are.
 
@@ -196,6 +213,10 @@ def next_plan(
             "(Coordinator.recover or `onceflow recover`) before planning the next batch"
         )
 
+    ids = dict(source.topic_ids(config.topics))
+    _check_same_topics(pipeline, seq, previous, ids)
+    if ids:
+        params["topic_ids"] = ids
     if previous is not None and previous_state is BatchState.ABORTED:
         starts = {TopicPartition(r.topic, r.partition): r.start for r in previous.ranges}
         _check_not_lost(pipeline, seq, starts, source)

@@ -76,6 +76,10 @@ class SinkKind(Protocol):
         """The transactions ``vote`` holds open until the decision is applied, each
         with the time it began and its timeout; [] for a kind without any [UI, status]."""
 
+    def check(self, sink: SinkSpec, deployment: Deployment) -> None:
+        """Fail fast, naming the setting and the fix, on a deployment this output
+        cannot work with [plan task, before a batch is planned]."""
+
     def participant(self, pipeline: PipelineSpec, sink: SinkSpec, deployment: Deployment) -> Participant:
         """The participant that verifies, commits and aborts the sink's batches [Airflow worker, Spark driver]."""
 

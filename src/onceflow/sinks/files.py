@@ -28,6 +28,9 @@ class FilesKind:
     def vote_lifetime(self, sink):
         return None  # staged files wait for the commit as long as it takes
 
+    def check(self, sink, deployment) -> None:
+        return None  # the storage says what is wrong when it is reached
+
     def open_transactions(self, sink, vote) -> list:
         return []  # staged files hold no transaction
 

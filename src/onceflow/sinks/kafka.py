@@ -14,6 +14,22 @@ from . import OpenTransaction
 
 # The Spark data source that pre-commits this kind (onceflow.spark.kafka_sink registers it).
 FORMAT = "onceflow_kafka"
+MAX_TIMEOUT_SETTING = "transaction.max.timeout.ms"
+
+
+def check_transaction_timeout(sink, broker_max: str | None) -> None:
+    """A producer asking for a longer transaction timeout than the broker allows is
+    refused at init_transactions, batch after batch: say so before planning."""
+    if broker_max is None:
+        return  # the broker reports no limit (the embedded brokers): init_transactions will tell
+    if sink.transaction_timeout_ms > int(broker_max):
+        from ..settings import ConfigurationError
+
+        raise ConfigurationError(
+            f"sink {sink.name!r}: transaction_timeout_ms={sink.transaction_timeout_ms} is above the brokers' "
+            f"{MAX_TIMEOUT_SETTING}={broker_max}: lower SinkSpec.transaction_timeout_ms to at most {broker_max}, "
+            f"or raise {MAX_TIMEOUT_SETTING} on the brokers"
+        )
 
 
 class KafkaKind:
@@ -33,6 +49,11 @@ class KafkaKind:
     def vote_lifetime(self, sink) -> timedelta:
         # The commit refuses a vote older than this fraction of the transaction's timeout.
         return timedelta(milliseconds=sink.transaction_timeout_ms * DEFAULT_SAFETY_FRACTION)
+
+    def check(self, sink, deployment) -> None:
+        from ..kafka.admin import broker_setting
+
+        check_transaction_timeout(sink, broker_setting(deployment.kafka.config(), MAX_TIMEOUT_SETTING))
 
     def open_transactions(self, sink, vote) -> list[OpenTransaction]:
         return [

@@ -26,3 +26,11 @@ def test_topics_are_created_once_and_deleted_once(kafka_broker):
         time.sleep(0.1)
     assert not set(names) & _topics(config)
     delete_topics(config, names)  # gone already: nothing to do
+
+
+def test_a_broker_setting_is_its_value_or_none_when_the_broker_reports_none(kafka_broker):
+    from onceflow.kafka.admin import broker_setting
+
+    value = broker_setting(kafka_broker.config(), "transaction.max.timeout.ms", timeout_s=10)
+    assert value is None or value.isdigit(), value
+    assert broker_setting(kafka_broker.config(), "no.such.setting", timeout_s=10) is None

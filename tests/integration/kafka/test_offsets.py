@@ -7,6 +7,7 @@ unit-tested in tests/unit/protocol/test_planning.py."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -142,3 +143,17 @@ def test_a_timestamp_start_begins_at_the_first_record_stamped_at_or_after_it(kaf
         found = {t: source.offsets_for_timestamp([tp], base + t)[tp] for t in (0, 1_500, 3_000, 5_000)}
         assert found == {0: 0, 1_500: 1, 3_000: 2, 5_000: 3}  # 3: nothing stamped so late, start at the end
         assert plan(source, topic, None, start=f"timestamp:{base + 1_500}").ranges == (OffsetRange(topic, 0, 1, 3),)
+
+
+def test_topic_ids_are_those_the_broker_reports_and_a_recreated_topic_gets_a_new_one(kafka_broker):
+    from onceflow.kafka.admin import delete_topics, ensure_topics
+
+    topic = f"ids-{uuid.uuid4().hex[:6]}"
+    ensure_topics(kafka_broker.config(), [topic], partitions=1)
+    with KafkaOffsetSource(kafka_broker.config(), timeout_s=10) as source:
+        first = source.topic_ids([topic])
+        assert set(first) <= {topic}  # the embedded brokers report no ids (all zero): left out, never compared
+        if first:
+            delete_topics(kafka_broker.config(), [topic])
+            ensure_topics(kafka_broker.config(), [topic], partitions=1)
+            assert source.topic_ids([topic])[topic] != first[topic]

@@ -126,3 +126,16 @@ def test_a_replay_takes_the_same_ranges_unless_it_cannot_get_through(src):
     assert ends(quartered) == [(0, 20, 40), (1, 0, 20)]
     # nothing is skipped: the next batch starts where the shrunk one ended
     assert ends(plan_after(quartered, BatchState.COMMITTED, src)) == [(0, 40, 100), (1, 20, 50)]
+
+
+def test_a_topic_created_again_under_the_same_name_is_refused_never_read_on(src):
+    src.ids["t"] = "id-one"
+    first = plan_after(None, None, src)
+    assert first.params["topic_ids"] == {"t": "id-one"}
+    src.ids["t"] = "id-two"  # deleted and created again: its offsets now count another log
+    src.produce("t", 0, 500)  # and it has already passed the old end
+    for state in (BatchState.COMMITTED, BatchState.ABORTED):
+        with pytest.raises(PlanningError, match=r"topic\(s\) t were deleted and created again since batch 0000000001"):
+            plan_after(first, state, src)
+    del src.ids["t"]  # a broker that reports no ids: nothing to compare, planning goes on
+    assert plan_after(first, BatchState.COMMITTED, src).batch_seq == 2

@@ -41,7 +41,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from .config import consumer_config
 from .offsets import stable_offsets_from_stats
-from .writer import ONCEFLOW_HEADERS, REPAIR_HEADER, PartitionWrite, TxnHandle, record_headers
+from .writer import LEGACY_HEADERS, ONCEFLOW_HEADERS, REPAIR_HEADER, PartitionWrite, TxnHandle, handle_headers
 
 
 SEEK_GAP = 10_000  # records; reading fewer costs less than a seek's fresh fetch
@@ -209,10 +209,11 @@ class Observer:
                 if m.offset() > positions.get(tp, -1):  # records fetched before a seek may still arrive
                     positions[tp] = m.offset()
                 headers = m.headers()
-                for share in list(waiting.get(tuple(headers[:ONCEFLOW_HEADERS]), ())) if headers else ():
-                    is_repair = len(headers) > ONCEFLOW_HEADERS and headers[ONCEFLOW_HEADERS][0] == REPAIR_HEADER
-                    if share.saw(m.offset(), is_repair):
-                        settle(tp, share)
+                for width in (ONCEFLOW_HEADERS, LEGACY_HEADERS) if headers else ():
+                    for share in list(waiting.get(tuple(headers[:width]), ())):
+                        is_repair = len(headers) > width and headers[width][0] == REPAIR_HEADER
+                        if share.saw(m.offset(), is_repair):
+                            settle(tp, share)
             if not from_start:
                 self._skip_to_probes(pending, positions)
             if len(samples) > stale_samples and not messages:
@@ -262,7 +263,7 @@ class _Share:
         self.partition = partition
         self.write = write
         self.probe = write.last_offset
-        self.headers = tuple(record_headers(handle.batch_id, handle.split, handle.transactional_id))  # as the writer put them
+        self.headers = tuple(handle_headers(handle))  # as the writer put them on each record
         self.split_name = f"{handle.batch_id}/{handle.split}"
         self.exact = exact  # count every original instead of trusting the probe
         self.original = 0

@@ -34,7 +34,7 @@ import time
 import zlib
 from collections import Counter
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
@@ -52,6 +52,7 @@ SPLIT_HEADER = "onceflow.split"
 TXN_HEADER = "onceflow.txn"
 # record_headers() come first on every record; a repair's records add REPAIR_HEADER after them.
 ONCEFLOW_HEADERS = 3
+LEGACY_HEADERS = 2  # onceflow before the onceflow.txn header: batch and split only
 REPAIR_HEADER = "onceflow.repair"
 STAGED_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE)]
@@ -102,9 +103,17 @@ class TxnHandle:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> "TxnHandle":
-        values = dict(raw)
+        known = {f.name for f in fields(cls)}  # a newer onceflow's fields are left out, not refused
+        values = {k: v for k, v in raw.items() if k in known}
         values["partitions"] = {int(p): PartitionWrite(**w) for p, w in raw.get("partitions", {}).items()}
         return cls(**values)
+
+
+def handle_headers(h: "TxnHandle") -> list[tuple[str, bytes]]:
+    """The headers the split of ``h`` put on its records (and a repair of it puts first).
+    A vote from before the onceflow.txn header (it has no staged_sha256 either) has two."""
+    headers = record_headers(h.batch_id, h.split, h.transactional_id)
+    return headers if h.staged_sha256 else headers[:LEGACY_HEADERS]
 
 
 def staged_uri(root: str, pipeline: str, sink: str, batch_id: str, split: int, attempt: int) -> str:

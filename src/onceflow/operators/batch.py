@@ -48,7 +48,7 @@ def _emit_metrics(runtime, seq: int) -> None:
     from ..lag import input_lag
 
     try:
-        lag = input_lag(runtime, timeout_s=5.0)
+        lag = input_lag(runtime)
     except Exception as exc:  # Kafka unreachable now: the batch is finished all the same
         log.warning("input lag not measured for the metrics: %s", exc)
         lag = None
@@ -160,13 +160,13 @@ class PlanBatchOperator(_BatchOperator):
         runtime.check_outputs()
         with runtime.offset_source() as source:
             plan = coordinator.plan_next(source, runtime.plan_config(params), run_id=run_id)
-        self.announce(context, runtime)  # what its recovery finished, if anything
         if plan.batch_seq > 1:
             # plan_next first recovered the previous batch: if that finished a
             # commit some earlier task could not, finish its aftermath too.
             previous = coordinator.describe(plan.batch_seq - 1)
             if previous is not None and previous.state is BatchState.COMMITTED:
                 runtime.after_commit(previous.plan)
+        self.announce(context, runtime)  # what its recovery finished, if anything
         ranges = [r.to_dict() for r in plan.ranges]
         log.info(
             "batch %s of %s: %d records in %d partition ranges%s: %s",

@@ -4,6 +4,7 @@ per split, committed from their handles (``onceflow.kafka``)."""
 from __future__ import annotations
 
 import json
+import logging
 from datetime import timedelta
 from typing import Any, Mapping
 
@@ -15,6 +16,7 @@ from . import OpenTransaction
 # The Spark data source that pre-commits this kind (onceflow.spark.kafka_sink registers it).
 FORMAT = "onceflow_kafka"
 MAX_TIMEOUT_SETTING = "transaction.max.timeout.ms"
+log = logging.getLogger(__name__)
 
 
 def check_transaction_timeout(sink, broker_max: str | None) -> None:
@@ -51,9 +53,16 @@ class KafkaKind:
         return timedelta(milliseconds=sink.transaction_timeout_ms * DEFAULT_SAFETY_FRACTION)
 
     def check(self, sink, deployment) -> None:
+        from confluent_kafka import KafkaException
+
         from ..kafka.admin import broker_setting
 
-        check_transaction_timeout(sink, broker_setting(deployment.kafka.config(), MAX_TIMEOUT_SETTING))
+        try:
+            limit = broker_setting(deployment.kafka.config(), MAX_TIMEOUT_SETTING)
+        except KafkaException as exc:  # no DescribeConfigs permission (ACLs, MSK IAM): init_transactions will tell
+            log.warning("sink %s: could not read the brokers' %s (%s); not checked", sink.name, MAX_TIMEOUT_SETTING, exc)
+            limit = None
+        check_transaction_timeout(sink, limit)
 
     def open_transactions(self, sink, vote) -> list[OpenTransaction]:
         return [

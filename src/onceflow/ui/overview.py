@@ -80,12 +80,12 @@ def lag_of(runtime, dag_id: str, now: int) -> tuple[list[dict[str, Any]], str | 
     if hit and time.monotonic() - hit[0] < LAG_TTL_S:
         return hit[1], hit[2]
     try:
-        lag, error = input_lag(runtime, now, timeout_s=LAG_TIMEOUT_S), None
-    except Exception as exc:  # Kafka down: the ledger part of the page still helps
-        lag, error = [], f"Kafka did not answer within {LAG_TIMEOUT_S:g} s ({type(exc).__name__})"
+        lag = input_lag(runtime, now, timeout_s=LAG_TIMEOUT_S)
+    except Exception as exc:  # Kafka down: the ledger part of the page still helps (not cached: ask again next time)
+        return [], f"Kafka did not answer within {LAG_TIMEOUT_S:g} s ({type(exc).__name__})"
     with _LAG_LOCK:
-        _LAG[dag_id] = (time.monotonic(), lag, error)
-    return lag, error
+        _LAG[dag_id] = (time.monotonic(), lag, None)
+    return lag, None
 
 
 def overview(runtime, dag_id: str, before: int | None = None, limit: int = PAGE_SIZE) -> dict[str, Any]:

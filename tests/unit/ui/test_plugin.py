@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from importlib.metadata import entry_points
 
 
@@ -40,6 +41,6 @@ def test_the_plugin_reads_a_pipeline_from_its_serialized_plan_task_not_from_dag_
     dag = pipeline_dag(CLICKSTREAM, warehouse="s3://lake/w", kafka_conn_id="k", aws_conn_id="a", dag_id="clicks_prod")
     doc = dag.get_task(PLAN_TASK_ID).doc_json
     found = DeployedPipeline.from_doc("clicks_prod", doc)
-    assert found == DeployedPipeline("clicks_prod", CLICKSTREAM, "s3://lake/w", "k", "a")
+    assert found == DeployedPipeline("clicks_prod", dataclasses.replace(CLICKSTREAM, params={}), "s3://lake/w", "k", "a")
     assert DeployedPipeline.from_doc("x", None) is None and DeployedPipeline.from_doc("x", '{"other": 1}') is None
     assert DeployedPipeline.from_doc("x", "not json") is None

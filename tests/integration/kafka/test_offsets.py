@@ -152,8 +152,9 @@ def test_topic_ids_are_those_the_broker_reports_and_a_recreated_topic_gets_a_new
     ensure_topics(kafka_broker.config(), [topic], partitions=1)
     with KafkaOffsetSource(kafka_broker.config(), timeout_s=10) as source:
         first = source.topic_ids([topic])
-        assert set(first) <= {topic}  # the embedded brokers report no ids (all zero): left out, never compared
-        if first:
-            delete_topics(kafka_broker.config(), [topic])
-            ensure_topics(kafka_broker.config(), [topic], partitions=1)
-            assert source.topic_ids([topic])[topic] != first[topic]
+        assert set(first) <= {topic}  # an all-zero id (no id reported) is left out, never compared
+        if not first:
+            pytest.skip(reason=f"{kafka_broker.name} lacks: topic ids in DescribeTopics (KIP-516); it reports all zeros")
+        delete_topics(kafka_broker.config(), [topic])
+        ensure_topics(kafka_broker.config(), [topic], partitions=1)
+        assert source.topic_ids([topic])[topic] != first[topic]

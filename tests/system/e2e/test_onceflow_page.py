@@ -199,7 +199,7 @@ def test_batches_report_to_airflow_metrics_on_a_real_statsd_socket(page_world, s
 def test_the_page_in_a_browser(page_world):
     chromium = shutil.which("chromium")
     if chromium is None:
-        pytest.skip("the browser test needs Debian's chromium binary: apt-get install chromium (tools/bootstrap.sh does as root)")
+        pytest.skip(reason="the browser test needs Debian's chromium binary: apt-get install chromium (tools/bootstrap.sh does as root)")
     from playwright.sync_api import expect, sync_playwright
 
     world, runs = page_world

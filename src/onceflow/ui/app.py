@@ -118,16 +118,14 @@ def _visible_dag_ids(user) -> list[str]:
 
 
 def _run_batch(dag_id: str, run_id: str) -> dict[str, Any]:
+    from ..runtime import RUN_LOOKBACK
+
     runtime = PIPELINES.runtime(dag_id)
     status = runtime.batch_of_run(run_id)
     if status is None:
-        raise HTTPException(404, f"run {run_id!r} of {dag_id!r} planned no batch (yet, or among the latest {data.PAGE_SIZE * 4})")
-    from ..status import batch_row
-
-    row = batch_row(status)
-    row["open_transactions"] = data.open_transactions(status, runtime.spec, data.now_ms())
-    row["dead_letters"] = data.dead_letters(row, runtime.spec)
-    return {"dag_id": dag_id, "pipeline": runtime.spec.name, "now_ms": data.now_ms(), "batch": row}
+        raise HTTPException(404, f"run {run_id!r} of {dag_id!r} planned no batch (yet, or among the latest {RUN_LOOKBACK})")
+    now = data.now_ms()
+    return {"dag_id": dag_id, "pipeline": runtime.spec.name, "now_ms": now, "batch": data.page_row(status, runtime.spec, now)}
 
 
 # No OpenAPI document or docs pages: every path here answers only to an authorized user.

@@ -47,7 +47,7 @@ def stop_demo() -> int:
 
 
 def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: bool = False) -> int:
-    from onceflow_examples.clickstream import CLICKSTREAM
+    from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY
     from onceflow_examples.clickstream_data import generate, produce
 
     from onceflow.kafka.admin import ensure_topics
@@ -70,7 +70,8 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
             s3.client().create_bucket(Bucket=warehouse.split("://", 1)[1].split("/", 1)[0])
         runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, info.kafka, s3))
 
-        topics = ["clicks", *(s.target for s in CLICKSTREAM.sinks if s.kind == "kafka")]
+        # The hourly example's too: its DAG is there (paused) to be backfilled from the UI.
+        topics = ["clicks", *(s.target for spec in (CLICKSTREAM, CLICKSTREAM_HOURLY) for s in spec.sinks if s.kind == "kafka")]
         ensure_topics(info.kafka.config(), topics, partitions=2)
         events = generate(EVENTS, seed=2026, malformed_ratio=MALFORMED_RATIO)
         produce(info.kafka.config(), "clicks", events)

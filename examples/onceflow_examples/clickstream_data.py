@@ -97,18 +97,21 @@ def as_kafka_records(records: list[ClickRecord], topic: str = "clicks", partitio
     )
 
 
-def produce(config: dict, topic: str, records: list[ClickRecord], partitions: int = 2, flush_timeout_s: float = 120.0) -> int:
+def produce(config: dict, topic: str, records: list[ClickRecord], partitions: int = 2, flush_timeout_s: float = 120.0,
+            timestamps: list[int] | None = None) -> int:
     """Send ``records`` to ``topic`` round-robin over ``partitions`` (record i to
     partition i % partitions, as ``as_kafka_records`` lays them out), with a
-    plain producer: the demo's, tests' and benchmarks' upstream. Returns the
+    plain producer: the demo's, tests' and benchmarks' upstream; record i is
+    stamped ``timestamps[i]`` (epoch ms) when given, else now. Returns the
     count; raises if any record is still unsent after ``flush_timeout_s``."""
     from confluent_kafka import Producer
 
     producer = Producer(dict(config))
     for i, r in enumerate(records):
+        stamp = {"timestamp": timestamps[i]} if timestamps is not None else {}
         while True:
             try:
-                producer.produce(topic, key=r.key, value=r.value, partition=i % partitions)
+                producer.produce(topic, key=r.key, value=r.value, partition=i % partitions, **stamp)
                 break
             except BufferError:  # local queue full: let deliveries drain
                 producer.poll(0.1)

@@ -2,6 +2,8 @@
 
     onceflow status --pipeline P [--spec M:A | --dags-folder D] [--warehouse URI] [--json]
                                                   batches, newest first
+    onceflow recover --pipeline P [--batch N] [...same options]
+                                                  finish a batch (default: the latest) now
 
 The deployment comes from the environment: ``ONCEFLOW_WAREHOUSE`` (or
 --warehouse), Kafka and S3 as ``onceflow.settings`` says. The pipeline is
@@ -53,6 +55,23 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recover(args: argparse.Namespace) -> int:
+    """Finish one batch as a plan task's recovery would: redo the effects of its
+    decision, or, with no decision, presume it aborted (a batch whose Spark job is
+    still running is then aborted too: its run fails, nothing is lost)."""
+    from .status import batch_row, format_rows
+
+    runtime = runtime_from_args(args)
+    status = runtime.coordinator.recover(args.batch)
+    if status is None:
+        raise CommandError(f"pipeline {args.pipeline!r} has no batch yet: nothing to recover")
+    if status.state.value == "committed":
+        runtime.after_commit(status.plan)  # idempotent: the offsets mirror and staged copies too
+    row = batch_row(status)
+    print(json.dumps(row, indent=2) if args.json else format_rows([row]))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onceflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -60,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_pipeline_arguments(status)
     status.add_argument("--limit", type=int, default=20, help="newest N batches (default 20)")
     status.set_defaults(func=_status)
+    recover = sub.add_parser("recover", help="finish a batch now: redo its decision, or presume it aborted if undecided")
+    add_pipeline_arguments(recover)
+    recover.add_argument("--batch", type=int, help="the batch's seq (default: the latest)")
+    recover.set_defaults(func=_recover)
     for entry_point in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         entry_point.load()(sub)
     return parser

@@ -43,7 +43,7 @@ from .protocol.errors import (
 )
 from .protocol.participant import Outcome, Participant, Result, Vote
 from .protocol.plan import Plan
-from .protocol.planning import OffsetSource, PlanConfig, next_plan
+from .protocol.planning import OffsetSource, PlanConfig, PlanningError, next_plan
 from .protocol.states import (
     RECOVERY,
     TRANSITIONS,
@@ -216,6 +216,12 @@ class Coordinator:
             )
         latest = self.latest_seq()
         previous = self.ledger.read_plan(latest) if latest else None
+        if previous is not None and previous.params.get("interval"):
+            raise PlanningError(
+                f"cannot plan the next offsets of pipeline {self.pipeline!r}: its batches read data intervals (batch "
+                f"{previous.batch_id}: {previous.params['interval']}), and switching would re-read or skip records. "
+                "Keep batches='interval', or start a new pipeline name."
+            )
         state = None
         if previous is not None:
             if run_id is not None and previous.params.get("run_id") == run_id and self.ledger.read_decision(latest) is None:
@@ -241,6 +247,21 @@ class Coordinator:
         self._update_head(winner.batch_seq, committed=latest if state is BatchState.COMMITTED else None)
         return winner
 
+    def plan_new_batch(self, make_plan: Callable[[int], Plan], before: Callable[[int], None] | None = None) -> Plan:
+        """Write ``make_plan(seq)`` at the next free seq and return it (interval
+        pipelines, whose batches are planned side by side: a plan that loses the
+        race for a seq is made again for the next one). ``before(seq)`` runs
+        first and may refuse the seq by raising."""
+        while True:
+            seq = self.latest_seq() + 1
+            if before is not None:
+                before(seq)
+            plan = make_plan(seq)
+            created, _ = self.ledger.create_plan(plan)
+            if created:
+                self._update_head(seq)
+                return plan
+
     def _update_head(self, latest: int, committed: int | None = None) -> None:
         old = self.ledger.read_head()
         head = Head(
@@ -255,6 +276,11 @@ class Coordinator:
                refusal: type[IllegalTransition] = IllegalTransition) -> None:
         """The one gate of every state change: ``TRANSITIONS`` allows it, or ``refusal`` is raised."""
         check_transition(current, target, batch=str(BatchId(seq)), pipeline=self.pipeline, step=step, refusal=refusal)
+
+    def is_committed(self, seq: int) -> bool:
+        """Is batch ``seq`` COMMITTED (decided COMMIT and every effect applied)? Two reads."""
+        decision = self.ledger.read_decision(seq)
+        return decision is not None and decision.outcome is DecisionOutcome.COMMIT and self.ledger.read_done(seq, BATCH_EFFECT) is not None
 
     def _decided_state(self, seq: int, decision: Decision) -> BatchState:
         """COMMITTING / COMMITTED / ABORTING / ABORTED: the decision and the batch done marker say which."""
@@ -447,12 +473,13 @@ class Coordinator:
             self._apply_abort(plan, decision)
         return self.describe(seq)
 
-    def recover(self) -> BatchStatus | None:
-        """Finish the latest batch (only the latest can be unfinished: a plan
-        is written only after its predecessor finished), as ``RECOVERY`` says
-        for its state. Returns the batch's final status (None: no batch yet).
-        Runs first in every plan task; safe to run anywhere, any time."""
-        seq = self.latest_seq()
+    def recover(self, seq: int | None = None) -> BatchStatus | None:
+        """Finish batch ``seq``, by default the latest (in an offsets pipeline only
+        the latest can be unfinished: a plan is written only after its predecessor
+        finished; an interval pipeline recovers each interval's own batch), as
+        ``RECOVERY`` says for its state. Returns the batch's final status (None:
+        no batch yet). Runs first in every plan task; safe to run anywhere, any time."""
+        seq = self.latest_seq() if seq is None else seq
         if seq == 0:
             return None
         plan = self.plan(seq)

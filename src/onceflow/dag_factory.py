@@ -6,7 +6,10 @@
     dag = pipeline_dag(ORDERS)
 
 gives ``plan >> spark >> commit`` with ``rollback`` on ``one_failed``, one
-run at a time, Asset events per output on commit. The spark task submits
+run at a time, Asset events per output on commit. An interval pipeline
+(``batches="interval"``) gets a schedule with data intervals (a cron
+expression becomes a ``CronDataIntervalTimetable``), accepts
+``max_active_runs`` and ``catchup``, and can be backfilled. The spark task submits
 ``onceflow/spark/submit.py`` from the installed package and ships, with
 ``--py-files``, onceflow and the package that holds the spec's transform. Deployment settings come
 from arguments or, when omitted, from the environment at parse time:
@@ -35,7 +38,7 @@ from .assets import alias, asset_uri, outputs  # noqa: F401  (outputs, asset_uri
 from .deployed import PLAN_TASK_ID, DeployedPipeline
 from .deployment import is_s3_uri
 from .sinks import sink_kind
-from .spec import PipelineSpec
+from .spec import INTERVAL, PipelineSpec
 
 SUBMIT_APPLICATION = Path(__file__).resolve().parent / "spark" / "submit.py"
 
@@ -133,6 +136,20 @@ def _spark_env(kafka_conn_id: str, aws_conn_id: str, warehouse: str) -> dict[str
     return env
 
 
+def interval_schedule(spec: PipelineSpec, schedule: Any):
+    """The schedule of an interval pipeline: one whose runs have data intervals.
+    A cron expression becomes a ``CronDataIntervalTimetable`` in UTC (Airflow 3
+    gives a bare cron string a trigger timetable, whose runs have no interval)."""
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    if schedule is None:
+        raise ConfigurationError(
+            f"pipeline {spec.name!r} reads data intervals (batches='interval'), so its DAG needs a schedule: give the "
+            "spec (or pipeline_dag, or ONCEFLOW_SCHEDULE) a cron expression such as '@hourly', or a timetable"
+        )
+    return CronDataIntervalTimetable(schedule, timezone="UTC") if isinstance(schedule, str) else schedule
+
+
 def pipeline_dag(
     spec: PipelineSpec,
     *,
@@ -151,7 +168,7 @@ def pipeline_dag(
 ):
     from airflow.sdk import DAG, Param, TriggerRule
 
-    from .operators.batch import CommitBatchOperator, PlanBatchOperator, RollbackBatchOperator
+    from .operators.batch import REPLACE_COMMITTED, CommitBatchOperator, PlanBatchOperator, RollbackBatchOperator
     from .operators.spark import OnceflowSparkSubmitOperator
 
     warehouse = warehouse or os.environ.get("ONCEFLOW_WAREHOUSE")
@@ -171,18 +188,34 @@ def pipeline_dag(
     if schedule == "spec":
         schedule = os.environ.get("ONCEFLOW_SCHEDULE") or spec.schedule
         schedule = None if schedule.lower() == "none" else schedule
+    if spec.batches == INTERVAL:
+        schedule = interval_schedule(spec, schedule)
+        run_params = {REPLACE_COMMITTED: Param(
+            False, type="boolean",
+            description="If this run's interval is already committed, process it again and replace its outputs "
+            "(files: the old batch is removed in the same commit; Kafka: only outputs declared republish=True, "
+            "whose records are published again; other Kafka outputs refuse)",
+        )}
+    else:
+        for setting in ("max_active_runs", "catchup"):
+            if dag_kwargs.get(setting, False) not in (False, 1):
+                raise ConfigurationError(
+                    f"pipeline {spec.name!r}: {setting}={dag_kwargs[setting]} needs batches='interval': the batches of "
+                    "an offsets pipeline follow each other, one run at a time, whatever the runs' dates"
+                )
+        run_params = {"max_records_per_partition": Param(
+            spec.max_records_per_partition, type=["null", "integer"], minimum=1,
+            description="Upper bound of records read per input partition in this batch",
+        )}
+    dag_kwargs.setdefault("max_active_runs", 1)  # an offsets pipeline's batches are sequential by construction (I1)
+    dag_kwargs.setdefault("catchup", False)
     with DAG(
         dag_id=dag_id or spec.name,
         schedule=schedule,
         start_date=start_date,
-        catchup=False,
-        max_active_runs=1,  # batches are sequential by construction (I1)
         default_args={"retries": retries, "retry_delay": timedelta(seconds=5)},
         params={
-            "max_records_per_partition": Param(
-                spec.max_records_per_partition, type=["null", "integer"], minimum=1,
-                description="Upper bound of records read per input partition in this batch",
-            ),
+            **run_params,
             faults.RUN_PARAM: Param(
                 None, type=["null", "string"],
                 description=f"Test deployments only: faults to inject in this run ({faults.ENV_VAR} syntax, "

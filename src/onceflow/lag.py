@@ -7,9 +7,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .ledger.ledger import BATCH_EFFECT
-from .ledger.records import DecisionOutcome
-
 # How many batches back from the latest to look for the newest committed one
 # (two ledger reads each); the ledger's head names it when the walk gives up.
 MAX_WALK = 50
@@ -17,16 +14,25 @@ MAX_WALK = 50
 
 def consumed_to(reader) -> dict[tuple[str, int], int]:
     """Per (topic, partition), the offset the pipeline has committed up to: the
-    ends of the newest committed batch; before any commit, where the first
-    batch starts (the spec's start position)."""
+    ends of the newest committed batch (an interval pipeline: of its committed
+    prefix); before any commit, where the first batch starts (the spec's start
+    position)."""
+    from .interval_batches import committed_prefix
+    from .protocol.intervals import interval_of
+
     ledger = reader.ledger
     latest = reader.latest_seq()
+    if latest and interval_of(reader.plan(latest)) is not None:
+        prefix = committed_prefix(reader, advance_hint=False)
+        if prefix is not None:
+            return {(r.topic, r.partition): r.end for r in prefix.ranges}
+        # none yet: where the earliest interval planned starts
+        first = min((reader.plan(seq) for seq in range(1, latest + 1)), key=lambda p: interval_of(p).start_ms)
+        return {(r.topic, r.partition): r.start for r in first.ranges}
     head = ledger.read_head()
     floor = max(head.last_committed_seq if head else 0, latest - MAX_WALK, 1)
     committed = next(
-        (seq for seq in range(latest, floor - 1, -1)
-         if (d := ledger.read_decision(seq)) is not None and d.outcome is DecisionOutcome.COMMIT
-         and ledger.read_done(seq, BATCH_EFFECT) is not None),
+        (seq for seq in range(latest, floor - 1, -1) if reader.is_committed(seq)),
         head.last_committed_seq if head else 0,
     )
     if committed:

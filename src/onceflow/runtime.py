@@ -99,10 +99,19 @@ class PipelineRuntime:
 
     def mirror_offsets(self, plan) -> None:
         """After a commit: the input consumer group's offsets become the batch's
-        range ends, so lag tools show the truth. Forward-only and idempotent."""
+        range ends (an interval pipeline: those of its committed prefix, which a
+        batch committed out of order does not extend), so lag tools show the
+        truth. Forward-only and idempotent."""
+        from .interval_batches import committed_prefix
         from .kafka.offsets_mirror import mirror_offsets
         from .protocol.errors import RetryLater
+        from .protocol.intervals import interval_of
 
+        if interval_of(plan) is not None:
+            prefix = committed_prefix(self.coordinator)
+            if prefix is None:
+                return  # no interval is committed from the first one on yet
+            plan = prefix
         result = mirror_offsets(self.deployment.kafka.config(), self.spec.group_id, plan.ranges)
         if not result.ok:
             raise RetryLater(f"batch {plan.batch_id} of {self.spec.name} is committed, but {result.detail}; retry the task")
@@ -113,6 +122,13 @@ class PipelineRuntime:
 
         return KafkaOffsetSource(self.deployment.kafka.config(), timeout_s=timeout_s)
 
+    def interval_planner(self, params: Mapping[str, Any] | None = None):
+        """The plan task's planner of an interval pipeline (``onceflow.interval_batches``)."""
+        from .interval_batches import IntervalPlanner
+
+        return IntervalPlanner(self.coordinator, self.plan_config(params), grace_ms=self.spec.interval_grace_s * 1000,
+                               pool=self.spec.batches_in_flight)
+
     def plan_config(self, params: Mapping[str, Any] | None = None) -> PlanConfig:
         params = dict(params or {})
         max_records = params.get("max_records_per_partition", self.spec.max_records_per_partition)
@@ -122,6 +138,6 @@ class PipelineRuntime:
             sinks=sinks,
             start=self.spec.start,
             max_records_per_partition=int(max_records) if max_records else None,
-            transactional_ids=lambda pipeline, sink: sink_kind(sink.kind).transactional_ids(pipeline, sink),
+            transactional_ids=lambda pipeline, sink, *slot: sink_kind(sink.kind).transactional_ids(pipeline, sink, *slot),
             params=params,
         )

@@ -19,6 +19,10 @@ from .sinks import kinds
 # The built-in sink kinds (onceflow.sinks has what each does).
 FILES = "files"
 KAFKA = "kafka"
+# How a pipeline's DAG runs map to batches (onceflow.protocol.intervals says more).
+OFFSETS = "offsets"  # each run takes the next offsets after the last committed batch, one run at a time
+INTERVAL = "interval"  # each run's batch is the records of its data interval; backfills and runs in parallel
+BATCHES = (OFFSETS, INTERVAL)
 # The columns of a batch's input records (the onceflow_kafka_range source), in order.
 INPUT_COLUMNS = ("key", "value", "headers", "topic", "partition", "offset", "timestamp")
 
@@ -50,6 +54,10 @@ class SinkSpec:
     # The output for records the transform could not process (dead letters):
     # the UI and `onceflow status` count them per batch.
     dead_letter: bool = False
+    # Kafka sinks of an interval pipeline: reprocessing a committed interval may
+    # publish its records again (this topic's consumers deduplicate by key).
+    # Without it, such a reprocessing is refused: records cannot be retracted.
+    republish: bool = False
 
     def __post_init__(self) -> None:
         check_name("sink name", self.name)
@@ -78,9 +86,31 @@ class PipelineSpec:
     # The input columns the transform uses (None: all of INPUT_COLUMNS). Each
     # one left out is not read from Kafka at all; `headers` costs the most.
     input_columns: tuple[str, ...] | None = None
+    # OFFSETS or INTERVAL. Interval pipelines need a schedule with data intervals.
+    batches: str = OFFSETS
+    # Interval pipelines: how long after an interval's end a partition with no
+    # record at or after it stops holding the interval open (an idle partition).
+    interval_grace_s: int = 300
+    # Interval pipelines: at most this many batches in flight at once; each
+    # takes one slot of the Kafka sinks' pool of transactional ids.
+    batches_in_flight: int = 16
 
     def __post_init__(self) -> None:
         check_name("pipeline name", self.name)
+        if self.batches not in BATCHES:
+            raise ConfigurationError(
+                f"pipeline {self.name!r}: batches={self.batches!r} is not valid: use {OFFSETS!r} (the next offsets, "
+                f"one run at a time) or {INTERVAL!r} (each run reads its data interval)"
+            )
+        if self.interval_grace_s < 0:
+            raise ConfigurationError(f"pipeline {self.name!r}: interval_grace_s must be >= 0, got {self.interval_grace_s}")
+        if self.batches_in_flight < 1:
+            raise ConfigurationError(f"pipeline {self.name!r}: batches_in_flight must be >= 1, got {self.batches_in_flight}")
+        if self.batches == INTERVAL and self.max_records_per_partition is not None:
+            raise ConfigurationError(
+                f"pipeline {self.name!r}: max_records_per_partition={self.max_records_per_partition} does not apply to "
+                "batches='interval' (a batch is its interval, whatever its size): set max_records_per_partition=None"
+            )
         object.__setattr__(self, "topics", tuple(self.topics))
         object.__setattr__(self, "sinks", tuple(self.sinks))
         if self.input_columns is not None:

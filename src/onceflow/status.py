@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .protocol.batch_id import BatchId
+from .protocol.intervals import interval_of
 
 # Stages of a batch, as (name, from timing, to timing) of BatchStatus.timings.
 STAGES = (
@@ -24,15 +25,19 @@ def stage_durations_ms(timings: dict[str, int]) -> dict[str, int]:
 def batch_row(status) -> dict[str, Any]:
     """One batch (a ``BatchStatus``) as plain data."""
     decision = status.decision
+    interval = interval_of(status.plan)
     return {
         "batch": status.batch_id,
         "batch_seq": status.batch_seq,
         "run_id": status.plan.params.get("run_id"),
+        "interval": None if interval is None else str(interval),  # an interval pipeline's data interval
         "state": status.state.value,
         "records": status.plan.records,
         "backlog": status.plan.params.get("backlog"),  # input lag when planned
         "ranges": [r.to_dict() for r in status.plan.ranges],
         "replay_of": status.plan.replay_of,
+        "replaces": status.plan.params.get("replaces"),  # a reprocessed interval: the committed batch it replaces
+        "reprocessed": status.plan.params.get("reprocessed"),  # ...and what that did to each output
         "replanned": status.plan.params.get("replanned"),  # why a replay is smaller than the batch it replays
         "attempt": status.attempt,
         "votes": {name: vote.records for name, vote in status.votes.items()},
@@ -68,6 +73,9 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"{r['batch']:<11} {r['state']:<11} {r['records']:>8} {r['attempt']:>7}  {_when(r['timings_ms'].get('planned')):<19}  {decision}"
         )
+        if r.get("interval"):
+            lines.append(f"{'':<11} interval: {r['interval']} (run {r['run_id']})"
+                         + (f"; replaces {BatchId(r['replaces'])}: {r['reprocessed']}" if r.get("replaces") else ""))
         lines.append(f"{'':<11} ranges: {ranges}" + (f"; replays {BatchId(r['replay_of'])}" if r["replay_of"] else "")
                      + (f" ({r['replanned']})" if r.get("replanned") else ""))
         if r["votes"] or r["missing_votes"]:

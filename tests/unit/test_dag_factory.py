@@ -131,3 +131,22 @@ class _ByName(dict):
 
     def __getitem__(self, alias):
         return dict.__getitem__(self, alias.name)
+
+
+def test_an_interval_pipeline_gets_data_intervals_and_may_run_side_by_side():
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
+
+    dag = pipeline_dag(CLICKSTREAM_HOURLY, warehouse="file:///w", schedule="@hourly", dag_id="hourly_unit",
+                       max_active_runs=3, catchup=True)
+    assert isinstance(dag.timetable, CronDataIntervalTimetable)  # a bare cron string would give runs no interval
+    assert (dag.max_active_runs, dag.catchup) == (3, True)
+    assert "replace_committed" in dag.params and "max_records_per_partition" not in dag.params
+    with pytest.raises(ConfigurationError, match=r"reads data intervals.*needs a schedule.*'@hourly'"):
+        pipeline_dag(CLICKSTREAM_HOURLY, warehouse="file:///w", schedule=None, dag_id="hourly_manual")
+
+
+def test_an_offsets_pipeline_refuses_more_than_one_run_at_a_time_naming_interval_batches():
+    with pytest.raises(ConfigurationError, match=r"max_active_runs=2 needs batches=.interval."):
+        pipeline_dag(CLICKSTREAM, warehouse="file:///w", dag_id="two_at_once", max_active_runs=2)

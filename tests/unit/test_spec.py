@@ -49,3 +49,16 @@ def test_other_bad_names_are_refused_naming_the_rule(name):
 
     with pytest.raises(ConfigurationError, match="starting with a letter or digit"):
         SinkSpec(name, FILES, "target")
+
+
+@pytest.mark.parametrize("field,value,named", [
+    ("batches", "daily", r"batches='daily' is not valid: use 'offsets' .* or 'interval'"),
+    ("interval_grace_s", -1, "interval_grace_s must be >= 0"),
+    ("batches_in_flight", 0, "batches_in_flight must be >= 1"),
+    ("batches", "interval", r"max_records_per_partition=100000 does not apply to batches='interval'.*set max_records_per_partition=None"),
+])
+def test_how_runs_map_to_batches_is_checked_when_the_spec_is_written(field, value, named):
+    with pytest.raises(ConfigurationError, match=named):
+        dataclasses.replace(CLICKSTREAM, **{field: value})
+    hourly = dataclasses.replace(CLICKSTREAM, batches="interval", max_records_per_partition=None)
+    assert PipelineSpec.from_json(hourly.to_json()).batches == "interval"

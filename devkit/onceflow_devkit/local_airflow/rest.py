@@ -156,7 +156,20 @@ class AirflowApi:
         """``POST /api/v2/backfills`` (what ``airflow backfill create`` and the UI's dialog do);
         ``options``: max_active_runs, reprocess_behavior, run_backwards, dag_run_conf."""
         body = {"dag_id": dag_id, "from_date": from_date, "to_date": to_date, **options}
-        return self._check(self._http.post("/api/v2/backfills", json=body), f"backfill of {dag_id}").json()
+        deadline = time.monotonic() + TRIGGER_TIMEOUT_S
+        # SQLite (the harness's metadata DB) refuses with 503 while the scheduler holds its lock: ask again.
+        while (response := self._http.post("/api/v2/backfills", json=body)).status_code == 503 and time.monotonic() < deadline:
+            time.sleep(1)
+        return self._check(response, f"backfill of {dag_id}").json()
+
+    def wait_for_backfill(self, backfill_id: int, timeout: float = 600.0) -> dict:
+        """The backfill once Airflow marks it completed (every run of it finished)."""
+        deadline = time.monotonic() + timeout
+        while not (backfill := self._get(f"/api/v2/backfills/{backfill_id}")).get("completed_at"):
+            if time.monotonic() > deadline:
+                raise AirflowHarnessError(f"backfill {backfill_id} did not complete within {timeout:.0f} s: {backfill}")
+            time.sleep(2)
+        return backfill
 
     def runs(self, dag_id: str, run_type: str | None = None) -> list[dict]:
         """The DAG's runs, oldest first (``run_type``: scheduled, manual, backfill, asset_triggered)."""

@@ -42,14 +42,18 @@ class Manifest:
     batch_seq: int
     attempt: int
     files: tuple[Mapping[str, Any], ...]  # name, size, rows, sha256 per file
+    # The committed batch this one replaces (a reprocessed interval): from the
+    # moment this manifest exists, that batch is no longer committed output.
+    replaces: int | None = None
 
     @classmethod
-    def of(cls, participant: str, batch_seq: int, attempt: int, entries: Sequence[FileEntry]) -> "Manifest":
+    def of(cls, participant: str, batch_seq: int, attempt: int, entries: Sequence[FileEntry],
+           replaces: int | None = None) -> "Manifest":
         files = tuple(
             {"name": e.name, "size": e.size, "rows": e.rows, "sha256": e.sha256}
             for e in sorted(entries, key=lambda e: e.name)
         )
-        return cls(participant, batch_seq, attempt, files)
+        return cls(participant, batch_seq, attempt, files, replaces)
 
     @property
     def rows(self) -> int:
@@ -58,10 +62,12 @@ class Manifest:
     def to_bytes(self) -> bytes:
         body = {"participant": self.participant, "batch_seq": self.batch_seq, "attempt": self.attempt,
                 "rows": self.rows, "files": list(self.files)}
+        if self.replaces is not None:  # absent otherwise: a manifest's bytes do not change across versions
+            body["replaces"] = self.replaces
         return json.dumps(body, sort_keys=True, indent=1).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Manifest":
         raw = json.loads(data)
         return cls(str(raw["participant"]), int(raw["batch_seq"]), int(raw["attempt"]),
-                   tuple(dict(f) for f in raw["files"]))
+                   tuple(dict(f) for f in raw["files"]), raw.get("replaces"))

@@ -14,7 +14,9 @@ from ..storage import Storage, storage_for
 
 
 def committed_manifests(sink_uri: str, storage: Storage | None = None) -> list[Manifest]:
-    """Manifests of every committed batch of the sink, by batch sequence."""
+    """Manifests of every committed batch of the sink, by batch sequence,
+    without the batches another manifest replaces (a reprocessed interval:
+    its commit removes the old batch, and until then this hides it)."""
     storage = storage or storage_for(sink_uri)
     out = []
     for name in storage.list_dir(sink_uri):
@@ -24,7 +26,8 @@ def committed_manifests(sink_uri: str, storage: Storage | None = None) -> list[M
         data = storage.read_bytes(layout.manifest_path(sink_uri, seq))
         if data is not None:
             out.append(Manifest.from_bytes(data))
-    return sorted(out, key=lambda m: m.batch_seq)
+    replaced = {m.replaces for m in out if m.replaces is not None}
+    return sorted((m for m in out if m.batch_seq not in replaced), key=lambda m: m.batch_seq)
 
 
 def committed_files(sink_uri: str, storage: Storage | None = None) -> list[str]:

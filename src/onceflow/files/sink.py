@@ -15,6 +15,11 @@ written LAST, then staging of every attempt of the batch is deleted. A crash
 anywhere leaves either no manifest (the batch is invisible; the next commit
 resumes) or the manifest (the batch is committed; the next commit only
 cleans up). Files of task attempts the vote does not name are never promoted.
+
+A batch that reprocesses a committed interval *replaces* that interval's
+batch: its manifest names the batch it replaces, so the moment it is written
+is the moment readers (``files.reader``) switch from the old batch to the new
+one; the commit then removes the old batch, manifest first.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from ..storage import MissingStagedFile, Storage, storage_for
 BEFORE_PUBLISH = faults.declare("files.commit.before_publish", "file sink commit: nothing promoted yet")
 AFTER_PUBLISH = faults.declare("files.commit.after_publish", "file sink commit: files promoted, no _SUCCESS manifest")
 AFTER_MANIFEST = faults.declare("files.commit.after_manifest", "file sink commit: manifest written, staging not deleted")
+BEFORE_RETRACT = faults.declare("files.commit.before_retract",
+                                "file sink commit: manifest of a replacing batch written, the batch it replaces not removed")
 
 
 class FileSink:
@@ -46,8 +53,9 @@ class FileSink:
     def staging_uri(self, batch_seq: int, attempt: int) -> str:
         return layout.attempt_staging(self.sink_uri, batch_seq, attempt)
 
-    def vote_for(self, batch_seq: int, attempt: int, entries: Iterable[FileEntry]) -> Vote:
-        """The vote for the task attempts whose files are ``entries``.
+    def vote_for(self, batch_seq: int, attempt: int, entries: Iterable[FileEntry], replaces: int | None = None) -> Vote:
+        """The vote for the task attempts whose files are ``entries`` (replacing
+        committed batch ``replaces``, for a reprocessed interval).
 
         Refuses two files for one split: Spark commits one attempt per
         partition, so a second file means a duplicate, and voting for it
@@ -64,6 +72,8 @@ class FileSink:
                 raise ValueError(f"{entry.path} is not staged under {staging}: it cannot be part of "
                                  f"batch {layout.batch_id(batch_seq)} attempt {attempt}")
         payload = {"sink_uri": self.sink_uri, "files": [e.to_dict() for e in files]}
+        if replaces is not None:
+            payload["replaces"] = replaces
         return Vote(self.name, batch_seq, attempt, payload, records=sum(e.rows for e in files))
 
     # -- Participant ---------------------------------------------------------
@@ -134,7 +144,7 @@ class FileSink:
 
     def _commit(self, vote: Vote, entries: list[FileEntry]) -> Result:
         seq = vote.batch_seq
-        manifest = Manifest.of(self.name, seq, vote.attempt, entries)
+        manifest = Manifest.of(self.name, seq, vote.attempt, entries, replaces=vote.payload.get("replaces"))
         manifest_path = layout.manifest_path(self.sink_uri, seq)
         existing = self.storage.read_bytes(manifest_path)
         if existing is not None:
@@ -157,13 +167,25 @@ class FileSink:
                 return settled
         faults.fault_point(AFTER_MANIFEST)
         self.storage.delete_tree(layout.batch_staging(self.sink_uri, seq))
-        return Result(Outcome.DONE, f"{len(entries)} files, {manifest.rows} rows promoted to {target}")
+        self._retract(manifest)
+        replaced = f", replacing batch {layout.batch_id(manifest.replaces)}" if manifest.replaces is not None else ""
+        return Result(Outcome.DONE, f"{len(entries)} files, {manifest.rows} rows promoted to {target}{replaced}")
+
+    def _retract(self, manifest: Manifest) -> None:
+        """Remove the batch ``manifest`` replaces, manifest first (a crash between the
+        two leaves files no reader lists). Idempotent; nothing to do for most batches."""
+        if manifest.replaces is None:
+            return
+        faults.fault_point(BEFORE_RETRACT)
+        self.storage.delete(layout.manifest_path(self.sink_uri, manifest.replaces))
+        self.storage.delete_tree(layout.batch_dir(self.sink_uri, manifest.replaces))
 
     def _settled(self, seq: int, manifest: Manifest, existing: bytes, path: str) -> Result | None:
         """Judge an existing manifest: ALREADY_DONE when it is ours, FAILED when
         it names other files, None (carry on) when it is torn and was removed."""
         if existing == manifest.to_bytes():
             self.storage.delete_tree(layout.batch_staging(self.sink_uri, seq))
+            self._retract(manifest)
             return Result(Outcome.ALREADY_DONE, f"{self._what(seq)} was already committed")
         try:
             theirs = Manifest.from_bytes(existing)

@@ -35,7 +35,7 @@ from ..protocol.participant import Outcome, Result, Vote
 from ..protocol.plan import Plan
 from .config import base_config, producer_config
 from .fencing import FencingError, fence_transactional_ids
-from .ids import repair_id, transactional_id
+from .ids import is_split_id, repair_id
 from .txn_protocol import Action, EndTxnReply, end_txns
 from .visibility import Observer, SplitView, State, confirm_aborted, observe
 from ..layout import kafka_staging_dir
@@ -112,9 +112,7 @@ class KafkaSinkParticipant:
         to_observe = []
         for h in handles_of(vote):
             where = _where(h)
-            if (h.pipeline, h.sink) != (self.pipeline, self.name) or h.transactional_id != transactional_id(
-                h.pipeline, h.sink, h.split
-            ):
+            if (h.pipeline, h.sink) != (self.pipeline, self.name) or not is_split_id(h.transactional_id, h.pipeline, h.sink, h.split):
                 problems.append(f"{where}: handle does not belong to sink {self.name} of {self.pipeline}")
                 continue
             if not h.partitions:

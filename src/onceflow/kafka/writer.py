@@ -181,9 +181,10 @@ class TransactionalSplitWriter:
         storage: Storage | None = None,
         timeout_s: float = 60.0,
         producer_overrides: Mapping[str, Any] | None = None,
+        slot: int | None = None,
     ):
         self.pipeline, self.sink, self.batch_id, self.split, self.topic = pipeline, sink, batch_id, split, topic
-        self.txn_id = transactional_id(pipeline, sink, split)
+        self.txn_id = transactional_id(pipeline, sink, split, slot)
         self.staged_uri = staged_uri
         self.timeout_s = timeout_s
         self._storage = storage or storage_for(staged_uri)

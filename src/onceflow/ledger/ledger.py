@@ -9,12 +9,16 @@ Layout under ``<root>/_onceflow/<pipeline>/``::
     batches/<seq>/decision.json                 COMMIT or ABORT, once (I2)
     batches/<seq>/done/<p>.json                 participant p applied the decision
     batches/<seq>/done/_batch.json              every effect applied: batch finished
+    boundaries/<instant ms>.json                interval pipelines: where an instant falls in the log
+    intervals/<start ms>-<end ms>/<n:04d>.json  interval pipelines: the interval's n-th batch
+    _prefix.json                                interval pipelines: hint, end of the committed prefix (overwritten)
 
-Every record but the head is written with create-if-absent and never
-changes. A create that loses returns the record that won, so callers follow
-the winner. Batches are contiguous (seq n exists only if n-1 does) and
-attempts too, which is what lets ``latest_seq`` and ``latest_attempt`` find
-the end with a bounded probe instead of a listing.
+Every record but the two hints (head, prefix) is written with
+create-if-absent and never changes. A create that loses returns the record that won, so callers follow
+the winner. Batches are contiguous (seq n exists only if n-1 does), and so
+are attempts and an interval's batches, which is what lets ``latest_seq``,
+``latest_attempt`` and ``latest_interval_index`` find the end with a bounded
+probe instead of a listing.
 
 Runs wherever the coordinator runs: Airflow worker or Spark driver.
 """
@@ -27,6 +31,7 @@ from typing import Any, Callable
 from .. import faults
 from ..layout import pipeline_dir
 from ..protocol.batch_id import BatchId
+from ..protocol.intervals import Boundary, Interval
 from ..protocol.participant import Vote
 from ..protocol.plan import Plan
 from .errors import LedgerCorruptError
@@ -35,6 +40,8 @@ from .records import (
     Decision,
     DoneMarker,
     Head,
+    IntervalBatch,
+    PrefixHint,
     Kind,
     RecordedVote,
     decode,
@@ -106,7 +113,7 @@ class BatchLedger:
         batch = str(BatchId(seq)) if seq is not None else "-"
         return decode(kind, data, where=self.storage.describe(key), pipeline=self.pipeline, batch=batch)
 
-    def _create(self, kind: Kind, key: str, seq: int, record: Any) -> tuple[bool, Any]:
+    def _create(self, kind: Kind, key: str, seq: int | None, record: Any) -> tuple[bool, Any]:
         """(True, record) if written now, else (False, the record that was there)."""
         faults.fault_point(f"ledger.{kind.value}.before_write")
         created = self.storage.create(key, encode(kind, record))
@@ -116,7 +123,7 @@ class BatchLedger:
         existing = self._read(kind, key, seq)
         if existing is None:
             raise LedgerCorruptError(
-                f"{self.storage.describe(key)} of pipeline {self.pipeline!r}, batch {BatchId(seq)} was reported to exist "
+                f"{self.storage.describe(key)} of pipeline {self.pipeline!r}, batch {BatchId(seq) if seq else '-'} was reported to exist "
                 "but cannot be read: the storage is not read-after-write consistent or the file was deleted. "
                 "Restore it from backup; never delete ledger files."
             )
@@ -214,3 +221,62 @@ class BatchLedger:
 
     def create_done(self, marker: DoneMarker) -> tuple[bool, DoneMarker]:
         return self._create(Kind.DONE, self.done_key(marker.batch_seq, marker.effect), marker.batch_seq, marker)
+
+    # -- interval pipelines: boundaries ---------------------------------------------
+    def boundary_key(self, instant_ms: int) -> str:
+        return f"{self.base}/boundaries/{instant_ms:015d}.json"
+
+    def read_boundary(self, instant_ms: int) -> Boundary | None:
+        return self._read(Kind.BOUNDARY, self.boundary_key(instant_ms), None)
+
+    def create_boundary(self, boundary: Boundary) -> tuple[bool, Boundary]:
+        return self._create(Kind.BOUNDARY, self.boundary_key(boundary.instant_ms), None, boundary)
+
+    def boundary_instants(self) -> list[int]:
+        """Every instant with a recorded boundary, sorted. One listing (one key per
+        instant): run when a boundary is resolved or an interval first planned, never per read."""
+        return sorted(int(name) for key in self.storage.list(f"{self.base}/boundaries")
+                      if (name := key.rsplit("/", 1)[-1].removesuffix(".json")).isdigit())
+
+    def boundary_after(self, instant_ms: int) -> Boundary | None:
+        """The nearest boundary recorded after ``instant_ms``, or None."""
+        later = [t for t in self.boundary_instants() if t > instant_ms]
+        return self.read_boundary(later[0]) if later else None
+
+    def boundaries_around(self, start_ms: int, end_ms: int) -> list[Boundary]:
+        """The recorded boundaries from the nearest one before ``start_ms`` to the
+        nearest one after ``end_ms``, in time order."""
+        instants = self.boundary_instants()
+        before = [t for t in instants if t < start_ms][-1:]
+        after = [t for t in instants if t > end_ms][:1]
+        inside = [t for t in instants if start_ms <= t <= end_ms]
+        return [b for t in [*before, *inside, *after] if (b := self.read_boundary(t)) is not None]
+
+    # -- interval pipelines: each interval's batches -----------------------------------
+    def interval_key(self, interval: Interval, index: int) -> str:
+        return f"{self.base}/intervals/{interval.key}/{index:04d}.json"
+
+    def read_interval_batch(self, interval: Interval, index: int) -> IntervalBatch | None:
+        return self._read(Kind.INTERVAL_BATCH, self.interval_key(interval, index), None)
+
+    def latest_interval_index(self, interval: Interval) -> int:
+        """How many batches interval ``interval`` has had (0: none)."""
+        return self._probe_end(lambda n: self.storage.read(self.interval_key(interval, n)) is not None, 0)
+
+    def create_interval_batch(self, record: IntervalBatch) -> tuple[bool, IntervalBatch]:
+        return self._create(Kind.INTERVAL_BATCH, self.interval_key(record.interval, record.index), record.batch_seq, record)
+
+    @property
+    def prefix_key(self) -> str:
+        return f"{self.base}/_prefix.json"
+
+    def read_prefix_hint(self) -> PrefixHint | None:
+        try:
+            return self._read(Kind.PREFIX_HINT, self.prefix_key, None)
+        except LedgerCorruptError:
+            return None  # only a hint, like the head
+
+    def write_prefix_hint(self, batch_seq: int, end_ms: int) -> None:
+        faults.fault_point("ledger.prefix_hint.before_write")
+        self.storage.overwrite(self.prefix_key, encode(Kind.PREFIX_HINT, PrefixHint(batch_seq, end_ms)))
+        faults.fault_point("ledger.prefix_hint.after_write")

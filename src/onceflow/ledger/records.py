@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .. import __version__
+from ..protocol.intervals import Boundary, Interval
 from ..protocol.participant import Vote
 from ..protocol.plan import Plan
 from .errors import LedgerCorruptError, LedgerFormatError
@@ -38,6 +39,9 @@ class Kind(str, enum.Enum):
     DECISION = "decision"
     DONE = "done"
     HEAD = "head"
+    BOUNDARY = "boundary"
+    INTERVAL_BATCH = "interval_batch"
+    PREFIX_HINT = "prefix_hint"
 
 
 class DecisionOutcome(str, enum.Enum):
@@ -169,6 +173,39 @@ class Head:
         return cls(int(raw["latest_seq"]), int(raw.get("last_committed_seq", 0)), int(raw.get("updated_at_ms", 0)), dict(raw.get("extra", {})))
 
 
+@dataclass(frozen=True)
+class IntervalBatch:
+    """Batch ``batch_seq`` is the ``index``-th batch of data interval ``interval``
+    (1: its first; the next one after an abort replays it)."""
+
+    interval: Interval
+    index: int
+    batch_seq: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"interval": self.interval.to_dict(), "index": self.index, "batch_seq": self.batch_seq}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "IntervalBatch":
+        return cls(Interval.from_dict(raw["interval"]), int(raw["index"]), int(raw["batch_seq"]))
+
+
+@dataclass(frozen=True)
+class PrefixHint:
+    """A hint, never the truth: batch ``batch_seq`` ends the committed prefix of
+    intervals at ``end_ms`` (interval pipelines; readers walk on from it)."""
+
+    batch_seq: int
+    end_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch_seq": self.batch_seq, "end_ms": self.end_ms}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "PrefixHint":
+        return cls(int(raw["batch_seq"]), int(raw["end_ms"]))
+
+
 _DECODERS: dict[Kind, Callable[[Mapping[str, Any]], Any]] = {
     Kind.PLAN: Plan.from_dict,
     Kind.ATTEMPT: AttemptClaim.from_dict,
@@ -176,6 +213,9 @@ _DECODERS: dict[Kind, Callable[[Mapping[str, Any]], Any]] = {
     Kind.DECISION: Decision.from_dict,
     Kind.DONE: DoneMarker.from_dict,
     Kind.HEAD: Head.from_dict,
+    Kind.BOUNDARY: Boundary.from_dict,
+    Kind.INTERVAL_BATCH: IntervalBatch.from_dict,
+    Kind.PREFIX_HINT: PrefixHint.from_dict,
 }
 
 

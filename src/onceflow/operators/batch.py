@@ -17,6 +17,9 @@ batch's one decision (I2). Protocol errors map to task outcomes:
     CommitFailed        task fails loudly; the batch stays COMMITTING and any
                         later run's plan task redoes the commit (I3, I7)
     batch already done  a cleared run: the plan task skips the run (no-op)
+    PlanMustWait        interval pipelines: the interval is not closed yet, or
+                        every slot is in flight; the plan task is rescheduled
+                        (no worker slot held while it waits)
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ import functools
 import json
 import logging
 import os
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
 from ..protocol.batch_id import BatchId
 from ..protocol.states import BatchState
-from ..spec import PipelineSpec
+from ..spec import INTERVAL, PipelineSpec
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +116,18 @@ class _BatchOperator(BaseOperator):
         return int(planned["batch_seq"])
 
 
+# How long a plan task waiting for its interval to close sleeps between looks.
+INTERVAL_POKE = timedelta(seconds=30)
+# Interval pipelines' run param: reprocess the interval even if it is committed, replacing its outputs.
+REPLACE_COMMITTED = "replace_committed"
+
+
 def backfill_refusal(pipeline: str, context) -> str | None:
-    """Why this run must not plan, or None. A pipeline's batches form a sequence:
-    each run takes the next offsets after the last committed batch, whatever
-    its logical date. A backfill run would not read its data interval, and
-    would run beside other runs that abort its batches: refuse it at once."""
+    """Why this run of an offsets pipeline must not plan, or None. Its batches
+    form a sequence: each run takes the next offsets after the last committed
+    batch, whatever its logical date. A backfill run would not read its data
+    interval, and would run beside other runs that abort its batches: refuse
+    it at once."""
     dag_run = context.get("dag_run")
     run_type = getattr(getattr(dag_run, "run_type", None), "value", getattr(dag_run, "run_type", None))
     if run_type != "backfill":
@@ -125,9 +136,25 @@ def backfill_refusal(pipeline: str, context) -> str | None:
     return (
         f"pipeline {pipeline!r} plans its batches as a sequence of offsets, not by data interval: this backfill run "
         f"({interval}) would read whatever comes next in Kafka, not the records of its interval, so it is refused "
-        "and nothing was read. Trigger ordinary runs to catch up (each takes the next batch); a backfill by data "
-        "interval needs interval batches, which onceflow does not offer yet."
+        "and nothing was read. Trigger ordinary runs to catch up (each takes the next batch), or declare "
+        "batches='interval' in the pipeline's spec (a new pipeline name) to backfill by data interval."
     )
+
+
+def run_interval(pipeline: str, context):
+    """The DAG run's data interval, for an interval pipeline; AirflowFailException if it has none."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from ..protocol.intervals import Interval
+
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None or end <= start:
+        raise AirflowFailException(
+            f"pipeline {pipeline!r} reads data intervals (batches='interval'), but run {context['run_id']} has none "
+            f"({start} to {end}): its DAG needs a schedule with data intervals (pipeline_dag gives a cron schedule "
+            "one), and a manual run must be triggered for a logical date. Nothing was read."
+        )
+    return Interval(int(start.timestamp() * 1000), int(end.timestamp() * 1000))
 
 
 class PlanBatchOperator(_BatchOperator):
@@ -140,8 +167,10 @@ class PlanBatchOperator(_BatchOperator):
     """
 
     def execute(self, context) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+        from airflow.sdk.exceptions import AirflowFailException
 
+        if self.pipeline.batches == INTERVAL:
+            return self._plan_interval(context)
         refusal = backfill_refusal(self.pipeline.name, context)
         if refusal:
             log.error(refusal)
@@ -149,14 +178,10 @@ class PlanBatchOperator(_BatchOperator):
         runtime = self.runtime(context)
         coordinator = runtime.coordinator
         run_id = context["run_id"]
-        params = {k: v for k, v in (context.get("params") or {}).items() if v is not None}
+        params = self._params(context)
         done = runtime.batch_of_run(run_id)
         if done is not None and done.state is BatchState.COMMITTED:
-            # A cleared or re-run committed run: say so in the task log (the
-            # skip reason alone does not always reach it), then skip the run.
-            message = f"batch {done.batch_id} of {self.pipeline.name} (this run's) is already committed: nothing to do"
-            log.info(message)
-            raise AirflowSkipException(message)
+            self._skip_committed(done.plan)
         runtime.check_outputs()
         with runtime.offset_source() as source:
             plan = coordinator.plan_next(source, runtime.plan_config(params), run_id=run_id)
@@ -167,6 +192,56 @@ class PlanBatchOperator(_BatchOperator):
             if previous is not None and previous.state is BatchState.COMMITTED:
                 runtime.after_commit(previous.plan)
         self.announce(context, runtime)  # what its recovery finished, if anything
+        return self._planned(plan)
+
+    def _plan_interval(self, context) -> dict[str, Any]:
+        """An interval pipeline's run: the batch of its data interval (``onceflow.interval_batches``)."""
+        from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
+
+        from ..protocol.errors import ConcurrentPlanError
+        from ..protocol.intervals import PlanMustWait, ReprocessRefused, interval_of
+        from ..sinks import reprocessing
+
+        interval = run_interval(self.pipeline.name, context)
+        runtime = self.runtime(context)
+        runtime.check_outputs()
+        params = self._params(context)
+        reprocess = functools.partial(reprocessing, self.pipeline) if params.get(REPLACE_COMMITTED) else None
+        try:
+            with runtime.offset_source() as source:
+                planned = runtime.interval_planner(params).plan(source, interval, context["run_id"], reprocess)
+        except (ReprocessRefused, ConcurrentPlanError) as refused:
+            log.error("%s", refused)
+            raise AirflowFailException(str(refused)) from None  # no retry: the outcome would be the same
+        except PlanMustWait as wait:
+            # Rescheduled, not retried: the task frees its worker slot and keeps its tries.
+            log.info("%s Looking again in %d s.", wait, INTERVAL_POKE.total_seconds())
+            raise AirflowRescheduleException(datetime.now(timezone.utc) + INTERVAL_POKE) from None
+        self.announce(context, runtime)  # what its recovery finished, if anything
+        if planned.already_committed:
+            runtime.after_commit(planned.plan)  # idempotent: finishes an aftermath a crash cut short
+            self._skip_committed(planned.plan, f"to replace its outputs, run it with {REPLACE_COMMITTED}=true")
+        replaces = planned.plan.params.get("replaces")
+        log.info("run %s reads interval %s%s", context["run_id"], interval_of(planned.plan),
+                 f", replacing committed batch {BatchId(replaces)} ({planned.plan.params['reprocessed']})" if replaces else "")
+        return self._planned(planned.plan)
+
+    @staticmethod
+    def _params(context) -> dict[str, Any]:
+        return {k: v for k, v in (context.get("params") or {}).items() if v is not None}
+
+    def _skip_committed(self, plan, hint: str = "") -> None:
+        """A cleared or re-run run whose batch is committed: say so in the task
+        log (the skip reason alone does not always reach it), then skip the run."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        message = f"batch {plan.batch_id} of {self.pipeline.name} (this run's) is already committed: nothing to do"
+        message += f" ({hint})" if hint else ""
+        log.info(message)
+        raise AirflowSkipException(message)
+
+    def _planned(self, plan) -> dict[str, Any]:
+        """The plan task's log line and XCom of the batch this run processes."""
         ranges = [r.to_dict() for r in plan.ranges]
         log.info(
             "batch %s of %s: %d records in %d partition ranges%s: %s",

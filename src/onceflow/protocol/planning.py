@@ -103,7 +103,7 @@ class StartPosition:
         return f"timestamp:{self.timestamp_ms}" if self.kind == "timestamp" else self.kind
 
 
-def no_transactional_ids(pipeline: str, sink: SinkPlan) -> tuple[str, ...]:
+def no_transactional_ids(pipeline: str, sink: SinkPlan, slot: int | None = None) -> tuple[str, ...]:
     """For sinks that write inside no transaction: nothing to fence."""
     return ()
 
@@ -114,10 +114,11 @@ class PlanConfig:
     sinks: tuple[SinkPlan, ...]
     start: StartPosition = StartPosition("earliest")
     max_records_per_partition: int | None = None
-    # (pipeline, sink plan) -> the transactional ids of the sink's splits, derived
-    # so that rollback can fence them even when a job died before voting. The
-    # sink's kind answers (onceflow.sinks); planning never asks which kind it is.
-    transactional_ids: Callable[[str, SinkPlan], tuple[str, ...]] = no_transactional_ids
+    # (pipeline, sink plan, slot) -> the transactional ids of the sink's splits,
+    # derived so that rollback can fence them even when a job died before voting
+    # (slot: None in an offsets pipeline, the batch's slot in an interval one).
+    # The sink's kind answers (onceflow.sinks); planning never asks which kind it is.
+    transactional_ids: Callable[..., tuple[str, ...]] = no_transactional_ids
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -137,17 +138,21 @@ class PlanConfig:
             raise ConfigurationError(f"sink names must be unique, got {names}")
 
 
-def _with_ids(pipeline: str, config: PlanConfig) -> tuple[SinkPlan, ...]:
-    return tuple(replace(s, transactional_ids=tuple(config.transactional_ids(pipeline, s))) for s in config.sinks)
+def with_ids(pipeline: str, config: PlanConfig, slot: int | None = None) -> tuple[SinkPlan, ...]:
+    """The config's sinks, each with the transactional ids its splits may use."""
+    # Without a slot, called as before slots existed (sink kinds of other packages may predate them).
+    ids = (lambda s: config.transactional_ids(pipeline, s)) if slot is None else (lambda s: config.transactional_ids(pipeline, s, slot))
+    return tuple(replace(s, transactional_ids=tuple(ids(s))) for s in config.sinks)
 
 
-def _check_not_lost(pipeline: str, seq: int, starts: Mapping[TopicPartition, int], source: OffsetSource) -> None:
+def check_not_lost(what: str, starts: Mapping[TopicPartition, int], source: OffsetSource) -> None:
+    """``what`` (a batch) must start at ``starts``: raise ``OffsetsLostError`` if retention deleted any of them."""
     earliest = source.earliest_offsets(list(starts))
     lost = {tp: (start, earliest[tp]) for tp, start in starts.items() if start < earliest[tp]}
     if lost:
         where = "; ".join(f"{tp.topic}[{tp.partition}] offsets {a}..{b - 1}" for tp, (a, b) in sorted(lost.items()))
         raise OffsetsLostError(
-            f"batch {BatchId(seq)} of pipeline {pipeline!r} must start at offsets the log no longer holds "
+            f"{what} must start at offsets the log no longer holds "
             f"(deleted by retention before onceflow read them): {where}. Those records are lost to this pipeline. "
             "Raise the topic's retention and either restore the records or, knowingly, start a new pipeline name "
             "from 'earliest'; onceflow never skips them silently.",
@@ -206,7 +211,7 @@ def next_plan(
     params = {**config.params, "start_position": str(config.start), "max_records_per_partition": config.max_records_per_partition}
     if run_id is not None:
         params["run_id"] = run_id
-    sinks = _with_ids(pipeline, config)
+    sinks = with_ids(pipeline, config)
     if previous is not None and previous_state is not None and not previous_state.terminal:
         raise PlanningError(
             f"batch {previous.batch_id} of pipeline {pipeline!r} is {previous_state.value}: run recovery "
@@ -219,7 +224,7 @@ def next_plan(
         params["topic_ids"] = ids
     if previous is not None and previous_state is BatchState.ABORTED:
         starts = {TopicPartition(r.topic, r.partition): r.start for r in previous.ranges}
-        _check_not_lost(pipeline, seq, starts, source)
+        check_not_lost(f"batch {BatchId(seq)} of pipeline {pipeline!r}", starts, source)
         ranges, why = _replay_ranges(previous, config.max_records_per_partition)
         if why:
             params["replanned"] = why
@@ -249,7 +254,7 @@ def next_plan(
             starts.update(source.last_stable_offsets(new))
         else:
             starts.update(source.offsets_for_timestamp(new, int(config.start.timestamp_ms or 0)))
-    _check_not_lost(pipeline, seq, starts, source)
+    check_not_lost(f"batch {BatchId(seq)} of pipeline {pipeline!r}", starts, source)
     stable = source.last_stable_offsets(current)
     limit = config.max_records_per_partition
     ranges = []

@@ -64,9 +64,10 @@ class SinkKind(Protocol):
     def asset_uri(self, sink: SinkSpec, warehouse: str) -> str:
         """The URI of the output's Airflow Asset [DAG parsing]."""
 
-    def transactional_ids(self, pipeline: str, sink: SinkPlan) -> tuple[str, ...]:
+    def transactional_ids(self, pipeline: str, sink: SinkPlan, slot: int | None = None) -> tuple[str, ...]:
         """The ids of the transactions the sink's splits may open, derived so that a
-        rollback can fence them even when the job died before voting; () if none [planning]."""
+        rollback can fence them even when the job died before voting; () if none. ``slot``:
+        the batch's slot in an interval pipeline, where batches run side by side [planning]."""
 
     def vote_lifetime(self, sink: SinkSpec) -> timedelta | None:
         """How long a pre-committed output stays committable (None: no bound) [DAG parsing:
@@ -79,6 +80,12 @@ class SinkKind(Protocol):
     def check(self, sink: SinkSpec, deployment: Deployment) -> None:
         """Fail fast, naming the setting and the fix, on a deployment this output
         cannot work with [plan task, before a batch is planned]."""
+
+    def reprocess(self, sink: SinkSpec) -> str | None:
+        """What a batch that reprocesses a committed interval does to this output:
+        ``"replaced"`` (the earlier batch's output is removed in the same commit) or
+        ``"republished"`` (published again beside it); None when it can do neither
+        safely, so reprocessing is refused [plan task of an interval pipeline]."""
 
     def participant(self, pipeline: PipelineSpec, sink: SinkSpec, deployment: Deployment) -> Participant:
         """The participant that verifies, commits and aborts the sink's batches [Airflow worker, Spark driver]."""
@@ -105,6 +112,24 @@ def sink_kind(name: str) -> SinkKind:
         raise ConfigurationError(f"sink kind {name!r} is not known: use one of {', '.join(kinds())}")
     module, _, attribute = location.partition(":")
     return getattr(importlib.import_module(module), attribute)
+
+
+def reprocessing(spec: PipelineSpec) -> dict[str, str]:
+    """What reprocessing a committed interval does to each output
+    (``SinkKind.reprocess``); ``ReprocessRefused`` names every output that
+    can neither retract its earlier batch nor safely publish it again."""
+    from ..protocol.intervals import ReprocessRefused
+
+    how = {s.name: sink_kind(s.kind).reprocess(s) for s in spec.sinks}
+    refused = [f"{s.name} ({s.kind}: {s.target})" for s in spec.sinks if how[s.name] is None]
+    if refused:
+        raise ReprocessRefused(
+            f"pipeline {spec.name!r}: a committed interval cannot be reprocessed, because {', '.join(refused)} "
+            "cannot take back what the interval's batch published there. Declare SinkSpec(republish=True) on such "
+            "an output if its consumers deduplicate by key (the records are then published again), or do not "
+            "replace committed intervals. Nothing was read."
+        )
+    return how
 
 
 def open_transactions_of(spec: PipelineSpec, votes: Mapping[str, Vote]) -> list[tuple[str, OpenTransaction]]:

@@ -22,8 +22,11 @@ class FilesKind:
     def asset_uri(self, sink, warehouse: str) -> str:
         return self.location(sink, warehouse)
 
-    def transactional_ids(self, pipeline: str, sink) -> tuple[str, ...]:
+    def transactional_ids(self, pipeline: str, sink, slot: int | None = None) -> tuple[str, ...]:
         return ()
+
+    def reprocess(self, sink) -> str:
+        return "replaced"  # the replacing batch's manifest names the batch it retracts (files.sink)
 
     def vote_lifetime(self, sink):
         return None  # staged files wait for the commit as long as it takes

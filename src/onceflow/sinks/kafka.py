@@ -45,8 +45,12 @@ class KafkaKind:
         # The Asset names the topic; a URI needs a host, and the cluster is a connection.
         return f"kafka://kafka/{sink.target}"
 
-    def transactional_ids(self, pipeline: str, sink) -> tuple[str, ...]:
-        return transactional_ids(pipeline, sink.name, sink.splits)
+    def transactional_ids(self, pipeline: str, sink, slot: int | None = None) -> tuple[str, ...]:
+        return transactional_ids(pipeline, sink.name, sink.splits, slot)
+
+    def reprocess(self, sink) -> str | None:
+        # Committed records cannot be taken back from a topic: only consumers that deduplicate can take them twice.
+        return "republished" if sink.republish else None
 
     def vote_lifetime(self, sink) -> timedelta:
         # The commit refuses a vote older than this fraction of the transaction's timeout.

@@ -92,6 +92,10 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
         sink_plan = plan.sink(sink.name)
         frame = outputs[sink.name].repartition(sink_plan.splits)
         job_options = {"pipeline": spec.name, "deployment": deployment, "sink": sink.name, "batch_seq": str(seq), "attempt": str(attempt)}
+        if plan.params.get("slot") is not None:  # an interval batch: its slot of transactional ids
+            job_options["slot"] = str(plan.params["slot"])
+        if plan.params.get("replaces"):  # a reprocessed interval: the committed batch it replaces
+            job_options["replaces"] = str(plan.params["replaces"])
         sink_kind(sink.kind).pre_commit(frame, sink, sink_plan, runtime.deployment, job_options)
         seconds[sink.name] = time.perf_counter() - started
         log.info("batch %s: %s pre-committed and voted in %.1f s", plan.batch_id, sink.name, seconds[sink.name])

@@ -65,6 +65,8 @@ class FilesWriteOptions:
     attempt: int
     storage_kind: str | None
     raw: Mapping[str, str]
+    # The committed batch this one replaces (a reprocessed interval), if any.
+    replaces: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "FilesWriteOptions":
@@ -81,7 +83,8 @@ class FilesWriteOptions:
                 ints[key] = int(opts[key])
             except ValueError:
                 raise ValueError(f"{FORMAT}: option {key}={opts[key]!r} is not an integer") from None
-        return cls(opts["sink"], opts["path"], ints["batch_seq"], ints["attempt"], opts.get("storage") or None, opts)
+        replaces = int(opts["replaces"]) if opts.get("replaces") else None
+        return cls(opts["sink"], opts["path"], ints["batch_seq"], ints["attempt"], opts.get("storage") or None, opts, replaces)
 
     def file_sink(self) -> FileSink:
         return FileSink(self.sink, self.path, storage_for(self.path, self.storage_kind, self.raw))
@@ -109,7 +112,8 @@ class StagedParquetWriter(DataSourceArrowWriter):
     def commit(self, messages: list[StagedFileMessage | None]) -> None:
         """Python worker, once per successful job: vote for exactly these attempts."""
         entries = [m.entry for m in messages if m is not None and m.entry is not None]
-        vote = self.options.file_sink().vote_for(self.options.batch_seq, self.options.attempt, entries)
+        vote = self.options.file_sink().vote_for(self.options.batch_seq, self.options.attempt, entries,
+                                                 replaces=self.options.replaces)
         record_vote(self.options.raw, vote)
 
     def abort(self, messages: list[StagedFileMessage | None]) -> None:

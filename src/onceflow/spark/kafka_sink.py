@@ -57,6 +57,7 @@ class KafkaWriteOptions:
     attempt: int
     transactional_ids: tuple[str, ...]
     transaction_timeout_ms: int
+    slot: int | None = None
 
     @property
     def batch_id(self) -> str:
@@ -72,6 +73,7 @@ class KafkaWriteOptions:
             opts["deployment"], opts["pipeline"], opts["sink"], opts["topic"], int(opts["batch_seq"]), int(opts["attempt"]),
             tuple(json.loads(opts["transactional_ids"])),
             int(opts.get("transaction_timeout_ms", 900_000)),
+            int(opts["slot"]) if opts.get("slot") else None,
         )
 
 
@@ -102,6 +104,7 @@ class KafkaSplitWriter(DataSourceArrowWriter):
             staged_uri(deployment.warehouse, opts.pipeline, opts.sink, opts.batch_id, split, attempt_tag),
             storage=deployment.storage(),
             producer_overrides={"transaction.timeout.ms": opts.transaction_timeout_ms},
+            slot=opts.slot,
         )
         if writer.txn_id != opts.transactional_ids[split]:
             raise ValueError(

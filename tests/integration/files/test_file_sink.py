@@ -171,3 +171,30 @@ def test_a_zombie_file_staged_after_promotion_is_never_published(sink_root, arme
     assert sink.commit(vote).outcome is Outcome.DONE
     assert zombie.name not in storage.list_dir(layout.batch_dir(uri, SEQ))
     assert read_committed(uri, storage).num_rows == 8
+
+
+def test_a_replacing_batch_takes_the_place_of_the_one_it_names_and_readers_never_see_both(sink_root, armed):
+    """A reprocessed interval: batch SEQ + 1 replaces committed batch SEQ. Readers switch
+    from one to the other at the new manifest, also when the commit dies right after
+    writing it; the commit run again removes the old batch."""
+    uri, storage = sink_root
+    sink = FileSink("counts", uri, storage)
+    old, _ = staged_vote(sink)
+    assert sink.commit(old).outcome is Outcome.DONE
+    assert read_committed(uri, storage).num_rows == 8
+
+    new_seq = SEQ + 1
+    entries = [write_staged_parquet(rows(split, 4), sink.staging_uri(new_seq, 1), split, storage) for split in (0, 1)]
+    replacing = sink.vote_for(new_seq, 1, entries, replaces=SEQ)
+    assert read_committed(uri, storage).num_rows == 8  # staged: the old batch is still the committed one
+    armed("files.commit.before_retract", "raise")
+    first = sink.commit(replacing)
+    assert first.outcome is Outcome.FAILED and "files.commit.before_retract" in first.detail
+    assert storage.read_bytes(layout.manifest_path(uri, SEQ)) is not None  # the old batch is still there...
+    assert [m.batch_seq for m in committed_manifests(uri, storage)] == [new_seq]  # ...but no reader sees it
+    assert read_committed(uri, storage).num_rows == 8 and set(read_committed(uri, storage)["i"].to_pylist()) == {0, 1, 2, 3}
+
+    again = sink.commit(replacing)
+    assert again.outcome is Outcome.ALREADY_DONE, again.detail
+    assert storage.list_dir(layout.batch_dir(uri, SEQ)) == {}  # the replaced batch is gone, manifest and files
+    assert [m.replaces for m in committed_manifests(uri, storage)] == [SEQ]

@@ -14,7 +14,7 @@ import pytest
 
 from onceflow_devkit.airflow_env import onceflow_airflow
 from onceflow.kafka.admin import ensure_topics
-from onceflow_examples.clickstream import CLICKSTREAM
+from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
 from onceflow.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.services.kafka_broker import start_broker
@@ -82,10 +82,11 @@ class ClickstreamWorld:
 
 @contextmanager
 def broker_with_topics():
-    """A fresh broker with the clickstream's topics, stopped on exit."""
+    """A fresh broker with the clickstream pipelines' topics, stopped on exit."""
     proc = ManagedProcess(f"e2e-kafka-{uuid.uuid4().hex[:6]}", TEST_HOME / f"e2e-{uuid.uuid4().hex[:6]}").reset()
     broker = start_broker("noida", proc, die_with_parent=True)
-    ensure_topics(broker.config(), ["clicks", *(s.target for s in CLICKSTREAM.sinks if s.kind == "kafka")])
+    outputs = [s.target for spec in (CLICKSTREAM, CLICKSTREAM_HOURLY) for s in spec.sinks if s.kind == "kafka"]
+    ensure_topics(broker.config(), ["clicks", *outputs])
     try:
         yield broker
     finally:

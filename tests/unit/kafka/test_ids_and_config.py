@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from onceflow.kafka.config import REDACTED, RECEIVE_MESSAGE_MAX_BYTES, consumer_config, kafka_python_config, producer_config, redact
-from onceflow.kafka.ids import repair_id, transactional_id, transactional_ids
+from onceflow.kafka.ids import is_split_id, repair_id, transactional_id, transactional_ids
 from onceflow.kafka.txn_protocol import ACTIONS, CONNECTION_CLOSED, Action, classify
 from onceflow.settings import ConfigurationError
 
@@ -24,6 +24,19 @@ def test_transactional_id_is_derived_from_pipeline_sink_and_split():
     assert transactional_id("clicks", "enriched", 3) == transactional_id("clicks", "enriched", 3)
     assert transactional_ids("clicks", "out", 3) == tuple(transactional_id("clicks", "out", i) for i in range(3))
     assert repair_id(transactional_id("a", "b", 0)) == "onceflow.a.b.0.repair"
+
+
+def test_an_interval_batch_uses_its_slots_ids_and_they_still_belong_to_their_split():
+    assert transactional_id("clicks", "enriched", 1, slot=7) == "onceflow.clicks.enriched.slot7.1"
+    assert transactional_ids("clicks", "out", 2, slot=0) == ("onceflow.clicks.out.slot0.0", "onceflow.clicks.out.slot0.1")
+    assert len({transactional_id("p", "s", i, slot) for i in range(3) for slot in (None, 0, 1, 2)}) == 12
+    for slot in (None, 0, 12):
+        assert is_split_id(transactional_id("p", "s", 1, slot), "p", "s", 1)
+        assert not is_split_id(transactional_id("p", "s", 1, slot), "p", "s", 0)
+        assert not is_split_id(transactional_id("p", "s", 1, slot), "p", "t", 1)
+    assert not is_split_id("onceflow.p.s.slotx.1", "p", "s", 1) and not is_split_id("onceflow.p.s.1.repair", "p", "s", 1)
+    with pytest.raises(ValueError):
+        transactional_id("p", "s", 0, slot=-1)
 
 
 def test_two_pipelines_never_share_an_id():

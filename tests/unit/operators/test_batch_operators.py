@@ -28,3 +28,19 @@ def test_a_commit_without_a_planned_batch_asks_to_clear_the_whole_run():
 
 def test_the_planned_batch_comes_from_the_plan_task():
     assert operator().planned_seq({"ti": TaskInstance({"batch_seq": 7, "batch_id": "0000000007"})}) == 7
+
+
+def test_an_interval_run_reads_its_data_interval_and_a_run_without_one_fails_saying_why():
+    from datetime import datetime, timezone
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from onceflow.operators.batch import run_interval
+    from onceflow.protocol.intervals import Interval
+
+    start, end = datetime(2026, 11, 1, 3, tzinfo=timezone.utc), datetime(2026, 11, 1, 4, tzinfo=timezone.utc)
+    context = {"run_id": "backfill__2026-11-01T03:00:00+00:00", "data_interval_start": start, "data_interval_end": end}
+    assert run_interval("orders", context) == Interval(1_793_502_000_000, 1_793_505_600_000)
+    assert str(run_interval("orders", context)) == "2026-11-01T03:00:00Z/2026-11-01T04:00:00Z"
+    with pytest.raises(AirflowFailException, match=r"run manual__1 has none .* a schedule with data intervals"):
+        run_interval("orders", {"run_id": "manual__1", "data_interval_start": start, "data_interval_end": start})

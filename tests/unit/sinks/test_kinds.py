@@ -16,3 +16,20 @@ def test_a_transaction_timeout_above_the_brokers_maximum_fails_before_planning_n
     with pytest.raises(ConfigurationError, match=r"sink 'out': transaction_timeout_ms=900000 is above the brokers' "
                                                  r"transaction.max.timeout.ms=600000: lower .* to at most 600000"):
         check_transaction_timeout(sink, "600000")
+
+
+def test_reprocessing_replaces_files_republishes_declared_kafka_outputs_and_refuses_the_others():
+    import dataclasses
+
+    from onceflow.protocol.intervals import ReprocessRefused
+    from onceflow.sinks import reprocessing
+    from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
+
+    assert reprocessing(CLICKSTREAM_HOURLY) == {
+        "page_minute_counts": "replaced", "clicks_enriched": "republished", "clicks_dead_letter": "republished"}
+    enriched, dead_letters = CLICKSTREAM_HOURLY.sinks[1:]
+    strict = dataclasses.replace(CLICKSTREAM_HOURLY, sinks=(
+        CLICKSTREAM_HOURLY.sinks[0], enriched, dataclasses.replace(dead_letters, republish=False)))
+    with pytest.raises(ReprocessRefused, match=r"because clicks_dead_letter \(kafka: clicks_hourly_dead_letter\) cannot "
+                       r"take back .* SinkSpec\(republish=True\) .* Nothing was read"):
+        reprocessing(strict)

@@ -73,3 +73,28 @@ def test_dead_letters_are_the_records_of_the_outputs_the_spec_marks_so():
     marked = PipelineSpec("p", ("in",), "m:f", (SinkSpec("out", "kafka", "out"), SinkSpec("errors", "kafka", "e", dead_letter=True)))
     assert dead_letters(row, marked) == 10
     assert dead_letters(row, SPEC) is None  # no output is marked: the page shows "-", not 0
+
+
+def test_an_interval_batch_shows_its_data_interval_and_the_batch_it_replaces(tmp_path):
+    from onceflow.interval_batches import IntervalPlanner
+    from onceflow.ledger.storage import open_ledger_storage
+    from onceflow.protocol.intervals import Interval
+    from onceflow.status import format_rows
+    from onceflow.ui.overview import page_row
+    from tests.doubles.helpers import config, prepare_all
+
+    hour = 3_600_000
+    coord, _world, parts = world_coordinator(open_ledger_storage(str(tmp_path)))
+    planner = IntervalPlanner(coord, config(), grace_ms=0, pool=4)
+    src = source(500, 500)  # record i of each partition is stamped 1000 + 10 * i
+    interval = Interval(1000, 1000 + hour)
+    for replace in (None, lambda: {"files": "replaced", "events": "republished"}):
+        plan = planner.plan(src, interval, run_id="backfill__1970-01-01T01:00:00+00:00", reprocess=replace).plan
+        prepare_all(coord, parts, plan)
+        coord.commit(plan.batch_seq)
+    row = page_row(coord.describe(plan.batch_seq), SPEC, now=START)
+    assert (row["interval"], row["replaces"]) == ("1970-01-01T00:00:01Z/1970-01-01T01:00:01Z", 1)
+    html = render("run.html", view={"dag_id": "p", "batch": row}, run_id=row["run_id"])
+    assert "1970-01-01T00:00:01Z/1970-01-01T01:00:01Z" in html and "replaces 0000000001" in html
+    assert "interval: 1970-01-01T00:00:01Z/1970-01-01T01:00:01Z" in format_rows([row])
+    assert "replaces 0000000001: {'events': 'republished', 'files': 'replaced'}" in format_rows([row])

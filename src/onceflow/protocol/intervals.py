@@ -1,0 +1,238 @@
+"""Interval batches: a DAG run's batch is the records of its data interval.
+
+For a pipeline declared with ``batches="interval"``, the batch of the run
+whose data interval is ``[a, b)`` reads, per input partition, the offsets
+``[B(a), B(b))``, where the *boundary* ``B(t)`` is the first offset whose
+record is stamped at or after ``t`` (Kafka's ListOffsets by timestamp).
+
+The tiling invariant (I8): per partition, the committed intervals cover the
+log between their boundaries without gap or overlap, whatever order and
+however concurrently they are planned. It rests on two rules:
+
+- each boundary is resolved once and written to the ledger with
+  create-if-absent (``boundaries/<t>.json``); both neighbouring intervals
+  read that one record, so they meet exactly;
+- boundaries are monotonic in ``t``. ``B(t)`` as Kafka answers it is (a
+  record stamped >= t' >= t is also stamped >= t); only a boundary fixed by
+  the grace period (no record at or after ``t`` yet: the last stable offset)
+  could lie above a later one, so a boundary is resolved no higher than the
+  nearest boundary already recorded after it (``later``).
+
+A late record (stamped in an interval whose end boundary is already fixed)
+is at an offset after that boundary: it belongs to the interval whose
+boundaries enclose its offset, exactly one.
+
+An interval is planned only once it is *closed*: every partition has a
+committed record at or after its end (its end boundary can no longer move),
+or ``grace_ms`` has passed since its end, or a later boundary is recorded.
+Pure: an ``OffsetSource`` gives the log, the caller gives the ledger's
+records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Mapping, Sequence
+
+from .batch_id import BatchId
+from .plan import OffsetRange, Plan, SinkPlan
+from .planning import OffsetSource, OffsetsLostError, PlanningError, TopicPartition, check_not_lost
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, order=True)
+class Interval:
+    """A data interval ``[start_ms, end_ms)``, epoch milliseconds."""
+
+    start_ms: int
+    end_ms: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start_ms < self.end_ms:
+            raise ValueError(f"a data interval must end after it starts, got [{self.start_ms}, {self.end_ms}) ms")
+
+    def __str__(self) -> str:
+        return f"{iso(self.start_ms)}/{iso(self.end_ms)}"
+
+    @property
+    def key(self) -> str:
+        """Its ledger path segment; sorts by start."""
+        return f"{self.start_ms:015d}-{self.end_ms:015d}"
+
+    def to_dict(self) -> dict[str, int]:
+        return {"start_ms": self.start_ms, "end_ms": self.end_ms}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "Interval":
+        return cls(int(raw["start_ms"]), int(raw["end_ms"]))
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Where instant ``instant_ms`` falls in each input partition, fixed once.
+
+    ``how`` says why each offset is where it is: ``record`` (the first record
+    stamped at or after the instant), ``grace`` (none yet when the grace
+    period ended: the last stable offset then), ``later`` (held down to a
+    boundary already recorded after it). A partition missing from
+    ``offsets`` joined the pipeline after the boundary was fixed: it starts
+    at its first record (offset 0)."""
+
+    instant_ms: int
+    offsets: Mapping[TopicPartition, int]
+    how: Mapping[TopicPartition, str] = field(default_factory=dict)
+    resolved_at_ms: int = 0
+
+    def offset(self, tp: TopicPartition) -> int:
+        return self.offsets.get(tp, 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instant_ms": self.instant_ms,
+            "partitions": [
+                {"topic": tp.topic, "partition": tp.partition, "offset": offset, "how": self.how.get(tp, "record")}
+                for tp, offset in sorted(self.offsets.items())
+            ],
+            "resolved_at_ms": self.resolved_at_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "Boundary":
+        rows = [(TopicPartition(str(r["topic"]), int(r["partition"])), r) for r in raw["partitions"]]
+        return cls(
+            int(raw["instant_ms"]),
+            {tp: int(r["offset"]) for tp, r in rows},
+            {tp: str(r.get("how", "record")) for tp, r in rows},
+            int(raw.get("resolved_at_ms", 0)),
+        )
+
+
+class PlanMustWait(PlanningError):
+    """The batch cannot be planned yet, and will be later: wait, then plan again."""
+
+
+class IntervalNotClosed(PlanMustWait):
+    """The interval's end can still move: the plan must wait (never guess)."""
+
+    def __init__(self, message: str, waiting: Sequence[TopicPartition], grace_ends_ms: int):
+        super().__init__(message)
+        self.waiting = tuple(waiting)
+        self.grace_ends_ms = grace_ends_ms
+
+
+class SlotBusy(PlanMustWait):
+    """Every slot of transactional ids is held by a batch in flight."""
+
+
+class ReprocessRefused(PlanningError):
+    """A committed interval was asked to be reprocessed into an output that can
+    neither retract nor safely publish again what it already holds."""
+
+
+def resolve_boundary(
+    instant_ms: int,
+    partitions: Sequence[TopicPartition],
+    source: OffsetSource,
+    *,
+    later: Boundary | None,
+    now_ms: int,
+    grace_ms: int,
+    what: str,
+) -> Boundary:
+    """The boundary at ``instant_ms``, to be recorded once (see the module doc).
+
+    Raises ``IntervalNotClosed`` while a partition has no committed record
+    stamped at or after the instant, the grace period is running and no
+    later boundary is recorded. ``what`` names the interval for messages."""
+    stable = source.last_stable_offsets(partitions)
+    first = source.offsets_for_timestamp(partitions, instant_ms)  # the last stable offset where none is
+    offsets, how = {}, {}
+    waiting = []
+    for tp in partitions:
+        found = first[tp] < stable[tp]
+        if later is not None and (not found or first[tp] > later.offset(tp)):
+            offsets[tp], how[tp] = later.offset(tp), "later"
+        elif found:
+            offsets[tp], how[tp] = first[tp], "record"
+        else:
+            offsets[tp], how[tp] = stable[tp], "grace"
+            waiting.append(tp)
+    grace_ends = instant_ms + grace_ms
+    if waiting and now_ms < grace_ends:
+        names = ", ".join(f"{tp.topic}[{tp.partition}] (last stable offset {stable[tp]})" for tp in waiting)
+        raise IntervalNotClosed(
+            f"{what} is not closed yet: no committed record stamped at or after {iso(instant_ms)} in {names}, so records "
+            f"of the interval may still arrive. Waiting for one, or for the grace period to end at {iso(grace_ends)} "
+            "(interval_grace_s).",
+            waiting,
+            grace_ends,
+        )
+    return Boundary(instant_ms, offsets, how, now_ms)
+
+
+def interval_plan(
+    *,
+    pipeline: str,
+    seq: int,
+    interval: Interval,
+    start: Boundary,
+    end: Boundary,
+    partitions: Sequence[TopicPartition],
+    source: OffsetSource,
+    sinks: Sequence[SinkPlan],
+    now_ms: int,
+    params: Mapping[str, Any],
+) -> Plan:
+    """The plan of batch ``seq``: the records of ``interval``, ``[B(start), B(end))`` per partition."""
+    ranges = []
+    for tp in sorted(partitions):
+        a, b = start.offset(tp), end.offset(tp)
+        if b < a:
+            raise PlanningError(
+                f"cannot plan interval {interval} of pipeline {pipeline!r}: its boundaries in {tp.topic}[{tp.partition}] "
+                f"are out of order ({a} at {iso(start.instant_ms)}, {b} at {iso(end.instant_ms)}). The ledger's "
+                "boundaries were edited or the topic was recreated; restore them, or start a new pipeline name."
+            )
+        ranges.append(OffsetRange(tp.topic, tp.partition, a, b))
+    check_not_lost(
+        f"interval {interval} (batch {BatchId(seq)}) of pipeline {pipeline!r}",
+        {TopicPartition(r.topic, r.partition): r.start for r in ranges if r.size},
+        source,
+    )
+    return Plan(
+        pipeline, seq, tuple(ranges), tuple(sinks), now_ms, replay_of=None,
+        params={**params, "interval": interval.to_dict(), "backlog": sum(r.size for r in ranges)},
+    )
+
+
+def interval_of(plan: Plan) -> Interval | None:
+    """The data interval a batch reads; None for a batch of an offsets pipeline."""
+    raw = plan.params.get("interval")
+    return Interval.from_dict(raw) if raw else None
+
+
+def slot_of(seq: int, pool: int) -> int:
+    """The slot of transactional ids batch ``seq`` uses. Batches ``seq`` and
+    ``seq - pool`` share one: a batch is planned only once the one before it
+    in its slot is finished, so no two batches in flight share an id."""
+    return seq % pool
+
+
+__all__ = [
+    "Boundary",
+    "Interval",
+    "IntervalNotClosed",
+    "OffsetsLostError",
+    "PlanMustWait",
+    "ReprocessRefused",
+    "SlotBusy",
+    "interval_of",
+    "interval_plan",
+    "iso",
+    "resolve_boundary",
+    "slot_of",
+]

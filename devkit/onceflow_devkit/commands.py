@@ -80,7 +80,7 @@ def _chaos(args: argparse.Namespace) -> int:
     warehouses = WAREHOUSES if args.warehouse == "all" else (args.warehouse,)
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (lambda text: print(text, flush=True))
     results = run_matrix(args.batches, args.seed, brokers, warehouses, say=say,
-                         records_per_partition=args.records_per_partition)
+                         records_per_partition=args.records_per_partition, mode=args.mode)
     total = combined(results)
     if args.json:
         print(json.dumps(total, indent=2))
@@ -135,6 +135,9 @@ def add_commands(sub) -> None:
     chaos.add_argument("--warehouse", choices=["file", "s3", "all"], default="file",
                        help="file: a local directory; s3: the embedded S3 behind a fault-injecting proxy")
     chaos.add_argument("--records-per-partition", type=int, default=100, help="input records per partition and batch")
+    chaos.add_argument("--mode", choices=["offsets", "backfill"], default="offsets",
+                       help="offsets: the clickstream DAG, run after run; backfill: faulted runs of the hourly interval "
+                       "pipeline, one hour each, then Airflow backfills of every hour, three at a time")
     chaos.add_argument("--json", action="store_true", help="figures as JSON on stdout (progress on stderr)")
     chaos.set_defaults(func=_chaos)
 

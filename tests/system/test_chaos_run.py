@@ -41,3 +41,14 @@ def test_chaos_on_every_broker_and_warehouse_loses_and_duplicates_nothing(tmp_pa
     figures = run_chaos(ChaosOptions(len(kinds), seed=7, broker=broker, warehouse=warehouse, kinds=kinds,
                                      records_per_partition=50, home=tmp_path / "chaos"))
     _assert_exactly_once(figures, min_faulted=len(kinds) - 3)
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_chaos_in_backfill_mode_loses_and_duplicates_nothing_and_the_hours_tile_the_log(tmp_path):
+    kinds = (schedule.POINT_CRASH, schedule.KILL_SPARK_SUBMIT, schedule.BROKER_RESTART, schedule.BROKER_FENCE)
+    figures = run_chaos(ChaosOptions(4, seed=8, broker="noida", warehouse="file", kinds=kinds, mode="backfill",
+                                     records_per_partition=50, home=tmp_path / "chaos"))
+    _assert_exactly_once(figures, min_faulted=3)
+    assert figures.drain_runs >= 1  # at least one backfill of every hour ran (committed hours as no-ops)

@@ -53,6 +53,7 @@ class ChaosFigures:
     warehouse: str
     seed: int
     sequence: list[Fault]
+    mode: str = "offsets"  # "backfill": faulted runs of the hourly interval pipeline, drained by a backfill
     runs: list[BatchRun] = field(default_factory=list)
     drain_runs: int = 0
     ledger: LedgerFigures = field(default_factory=LedgerFigures)
@@ -93,7 +94,7 @@ class ChaosFigures:
     def reproduce(self) -> str:
         return (
             f"onceflow chaos --batches {len(self.sequence)} --seed {self.seed} --broker {self.broker} "
-            f"--warehouse {self.warehouse}"
+            f"--warehouse {self.warehouse}" + (f" --mode {self.mode}" if self.mode != "offsets" else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,6 +102,7 @@ class ChaosFigures:
             "ok": self.ok,
             "broker": self.broker,
             "warehouse": self.warehouse,
+            "mode": self.mode,
             "seed": self.seed,
             "batches_run": len(self.runs),
             "faulted_batches": self.faulted_batches,
@@ -132,7 +134,7 @@ class ChaosFigures:
 
     def summary(self) -> str:
         lines = [
-            f"chaos {self.broker} / {self.warehouse} (seed {self.seed}): {'OK' if self.ok else 'FAILED'} in {self.wall_time_s:.0f} s",
+            f"chaos {self.broker} / {self.warehouse} / {self.mode} (seed {self.seed}): {'OK' if self.ok else 'FAILED'} in {self.wall_time_s:.0f} s",
             f"  batches run {len(self.runs)}, faulted {self.faulted_batches}; drain runs {self.drain_runs}",
             f"  faults injected {self.injected_by_kind}",
             f"  faults missed   {self.missed_by_kind}",

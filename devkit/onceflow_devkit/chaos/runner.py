@@ -8,6 +8,13 @@ Runs in the caller's process (``onceflow chaos``, a test). Call sequence::
     -> drain: fault-free runs until every input record is in a committed batch
     -> audit every output -> ChaosFigures
 
+Two modes. ``offsets``: the clickstream DAG, each run the next offsets.
+``backfill``: the hourly interval pipeline (``clickstream_hourly``), input
+stamped over one hour per faulted batch; faulted run n is a manual run of
+hour n, and the drain is Airflow backfills of every hour, three at a time
+(committed hours are no-ops, aborted ones replay), so the audit also checks
+that the intervals tile the log (I8).
+
 Nothing here decides whether exactly-once held except the audit: it reads the
 input topic and every real output (Parquet, both Kafka topics) and counts
 each input record in each.
@@ -30,6 +37,9 @@ from onceflow_devkit.chaos.figures import BatchRun, ChaosFigures, LedgerFigures
 from onceflow_devkit.chaos.injectors import Injection, RunTarget, inject
 
 DAG_ID = "clickstream_exactly_once"
+HOURLY_DAG_ID = "clickstream_hourly"
+MODES = ("offsets", "backfill")
+HOUR_MS = 3_600_000
 WAREHOUSES = ("file", "s3")
 S3_BUCKET = "chaos-warehouse"
 MALFORMED_RATIO = 0.1
@@ -47,6 +57,7 @@ class ChaosOptions:
     run_timeout_s: float = 900.0
     kinds: tuple[str, ...] | None = None  # default: every kind the warehouse allows
     home: Path | None = None
+    mode: str = "offsets"              # or "backfill" (see the module doc)
 
     def check(self) -> None:
         from onceflow_devkit.services.kafka_broker import BROKERS
@@ -55,6 +66,8 @@ class ChaosOptions:
             raise ConfigurationError(f"--batches must be at least 1, got {self.batches}")
         if self.broker not in BROKERS:
             raise ConfigurationError(f"--broker {self.broker!r}: choose one of {', '.join(BROKERS)}")
+        if self.mode not in MODES:
+            raise ConfigurationError(f"--mode {self.mode!r}: choose one of {', '.join(MODES)}")
         if self.warehouse not in WAREHOUSES:
             raise ConfigurationError(f"--warehouse {self.warehouse!r}: choose one of {', '.join(WAREHOUSES)}")
         unknown = set(self.kinds or ()) - set(schedule.ALL_KINDS)
@@ -101,11 +114,15 @@ class _Run:
         self.proxy = None
         self.stack = None
         self.airflow = None
+        self.backfill = options.mode == "backfill"
+        self.dag_id = HOURLY_DAG_ID if self.backfill else DAG_ID
+        # Backfill mode: hour n of the input is [first_hour + n h, first_hour + (n + 1) h).
+        self.first_hour = (int(time.time() * 1000) // HOUR_MS - options.batches - 1) * HOUR_MS
 
     def up(self) -> None:
         from onceflow_devkit.airflow_env import onceflow_airflow
         from onceflow.kafka.admin import ensure_topics
-        from onceflow_examples.clickstream import CLICKSTREAM
+        from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY
         from onceflow.runtime import Deployment, PipelineRuntime
         from onceflow_devkit.services.s3 import S3Endpoint
         from onceflow_devkit.services.stack import EmbeddedStack
@@ -130,8 +147,9 @@ class _Run:
         else:
             self.warehouse = f"file://{self.home / 'warehouse'}"
         # The harness reads S3 directly: audits must not depend on the proxy's luck.
-        self.runtime = PipelineRuntime(CLICKSTREAM, Deployment(self.warehouse, info.kafka, info.s3 if clients_s3 else None))
-        ensure_topics(info.kafka.config(), ["clicks", *(s.target for s in CLICKSTREAM.sinks if s.kind == "kafka")], partitions=2)
+        spec = CLICKSTREAM_HOURLY if self.backfill else CLICKSTREAM
+        self.runtime = PipelineRuntime(spec, Deployment(self.warehouse, info.kafka, info.s3 if clients_s3 else None))
+        ensure_topics(info.kafka.config(), ["clicks", *(s.target for s in spec.sinks if s.kind == "kafka")], partitions=2)
         self.fired_log = self.home / "faults-fired.log"
         self.airflow = onceflow_airflow(
             self.home / "airflow", info.kafka, self.warehouse, clients_s3,
@@ -148,7 +166,34 @@ class _Run:
         from onceflow_examples.clickstream_data import generate, produce
 
         total = self.options.batches * 2 * self.options.records_per_partition
-        return produce(self.info.kafka.config(), "clicks", generate(total, seed=self.options.seed, malformed_ratio=MALFORMED_RATIO))
+        events = generate(total, seed=self.options.seed, malformed_ratio=MALFORMED_RATIO)
+        if not self.backfill:
+            return produce(self.info.kafka.config(), "clicks", events)
+        # Evenly over the hours, then two records stamped two days ahead: every hour of
+        # the run is closed at once, and none the scheduler starts holds a record.
+        stamps = [self.first_hour + i * (self.options.batches * HOUR_MS // total) for i in range(total)]
+        produced = produce(self.info.kafka.config(), "clicks", events, timestamps=stamps)
+        ahead = int(time.time() * 1000) + 48 * HOUR_MS
+        produce(self.info.kafka.config(), "clicks", generate(2, seed=-1), timestamps=[ahead, ahead])
+        return produced
+
+    def hour(self, n: int) -> str:
+        """An instant inside the hour after hour ``n``: a manual run's logical date that reads hour ``n``."""
+        from datetime import datetime, timezone
+
+        return datetime.fromtimestamp((self.first_hour + (n + 1) * HOUR_MS + HOUR_MS // 2) / 1000, tz=timezone.utc).isoformat()
+
+    def drain_backfill(self, api) -> str:
+        """One backfill of every hour, three at a time; its runs' states, counted."""
+        from collections import Counter
+        from datetime import datetime, timezone
+
+        first = datetime.fromtimestamp(self.first_hour / 1000, tz=timezone.utc).isoformat()
+        last = datetime.fromtimestamp((self.first_hour + (self.options.batches - 1) * HOUR_MS) / 1000, tz=timezone.utc).isoformat()
+        backfill = api.create_backfill(self.dag_id, first, last, max_active_runs=3, reprocess_behavior="failed")
+        api.wait_for_backfill(backfill["id"], timeout=self.options.run_timeout_s * 2)
+        states = Counter(run["state"] for run in api.runs(self.dag_id, run_type="backfill"))
+        return ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
 
     def down(self) -> None:
         if self.airflow is not None:
@@ -159,16 +204,17 @@ class _Run:
             self.stack.down()
 
     def run_batch(self, api, n: int, fault: schedule.Fault | None, records_per_partition: int) -> tuple[str, str, Injection | None, float]:
-        conf = {"max_records_per_partition": records_per_partition}
+        conf = {} if self.backfill else {"max_records_per_partition": records_per_partition}
         if fault is not None and fault.run_param:
             conf[faults.RUN_PARAM] = fault.run_param
         finished = threading.Event()
         started = time.monotonic()
-        run_id = api.trigger(DAG_ID, conf=conf)
+        run_id = api.trigger(self.dag_id, conf=conf, logical_date=self.hour(n - 1) if self.backfill else None)
         result: list[Injection] = []
         thread = None
         if fault is not None:
-            target = RunTarget(api, DAG_ID, run_id, self.airflow, self.stack, self.runtime, self.proxy, self.fired_log, finished, started)
+            target = RunTarget(api, self.dag_id, run_id, self.airflow, self.stack, self.runtime, self.proxy, self.fired_log,
+                               finished, started)
 
             def work() -> None:
                 try:
@@ -179,7 +225,7 @@ class _Run:
             thread = threading.Thread(target=work, name=f"chaos-{n}", daemon=True)
             thread.start()
         try:
-            state = api.wait_for_run(DAG_ID, run_id, timeout=self.options.run_timeout_s)
+            state = api.wait_for_run(self.dag_id, run_id, timeout=self.options.run_timeout_s)
         except Exception as exc:
             state = f"stuck ({exc})"
         finally:
@@ -201,7 +247,7 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
     began = time.monotonic()
     kinds = options.kinds or schedule.kinds_for(options.warehouse == "s3")
     sequence = schedule.fault_sequence(options.seed, options.batches, kinds)
-    figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence)
+    figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode)
     world = _Run(options, say)
     try:
         world.up()
@@ -209,8 +255,8 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
         say(f"[chaos]   {options.broker} / {world.warehouse}: {figures.records_in} input records, "
             f"{options.batches} faulted batches, seed {options.seed}; state in {world.home}")
         with world.airflow.api() as api:
-            api.wait_for_dag(DAG_ID, timeout=300)
-            api.unpause(DAG_ID)
+            api.wait_for_dag(world.dag_id, timeout=300)
+            api.unpause(world.dag_id)
             for n, fault in enumerate(sequence, 1):
                 run_id, state, injection, seconds = world.run_batch(api, n, fault, options.records_per_partition)
                 batch = world.runtime.batch_of_run(run_id)
@@ -223,11 +269,17 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
                     break
             # Drain: everything produced must end up committed, or it counts as missing.
             while not figures.failures and figures.drain_runs < MAX_DRAIN_RUNS:
-                if _committed_input(world.runtime.coordinator) >= figures.records_in:
+                # Backfill mode drains with at least one backfill: its committed hours must be no-ops.
+                if _committed_input(world.runtime.coordinator) >= figures.records_in and not (world.backfill and not figures.drain_runs):
                     break
                 figures.drain_runs += 1
-                run_id, state, _, seconds = world.run_batch(api, 0, None, DRAIN_RECORDS_PER_PARTITION)
-                say(f"[chaos]   drain run {figures.drain_runs}: {state} in {seconds:.0f} s")
+                started = time.monotonic()
+                if world.backfill:
+                    state = world.drain_backfill(api)
+                else:
+                    _, state, _, _ = world.run_batch(api, 0, None, DRAIN_RECORDS_PER_PARTITION)
+                say(f"[chaos]   drain {'backfill' if world.backfill else 'run'} {figures.drain_runs}: {state} "
+                    f"in {time.monotonic() - started:.0f} s")
         figures.ledger = _ledger_figures(world.runtime.coordinator)
         report = audit_clickstream(world.runtime, hides_aborted=HIDES_ABORTED_RECORDS in world.info.kafka.capabilities)
         figures.audit_summary = report.summary()

@@ -28,6 +28,8 @@ from onceflow_devkit.local_airflow.errors import AirflowHarnessError
 
 FINISHED_RUN_STATES = frozenset({"success", "failed"})
 TRIGGER_TIMEOUT_S = 120.0
+# The scheduler marks a backfill left empty by a refused creation complete after 2 minutes.
+BACKFILL_CREATE_TIMEOUT_S = 300.0
 T = TypeVar("T")
 
 
@@ -156,10 +158,19 @@ class AirflowApi:
         """``POST /api/v2/backfills`` (what ``airflow backfill create`` and the UI's dialog do);
         ``options``: max_active_runs, reprocess_behavior, run_backwards, dag_run_conf."""
         body = {"dag_id": dag_id, "from_date": from_date, "to_date": to_date, **options}
-        deadline = time.monotonic() + TRIGGER_TIMEOUT_S
-        # SQLite (the harness's metadata DB) refuses with 503 while the scheduler holds its lock: ask again.
-        while (response := self._http.post("/api/v2/backfills", json=body)).status_code == 503 and time.monotonic() < deadline:
-            time.sleep(1)
+        deadline = time.monotonic() + BACKFILL_CREATE_TIMEOUT_S
+        locked = False
+        # SQLite (the harness's metadata DB) is locked while the scheduler writes: the request fails with 503,
+        # or with 500 "Database error" when the lock hits the audit log first. After a 503 Airflow has already
+        # saved the backfill and may fail to remove it (its cleanup is best-effort), so the next try meets 409
+        # "already running" until the scheduler marks that empty backfill complete: wait, ask again.
+        while time.monotonic() < deadline:
+            response = self._http.post("/api/v2/backfills", json=body)
+            if not (response.status_code == 503 or (response.status_code == 409 and locked)
+                    or (response.status_code == 500 and "Database error" in response.text)):
+                break
+            locked = True
+            time.sleep(2)
         return self._check(response, f"backfill of {dag_id}").json()
 
     def wait_for_backfill(self, backfill_id: int, timeout: float = 600.0) -> dict:

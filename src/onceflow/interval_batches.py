@@ -100,6 +100,8 @@ class IntervalPlanner:
                 # Replays the same ranges (I6), and what it replaced, if it was a replacement.
                 previous, replay_of = latest, seq
                 extra = {k: latest.params[k] for k in ("replaces", "reprocessed") if k in latest.params}
+            check_not_lost(f"interval {interval} of pipeline {self.pipeline!r}",
+                           {TopicPartition(r.topic, r.partition): r.start for r in previous.ranges if r.size}, source)
         else:
             self._check_new(interval)
             partitions = list(source.partitions(self.config.topics))
@@ -114,8 +116,6 @@ class IntervalPlanner:
             if previous is None:
                 return interval_plan(pipeline=self.pipeline, seq=seq, interval=interval, start=start, end=end,
                                      partitions=partitions, source=source, sinks=sinks, now_ms=self._clock(), params=params)
-            check_not_lost(f"interval {interval} (batch {BatchId(seq)}) of pipeline {self.pipeline!r}",
-                           {TopicPartition(r.topic, r.partition): r.start for r in previous.ranges if r.size}, source)
             return Plan(self.pipeline, seq, previous.ranges, sinks, self._clock(), replay_of=replay_of,
                         params={**params, "interval": interval.to_dict(), **extra})
 

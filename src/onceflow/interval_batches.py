@@ -142,7 +142,7 @@ class IntervalPlanner:
                 f"(batch {BatchId(newest)}), not data intervals, and switching would re-read or skip records. Keep "
                 "batches='offsets', or start a new pipeline name for interval batches."
             )
-        overlapping = sorted(other for other in planned_intervals(self.ledger)
+        overlapping = sorted(other for other in self.ledger.planned_intervals()
                              if other != interval and other.start_ms < interval.end_ms and interval.start_ms < other.end_ms)
         if overlapping:
             raise PlanningError(
@@ -219,16 +219,6 @@ class IntervalPlanner:
             )
 
 
-def planned_intervals(ledger) -> set[Interval]:
-    """Every interval that has had a batch (one listing of the interval index)."""
-    found = set()
-    for key in ledger.storage.list(f"{ledger.base}/intervals"):
-        start, _, end = key.split("/")[-2].partition("-")
-        if start.isdigit() and end.isdigit():
-            found.add(Interval(int(start), int(end)))
-    return found
-
-
 def committed_batch(coordinator: Coordinator, interval: Interval) -> Plan | None:
     """The newest committed batch of ``interval`` (a replacement in flight does not hide the one it replaces)."""
     ledger = coordinator.ledger
@@ -250,7 +240,7 @@ def committed_prefix(coordinator: Coordinator, *, advance_hint: bool = True) -> 
     committing task moves forward (``advance_hint``)."""
     ledger = coordinator.ledger
     by_start: dict[int, list[Interval]] = {}
-    for interval in planned_intervals(ledger):
+    for interval in ledger.planned_intervals():
         by_start.setdefault(interval.start_ms, []).append(interval)
     if not by_start:
         return None

@@ -26,8 +26,10 @@ def consumed_to(reader) -> dict[tuple[str, int], int]:
         prefix = committed_prefix(reader, advance_hint=False)
         if prefix is not None:
             return {(r.topic, r.partition): r.end for r in prefix.ranges}
-        # none yet: where the earliest interval planned starts
-        first = min((reader.plan(seq) for seq in range(1, latest + 1)), key=lambda p: interval_of(p).start_ms)
+        # none yet: where the earliest interval planned starts (its first batch; later ones read the same ranges)
+        planned = ledger.planned_intervals()  # empty only while the one plan is not bound to its interval yet
+        earliest = min(planned, key=lambda i: i.start_ms) if planned else None
+        first = reader.plan(ledger.read_interval_batch(earliest, 1).batch_seq if earliest else latest)
         return {(r.topic, r.partition): r.start for r in first.ranges}
     head = ledger.read_head()
     floor = max(head.last_committed_seq if head else 0, latest - MAX_WALK, 1)

@@ -259,6 +259,17 @@ class BatchLedger:
     def read_interval_batch(self, interval: Interval, index: int) -> IntervalBatch | None:
         return self._read(Kind.INTERVAL_BATCH, self.interval_key(interval, index), None)
 
+    def planned_intervals(self) -> set[Interval]:
+        """Every interval that has had a batch. One listing of the interval index
+        (one key per batch): when an interval is first planned or a commit walks
+        the committed prefix, never per read."""
+        found = set()
+        for key in self.storage.list(f"{self.base}/intervals"):
+            start, _, end = key.split("/")[-2].partition("-")
+            if start.isdigit() and end.isdigit():
+                found.add(Interval(int(start), int(end)))
+        return found
+
     def latest_interval_index(self, interval: Interval) -> int:
         """How many batches interval ``interval`` has had (0: none)."""
         return self._probe_end(lambda n: self.storage.read(self.interval_key(interval, n)) is not None, 0)

@@ -324,3 +324,17 @@ def test_a_slot_held_by_a_decided_batch_is_freed_by_finishing_it(pipeline):
     assert coord.describe(first.batch_seq).state is BatchState.COMMITTING
     second = small.plan(log, hours(2)[1], run_id="second").plan  # finishes the commit, then takes the slot
     assert coord.describe(first.batch_seq).state is BatchState.COMMITTED and second.params["slot"] == 0
+
+
+def test_the_input_lag_counts_from_the_committed_prefix_or_before_it_from_the_earliest_interval(pipeline):
+    from onceflow.lag import consumed_to
+
+    coord, parts, planner, _ = pipeline
+    log = StampedLog(every_minute(0, 4), every_minute(0, 4))
+    later = planner.plan(log, hours(3)[2], run_id="later").plan
+    earlier = planner.plan(log, hours(3)[0], run_id="earlier").plan
+    assert consumed_to(coord) == {("in", 0): 0, ("in", 1): 0}  # nothing committed: from the earliest interval's start
+    commit(coord, parts, later)
+    assert consumed_to(coord) == {("in", 0): 0, ("in", 1): 0}  # out of order: the prefix has not moved
+    commit(coord, parts, earlier)
+    assert consumed_to(coord) == {("in", 0): 60, ("in", 1): 60}  # hour 1 is not planned: the prefix ends at hour 0

@@ -4,7 +4,8 @@ Used by ``onceflow demo`` and the end-to-end tests (the caller's process);
 Airflow itself runs in subprocesses. Connections follow the providers'
 formats: ``onceflow_kafka`` (kafka: extra = librdkafka settings),
 ``onceflow_spark`` (spark: host = master), ``onceflow_s3`` (aws: login,
-password, extra endpoint_url/region_name).
+password, extra endpoint_url/region_name), ``onceflow_iceberg`` (extra: the
+embedded catalog's properties, ``services.iceberg_catalog``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Mapping
 
 from onceflow_devkit.local_airflow import LocalAirflow
+from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
 from onceflow.kafka.cluster import KafkaCluster
 from onceflow.s3_connection import S3Connection
 
@@ -44,6 +46,8 @@ def onceflow_airflow(
         "onceflow_kafka", {"conn_type": "onceflow_kafka", "extra": {"bootstrap.servers": kafka.bootstrap, **kafka.client_config}}
     )
     airflow.set_connection("onceflow_spark", {"conn_type": "spark", "host": spark_master})
+    for conn_id, properties in embedded_catalogs(warehouse, s3).items():
+        airflow.set_connection(conn_id, {"conn_type": "onceflow_iceberg", "extra": properties})
     if s3 is not None:
         airflow.set_connection(
             "onceflow_s3",

@@ -9,18 +9,23 @@ What `make demo` runs. On a clean embedded stack of its own (under
    test`` (Airflow itself runs plan, spark-submit, commit / rollback);
 3. injects a failure after pre-commit into one batch's Spark job, so the
    rollback task aborts it, and the next run re-reads the same records;
-4. audits every output against the input and prints a summary.
+4. audits every output against the input and prints a summary, then the
+   Iceberg table's snapshots: one per committed batch, none of the aborted one.
 
 Exit code 0 only when the audit finds every input record exactly once.
 """
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 import time
 
 from onceflow.protocol.batch_id import BatchId
+from onceflow.settings import ICEBERG_CATALOGS_VAR
 from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
+from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, table_history
 
 DAG_ID = "clickstream_exactly_once"
 EVENTS = 3000
@@ -68,7 +73,7 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
         s3 = info.s3 if is_s3_uri(warehouse) else None
         if s3 is not None:
             s3.client().create_bucket(Bucket=warehouse.split("://", 1)[1].split("/", 1)[0])
-        runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, info.kafka, s3))
+        runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, info.kafka, s3, embedded_catalogs(warehouse, s3)))
 
         # The hourly example's too: its DAG is there (paused) to be backfilled from the UI.
         topics = ["clicks", *(s.target for spec in (CLICKSTREAM, CLICKSTREAM_HOURLY) for s in spec.sinks if s.kind == "kafka")]
@@ -101,10 +106,14 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
 
         report = audit_clickstream(runtime)
         _say(report.summary())
+        for line in table_history(runtime, "page_minute_table"):
+            _say(line)
         _say(f"[demo]    {'exactly once: every input record counted once in every output' if report.ok else 'EXACTLY-ONCE VIOLATED'}"
              f" ({time.monotonic() - started:.0f} s).")
         # ONCEFLOW_HOME lets `onceflow audit` know the broker (Tansu's deviations) by the stack's name.
-        recheck = (f"set -a; . {stack.env_file}; set +a; export ONCEFLOW_HOME={home / 'stack'} "
+        catalogs_env = home / "iceberg.env"  # the catalog's properties (the S3 keys, on an S3 warehouse): not printed
+        catalogs_env.write_text(f"{ICEBERG_CATALOGS_VAR}={shlex.quote(json.dumps(runtime.deployment.catalogs))}\n")
+        recheck = (f"set -a; . {stack.env_file}; . {catalogs_env}; set +a; export ONCEFLOW_HOME={home / 'stack'} "
                    f"ONCEFLOW_WAREHOUSE={warehouse} ONCEFLOW_DAGS_FOLDER={DAGS_FOLDER}\n"
                    "          .venv/bin/onceflow status --pipeline clickstream; .venv/bin/onceflow audit --pipeline clickstream")
         if keep_running:

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from . import faults
-from .settings import ConfigurationError
+from .settings import ICEBERG_CATALOGS_VAR, ConfigurationError
 from .assets import alias, asset_uri, outputs  # noqa: F401  (outputs, asset_uri: where DAG files import them from)
-from .deployed import PLAN_TASK_ID, DeployedPipeline
+from .deployed import PLAN_TASK_ID, DeployedPipeline, catalog_conn_ids
 from .deployment import is_s3_uri
 from .sinks import sink_kind
 from .spec import INTERVAL, PipelineSpec
@@ -111,7 +111,7 @@ def default_spark_binary() -> str:
     return str(beside) if beside.exists() else "spark-submit"
 
 
-def _spark_env(kafka_conn_id: str, aws_conn_id: str, warehouse: str) -> dict[str, str]:
+def _spark_env(kafka_conn_id: str, aws_conn_id: str, warehouse: str, catalogs: list[str]) -> dict[str, str]:
     # Rendered at run time from the connections; Airflow masks their secrets
     # in logs and in the rendered-template view.
     env = {
@@ -123,6 +123,8 @@ def _spark_env(kafka_conn_id: str, aws_conn_id: str, warehouse: str) -> dict[str
             filter(None, [os.environ.get(faults.ENV_VAR, ""), "{{ params.%s or '' }}" % faults.RUN_PARAM if faults.run_param_allowed() else ""])
         ),
     }
+    if catalogs:
+        env[ICEBERG_CATALOGS_VAR] = "{%s}" % ", ".join('"%s": {{ conn.%s.extra }}' % (c, c) for c in catalogs)
     if is_s3_uri(warehouse):
         env.update(
             {
@@ -246,7 +248,7 @@ def pipeline_dag(
                 "spark.pyspark.python": sys.executable,
                 **(spark_conf or {}),
             },
-            env_vars=_spark_env(kafka_conn_id, aws_conn_id, warehouse),
+            env_vars=_spark_env(kafka_conn_id, aws_conn_id, warehouse, catalog_conn_ids(spec)),
             spark_binary=spark_binary or default_spark_binary(),
             execution_timeout=spark_timeout or spark_timeout_of(spec),
         )

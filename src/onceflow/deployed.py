@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from .deployment import Deployment, is_s3_uri
 from .spec import PipelineSpec
 
+def catalog_conn_ids(spec: PipelineSpec) -> list[str]:
+    """The Airflow connections of the catalogs of the pipeline's table outputs."""
+    return sorted({s.catalog for s in spec.sinks if s.catalog})
+
+
 DOC_KEY = "onceflow_pipeline"  # the key of the plan task's doc_json
 PLAN_TASK_ID = "plan"
 
@@ -29,13 +34,15 @@ class DeployedPipeline:
 
     def deployment(self) -> Deployment:
         """The deployment, from the Airflow connections (Airflow worker, api-server)."""
+        from .hooks.iceberg import IcebergCatalogHook
         from .hooks.kafka import KafkaConfigHook
         from .hooks.s3 import S3ConnectionHook
 
         s3 = None
         if is_s3_uri(self.warehouse):
             s3 = S3ConnectionHook(self.aws_conn_id).connection(f"warehouse {self.warehouse}")
-        return Deployment(self.warehouse, KafkaConfigHook(self.kafka_conn_id).cluster(), s3)
+        catalogs = {conn_id: IcebergCatalogHook(conn_id).properties() for conn_id in catalog_conn_ids(self.spec)}
+        return Deployment(self.warehouse, KafkaConfigHook(self.kafka_conn_id).cluster(), s3, catalogs)
 
     def to_doc(self) -> str:
         """This pipeline as the plan task's ``doc_json`` (shown in Airflow's task details)."""

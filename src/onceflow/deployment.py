@@ -1,4 +1,5 @@
-"""Where a pipeline runs: the warehouse, the Kafka cluster and the S3 connection.
+"""Where a pipeline runs: the warehouse, the Kafka cluster, the S3 connection
+and the catalogs of its Iceberg tables.
 
 The warehouse (``file:///...``, ``s3://bucket/prefix`` or ``hdfs://...``)
 holds the file outputs, the ledger (``_onceflow/``) and the Kafka sinks'
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
+from .iceberg.properties import public_properties, secret_properties
 from .kafka.cluster import KafkaCluster, is_secret
 from .s3_connection import S3Connection
 from .settings import ConfigurationError
@@ -32,6 +35,8 @@ class Deployment:
     warehouse: str
     kafka: KafkaCluster
     s3: S3Connection | None = None
+    # Iceberg catalog connection id -> pyiceberg catalog properties (may hold secrets: not in repr).
+    catalogs: Mapping[str, Mapping[str, str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "warehouse", self.warehouse.rstrip("/"))
@@ -54,8 +59,24 @@ class Deployment:
             raise ConfigurationError(
                 f"{WAREHOUSE_VAR} is not set: export the warehouse URI (file:///path, s3://bucket/prefix or hdfs://...)"
             )
+        from . import settings
+
         s3 = S3Connection.from_environment().checked(f"warehouse {warehouse}") if is_s3_uri(warehouse) else None
-        return cls(warehouse, KafkaCluster.from_environment(), s3)
+        return cls(warehouse, KafkaCluster.from_environment(), s3, settings.iceberg_catalogs())
+
+    def catalog_properties(self, conn_id: str | None, what: str) -> dict[str, str]:
+        """The properties of Iceberg catalog ``conn_id``, or a ConfigurationError for ``what`` naming the fix."""
+        from .settings import ICEBERG_CATALOGS_VAR
+
+        if not conn_id:
+            raise ConfigurationError(f"{what}: no catalog: set SinkSpec(catalog=...) to the Airflow connection of its catalog")
+        if conn_id not in self.catalogs:
+            raise ConfigurationError(
+                f"{what}: Iceberg catalog {conn_id!r} is not configured: create the Airflow connection {conn_id!r} "
+                f"(type onceflow_iceberg, extra: the pyiceberg catalog properties), or outside Airflow set "
+                f"{ICEBERG_CATALOGS_VAR} to {{{conn_id!r}: {{...properties}}}}"
+            )
+        return dict(self.catalogs[conn_id])
 
     def storage(self):
         """The warehouse's storage (local, Hadoop FS or S3): the ledger, the
@@ -89,6 +110,7 @@ class Deployment:
                     "client_config": {k: v for k, v in self.kafka.client_config.items() if not is_secret(k)},
                 },
                 "s3": None if self.s3 is None else self.s3.public(),
+                "catalogs": {name: public_properties(props) for name, props in self.catalogs.items()},
             },
             sort_keys=True,
         )
@@ -96,8 +118,9 @@ class Deployment:
     @classmethod
     def from_option(cls, text: str) -> "Deployment":
         """Spark executor / Python worker: the deployment from ``to_option``;
-        Kafka secrets from ``ONCEFLOW_KAFKA_CONFIG``, S3 credentials from the
-        worker's own AWS credential chain."""
+        Kafka secrets from ``ONCEFLOW_KAFKA_CONFIG``, catalog secrets from
+        ``ONCEFLOW_ICEBERG_CATALOGS``, S3 credentials from the worker's own AWS
+        credential chain."""
         from . import settings
 
         raw = json.loads(text)
@@ -106,5 +129,7 @@ class Deployment:
         s3 = None
         if raw["s3"]:
             s3 = S3Connection(**raw["s3"]).checked(f"this Spark worker (warehouse {raw['warehouse']}; {EXECUTOR_SECRETS_HINT})")
-        return cls(raw["warehouse"], kafka, s3)
+        local = settings.iceberg_catalogs()
+        catalogs = {name: {**props, **secret_properties(local.get(name, {}))} for name, props in raw.get("catalogs", {}).items()}
+        return cls(raw["warehouse"], kafka, s3, catalogs)
 

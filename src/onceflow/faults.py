@@ -58,6 +58,7 @@ DECLARING_MODULES = (
     "onceflow.ledger.ledger",
     "onceflow.coordinator",
     "onceflow.files.sink",
+    "onceflow.iceberg.sink",
     "onceflow.spark.batch_job",
     "onceflow.kafka.sink",
     "onceflow.kafka.writer",

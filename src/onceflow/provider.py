@@ -20,12 +20,15 @@ def get_provider_info() -> dict:
         "with a two-phase commit driven by Airflow tasks.",
         "versions": [__version__],
         "integrations": [{"integration-name": "onceflow", "tags": ["service"]}],
-        "hooks": [{"integration-name": "onceflow", "python-modules": ["onceflow.hooks.kafka", "onceflow.hooks.s3"]}],
+        "hooks": [{"integration-name": "onceflow", "python-modules": ["onceflow.hooks.kafka", "onceflow.hooks.s3",
+                                                                   "onceflow.hooks.iceberg"]}],
         "operators": [{"integration-name": "onceflow", "python-modules": ["onceflow.operators.batch"]}],
         "connection-types": [
             {"connection-type": "onceflow_kafka", "hook-class-name": "onceflow.hooks.kafka.KafkaConfigHook",
              "hook-name": "onceflow Kafka"},
             {"connection-type": "onceflow_s3", "hook-class-name": "onceflow.hooks.s3.S3ConnectionHook",
              "hook-name": "onceflow S3"},
+            {"connection-type": "onceflow_iceberg", "hook-class-name": "onceflow.hooks.iceberg.IcebergCatalogHook",
+             "hook-name": "onceflow Iceberg catalog"},
         ],
     }

@@ -5,6 +5,8 @@
   (``security.protocol``, ``sasl.*`` ...), passed unchanged to every client.
 - ``ONCEFLOW_S3_ENDPOINT``: an S3-compatible endpoint (unset: AWS itself);
   region and credentials as ``onceflow.s3_connection`` says.
+- ``ONCEFLOW_ICEBERG_CATALOGS``: a JSON object, catalog connection id ->
+  pyiceberg catalog properties, for the pipeline's Iceberg sinks.
 
 Nothing falls back to another endpoint or credential: a missing setting is a
 ``ConfigurationError`` naming it. Airflow tasks read connections instead
@@ -19,6 +21,7 @@ import os
 KAFKA_BOOTSTRAP_VAR = "ONCEFLOW_KAFKA_BOOTSTRAP"
 KAFKA_CONFIG_VAR = "ONCEFLOW_KAFKA_CONFIG"
 KAFKA_SECRETS_VAR = "ONCEFLOW_KAFKA_SECRETS"
+ICEBERG_CATALOGS_VAR = "ONCEFLOW_ICEBERG_CATALOGS"
 
 
 class ConfigurationError(ValueError):
@@ -32,15 +35,21 @@ def kafka_client_config() -> dict:
     return {**_json_object(KAFKA_CONFIG_VAR), **_json_object(KAFKA_SECRETS_VAR)}
 
 
-def _json_object(var: str) -> dict:
+def iceberg_catalogs() -> dict[str, dict]:
+    """``ONCEFLOW_ICEBERG_CATALOGS``: catalog connection id -> its properties ({} when unset)."""
+    catalogs = _json_object(ICEBERG_CATALOGS_VAR, 'e.g. {"onceflow_iceberg": {"type": "sql", "uri": "sqlite:///..."}}')
+    bad = sorted(k for k, v in catalogs.items() if not isinstance(v, dict))
+    if bad:
+        raise ConfigurationError(f"{ICEBERG_CATALOGS_VAR}: the value of {bad} is not an object of catalog properties")
+    return catalogs
+
+
+def _json_object(var: str, example: str = 'of librdkafka settings, e.g. {"security.protocol": "SASL_SSL"}') -> dict:
     raw = os.environ.get(var) or "{}"
     try:
         extra = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ConfigurationError(
-            f"{var} is not valid JSON ({exc}); set it to an object of "
-            'librdkafka settings, e.g. {"security.protocol": "SASL_SSL"}'
-        ) from None
+        raise ConfigurationError(f"{var} is not valid JSON ({exc}); set it to an object {example}") from None
     if not isinstance(extra, dict):
-        raise ConfigurationError(f"{var} must be a JSON object of librdkafka settings")
+        raise ConfigurationError(f"{var} must be a JSON object {example}")
     return extra

@@ -19,6 +19,7 @@ from .sinks import kinds
 # The built-in sink kinds (onceflow.sinks has what each does).
 FILES = "files"
 KAFKA = "kafka"
+ICEBERG = "iceberg"
 # How a pipeline's DAG runs map to batches (onceflow.protocol.intervals says more).
 OFFSETS = "offsets"  # each run takes the next offsets after the last committed batch, one run at a time
 INTERVAL = "interval"  # each run's batch is the records of its data interval; backfills and runs in parallel
@@ -39,7 +40,8 @@ def check_input_columns(columns, setting: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class SinkSpec:
     """One output. ``target`` is a path under the warehouse for ``files``
-    (e.g. ``clickstream/page_minute_counts``) and a topic for ``kafka``."""
+    (e.g. ``clickstream/page_minute_counts``), a topic for ``kafka`` and a
+    table identifier for ``iceberg`` (``namespace.table``)."""
 
     name: str
     kind: str
@@ -58,9 +60,16 @@ class SinkSpec:
     # publish its records again (this topic's consumers deduplicate by key).
     # Without it, such a reprocessing is refused: records cannot be retracted.
     republish: bool = False
+    # Iceberg sinks: the Airflow connection of the table's catalog (its extra:
+    # pyiceberg catalog properties), and the partition spec of a table onceflow
+    # creates: columns, each plain (identity) or in a transform, e.g.
+    # ("day(window_start)", "bucket[16](page)").
+    catalog: str | None = None
+    partition_by: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_name("sink name", self.name)
+        object.__setattr__(self, "partition_by", tuple(self.partition_by))
         if self.kind not in kinds():
             raise ConfigurationError(f"sink {self.name!r}: kind {self.kind!r} is not valid: use one of {', '.join(map(repr, kinds()))}")
         if self.splits < 1:

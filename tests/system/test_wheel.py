@@ -109,6 +109,7 @@ def test_one_batch_runs_through_airflow_from_the_installed_wheel(fresh_venv, tmp
     from onceflow.runtime import Deployment, PipelineRuntime
     from onceflow_devkit.airflow_env import onceflow_airflow
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
+    from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
     from onceflow_devkit.services.kafka_broker import start_broker
     from onceflow_devkit.services.process import ManagedProcess
     from onceflow_examples.clickstream import CLICKSTREAM
@@ -133,7 +134,7 @@ def test_one_batch_runs_through_airflow_from_the_installed_wheel(fresh_venv, tmp
         # The spark task submitted the application of the installed wheel, not a checkout's.
         installed_submit = next(fresh_venv.parent.parent.glob("lib/python3*/site-packages/onceflow/spark/submit.py"))
         assert str(installed_submit) in log, result.describe()
-        runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, broker))
+        runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, broker, catalogs=embedded_catalogs(warehouse)))
         report = audit_clickstream(runtime)
         assert report.ok and report.input_records == produced and report.committed_batches == 1, report.summary()
     finally:

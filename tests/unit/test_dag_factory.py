@@ -115,7 +115,7 @@ def test_a_committed_batch_is_announced_with_what_it_committed_on_each_output():
 
     status = SimpleNamespace(pipeline="clickstream", batch_id="0000000004", batch_seq=4, plan=Plan(
         "clickstream", 4, (OffsetRange("clicks", 0, 10, 20),), replay_of=3),
-        votes={s.name: Vote(s.name, 4, 1, {}, n) for s, n in zip(CLICKSTREAM.sinks, (2, 9, 1))})
+        votes={s.name: Vote(s.name, 4, 1, {}, n) for s, n in zip(CLICKSTREAM.sinks, (2, 2, 9, 1))})
     added = []
     events = {"onceflow.clickstream": SimpleNamespace(add=lambda asset, extra: added.append((asset.name, extra)))}
     announce(_ByName(events), CLICKSTREAM, "file:///w", status)
@@ -123,7 +123,8 @@ def test_a_committed_batch_is_announced_with_what_it_committed_on_each_output():
     extra = added[0][1]
     assert extra["batch_id"] == "0000000004" and extra["replay_of"] == 3 and extra["records_in"] == 10
     assert extra["ranges"] == [{"topic": "clicks", "partition": 0, "start": 10, "end": 20}]
-    assert extra["records_out"] == {"clicks_dead_letter": 1, "clicks_enriched": 9, "page_minute_counts": 2}
+    assert extra["records_out"] == {"clicks_dead_letter": 1, "clicks_enriched": 9, "page_minute_counts": 2,
+                                    "page_minute_table": 2}
 
 
 class _ByName(dict):

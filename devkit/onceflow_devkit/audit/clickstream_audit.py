@@ -9,11 +9,15 @@ demo). It reads:
 - the input topic over those ranges (read_committed), classifying each record
   with an independent Python oracle, not with the Spark transform;
 - the committed Parquet of ``page_minute_counts`` (only batches whose
-  ``_SUCCESS`` manifest exists) and the whole of ``clicks_enriched`` and
-  ``clicks_dead_letter`` as a read_committed consumer sees them.
+  ``_SUCCESS`` manifest exists), the Iceberg table of ``page_minute_table``
+  through its catalog (the current snapshot, as any engine reads it), and
+  the whole of ``clicks_enriched`` and ``clicks_dead_letter`` as a
+  read_committed consumer sees them.
 
 Then: per page and minute window the sum of ``views`` equals the number of
-valid input events; every valid input record appears exactly once in
+valid input events, in the Parquet output and in the table; the table has
+one snapshot per committed batch and none of any other, and its current
+files are all of committed batches not since replaced; every valid input record appears exactly once in
 ``clicks_enriched`` and every malformed one exactly once in
 ``clicks_dead_letter`` (matched by source topic/partition/offset); nothing
 else is visible. On a broker that shows aborted records to read_committed
@@ -255,6 +259,70 @@ def _audit_topic(
         out.note(f"{source} is missing")
 
 
+def _audit_views(out: OutputAudit, expected_views: Counter, table) -> None:
+    """Per (page, window ms), the views in ``table`` (a pyarrow Table) against ``expected_views``."""
+    got_views: Counter[tuple[str, int]] = Counter()
+    if table.num_rows:
+        for row in table.select(["page", "window_start", "views"]).to_pylist():
+            window = row["window_start"]
+            window_ms = int(window.timestamp() * 1000) if hasattr(window, "timestamp") else int(window)
+            got_views[(row["page"], window_ms)] += int(row["views"])
+            out.records += 1
+    for key in expected_views.keys() | got_views.keys():
+        diff = got_views[key] - expected_views[key]
+        if diff > 0:
+            if key in expected_views:
+                out.duplicates += diff
+            else:
+                out.unexpected += diff
+            out.note(f"{key}: {got_views[key]} views, expected {expected_views[key]}")
+        elif diff < 0:
+            out.missing += -diff
+            out.note(f"{key}: {got_views[key]} views, expected {expected_views[key]}")
+
+
+def _audit_table(runtime, sink, expected_views: Counter, committed: list, replaced: set) -> OutputAudit:
+    """The table's rows as a reader sees them, and its history: one snapshot per committed
+    batch and none of any other batch; current files only of committed, unreplaced batches."""
+    import pyarrow as pa
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from onceflow.iceberg import sink as iceberg_sink
+    from onceflow.protocol.batch_id import BatchId
+    from onceflow_devkit.services.iceberg_catalog import table_of
+
+    out = OutputAudit(sink.name)
+    try:
+        table = table_of(runtime, sink.name)
+    except NoSuchTableError:
+        _audit_views(out, expected_views, pa.table({}))
+        return out
+    _audit_views(out, expected_views, table.scan().to_arrow())
+    attempts = {str(BatchId(p.batch_seq)): status.decision.attempt for p, status in committed}
+    snapshots = Counter(
+        s.summary[iceberg_sink.BATCH_KEY] for s in table.metadata.snapshots
+        if s.summary[iceberg_sink.PIPELINE_KEY] == runtime.spec.name and s.summary[iceberg_sink.SINK_KEY] == sink.name
+    )
+    for batch, count in snapshots.items():
+        if batch not in attempts:
+            out.unexpected += count
+            out.note(f"snapshot of batch {batch}, which is not committed")
+        elif count > 1:
+            out.duplicates += count - 1
+            out.note(f"batch {batch} has {count} snapshots")
+    for batch in attempts.keys() - snapshots.keys():
+        out.missing += 1
+        out.note(f"committed batch {batch} has no snapshot")
+    live = {b: a for b, a in attempts.items() if int(b) not in replaced}
+    for task in table.scan().plan_files():
+        path = task.file.file_path
+        batch, _, attempt = path.split(f"/data/onceflow/{runtime.spec.name}/{sink.name}/", 1)[-1].partition("/a")
+        if live.get(batch) != (int(attempt.split("/")[0]) if attempt.split("/")[0].isdigit() else None):
+            out.unexpected += 1
+            out.note(f"{path} is not of a committed batch's decided attempt (or of a replaced batch)")
+    return out
+
+
 def audit_clickstream(runtime, hides_aborted: bool = True) -> AuditReport:
     spec = runtime.spec
     config = runtime.deployment.kafka.config()
@@ -282,31 +350,16 @@ def audit_clickstream(runtime, hides_aborted: bool = True) -> AuditReport:
 
     outputs: dict[str, OutputAudit] = {}
 
-    # Files: per (page, window) the committed views equal the valid events.
+    # Files and table: per (page, window) the committed views equal the valid events.
     from onceflow.files.reader import read_committed
 
-    counts = OutputAudit("page_minute_counts")
     expected_views = Counter((e["page"], oracle.window_start_ms(e["ts"])) for e in valid.values())
-    table = read_committed(runtime.sink_uri("page_minute_counts"), runtime.storage)
-    got_views: Counter[tuple[str, int]] = Counter()
-    if table.num_rows:
-        for row in table.select(["page", "window_start", "views"]).to_pylist():
-            window = row["window_start"]
-            window_ms = int(window.timestamp() * 1000) if hasattr(window, "timestamp") else int(window)
-            got_views[(row["page"], window_ms)] += int(row["views"])
-            counts.records += 1
-    for key in expected_views.keys() | got_views.keys():
-        diff = got_views[key] - expected_views[key]
-        if diff > 0:
-            if key in expected_views:
-                counts.duplicates += diff
-            else:
-                counts.unexpected += diff
-            counts.note(f"{key}: {got_views[key]} views, expected {expected_views[key]}")
-        elif diff < 0:
-            counts.missing += -diff
-            counts.note(f"{key}: {got_views[key]} views, expected {expected_views[key]}")
+    counts = OutputAudit("page_minute_counts")
+    _audit_views(counts, expected_views, read_committed(runtime.sink_uri("page_minute_counts"), runtime.storage))
     outputs[counts.name] = counts
+    for sink in spec.sinks:
+        if sink.kind == "iceberg":
+            outputs[sink.name] = _audit_table(runtime, sink, expected_views, committed, replaced)
 
     for sink_name, sources, nested in (
         ("clicks_enriched", set(valid), True),

@@ -33,6 +33,7 @@ from onceflow import faults
 from onceflow.settings import ConfigurationError
 from onceflow_devkit.chaos import schedule
 from onceflow_devkit.services.stack import onceflow_home
+from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
 from onceflow_devkit.chaos.figures import BatchRun, ChaosFigures, LedgerFigures
 from onceflow_devkit.chaos.injectors import Injection, RunTarget, inject
 
@@ -148,7 +149,8 @@ class _Run:
             self.warehouse = f"file://{self.home / 'warehouse'}"
         # The harness reads S3 directly: audits must not depend on the proxy's luck.
         spec = CLICKSTREAM_HOURLY if self.backfill else CLICKSTREAM
-        self.runtime = PipelineRuntime(spec, Deployment(self.warehouse, info.kafka, info.s3 if clients_s3 else None))
+        direct_s3 = info.s3 if clients_s3 else None
+        self.runtime = PipelineRuntime(spec, Deployment(self.warehouse, info.kafka, direct_s3, embedded_catalogs(self.warehouse, direct_s3)))
         ensure_topics(info.kafka.config(), ["clicks", *(s.target for s in spec.sinks if s.kind == "kafka")], partitions=2)
         self.fired_log = self.home / "faults-fired.log"
         self.airflow = onceflow_airflow(

@@ -21,7 +21,9 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from ..iceberg.properties import public_properties, secret_properties
 from ..kafka.cluster import is_secret
+from ..settings import ICEBERG_CATALOGS_VAR
 
 log = logging.getLogger(__name__)
 # Environment variables that hold a secret, or half of a key pair without its secret.
@@ -48,6 +50,11 @@ def without_secrets(env: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         secret_keys = sorted(k for k in config if is_secret(k))
         kept[KAFKA_CONFIG_ENV] = json.dumps({k: v for k, v in config.items() if k not in secret_keys})
         withheld += [f"{KAFKA_CONFIG_ENV}[{k}]" for k in secret_keys]
+    if ICEBERG_CATALOGS_VAR in kept:
+        catalogs = json.loads(kept[ICEBERG_CATALOGS_VAR] or "{}")
+        kept[ICEBERG_CATALOGS_VAR] = json.dumps({name: public_properties(props) for name, props in catalogs.items()})
+        withheld += [f"{ICEBERG_CATALOGS_VAR}[{name}][{k}]" for name, props in sorted(catalogs.items())
+                     for k in sorted(secret_properties(props))]
     return kept, withheld
 
 

@@ -29,6 +29,7 @@ ENTRY_POINT_GROUP = "onceflow.sinks"
 BUILT_IN: dict[str, str] = {
     "files": "onceflow.sinks.files:FILES",
     "kafka": "onceflow.sinks.kafka:KAFKA",
+    "iceberg": "onceflow.sinks.iceberg:ICEBERG",
 }
 
 

@@ -46,6 +46,7 @@ from ..files.sink import FileSink
 from ..files.staged_writer import write_staged_parquet
 from ..sinks.files import FORMAT  # the name this data source registers under
 from .vote_handoff import VOTE_PATH_OPTION, record_vote
+from .writer_options import checked_options, int_option
 
 REQUIRED = ("sink", "path", "batch_seq", "attempt")
 
@@ -70,21 +71,13 @@ class FilesWriteOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "FilesWriteOptions":
-        opts = {str(k).lower(): str(v) for k, v in options.items()}
-        missing = [k for k in REQUIRED if not opts.get(k)]
-        if missing:
-            raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}; set them with .option(name, value)")
+        opts = checked_options(FORMAT, options, REQUIRED)
         if not (opts.get("pipeline") and opts.get("deployment")) and not opts.get(VOTE_PATH_OPTION):
             raise ValueError(f"{FORMAT}: give options 'pipeline' and 'deployment' (the pipeline's name and "
                              f"Deployment.to_option(): the vote goes to its ledger) or '{VOTE_PATH_OPTION}' (the vote is written there)")
-        ints = {}
-        for key in ("batch_seq", "attempt"):
-            try:
-                ints[key] = int(opts[key])
-            except ValueError:
-                raise ValueError(f"{FORMAT}: option {key}={opts[key]!r} is not an integer") from None
-        replaces = int(opts["replaces"]) if opts.get("replaces") else None
-        return cls(opts["sink"], opts["path"], ints["batch_seq"], ints["attempt"], opts.get("storage") or None, opts, replaces)
+        ints = {key: int_option(FORMAT, opts, key) for key in ("batch_seq", "attempt", "replaces")}
+        return cls(opts["sink"], opts["path"], ints["batch_seq"], ints["attempt"], opts.get("storage") or None, opts,
+                   ints["replaces"])
 
     def file_sink(self) -> FileSink:
         return FileSink(self.sink, self.path, storage_for(self.path, self.storage_kind, self.raw))

@@ -38,6 +38,7 @@ from pyspark.sql.datasource import (
 
 from ..protocol.batch_id import BatchId
 from ..sinks.kafka import FORMAT  # the name this data source registers under
+from .writer_options import checked_options, int_option
 
 REQUIRED = ("pipeline", "deployment", "sink", "topic", "batch_seq", "attempt", "transactional_ids")
 
@@ -65,15 +66,13 @@ class KafkaWriteOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "KafkaWriteOptions":
-        opts = {str(k).lower(): str(v) for k, v in options.items()}
-        missing = [k for k in REQUIRED if not opts.get(k)]
-        if missing:
-            raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}; set them with .option(name, value)")
+        opts = checked_options(FORMAT, options, REQUIRED)
+        ints = {key: int_option(FORMAT, opts, key) for key in ("batch_seq", "attempt", "transaction_timeout_ms", "slot")}
         return cls(
-            opts["deployment"], opts["pipeline"], opts["sink"], opts["topic"], int(opts["batch_seq"]), int(opts["attempt"]),
+            opts["deployment"], opts["pipeline"], opts["sink"], opts["topic"], ints["batch_seq"], ints["attempt"],
             tuple(json.loads(opts["transactional_ids"])),
-            int(opts.get("transaction_timeout_ms", 900_000)),
-            int(opts["slot"]) if opts.get("slot") else None,
+            ints["transaction_timeout_ms"] or 900_000,
+            ints["slot"],
         )
 
 

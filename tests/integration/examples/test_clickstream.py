@@ -91,7 +91,10 @@ def test_the_example_pipeline_declares_exactly_the_transform_outputs(outputs):
     assert spec.transform_function() is transform
     assert sorted(s.name for s in spec.sinks) == sorted(outputs)
     assert spec.sink("page_minute_counts").target == "clickstream/page_minute_counts"
-    assert {s.kind for s in spec.sinks} == {"files", "kafka"}
+    assert {s.kind for s in spec.sinks} == {"files", "iceberg", "kafka"}
+    table = spec.sink("page_minute_table")
+    assert (table.target, table.partition_by) == ("clickstream.page_minute_counts", ("day(window_start)",))
+    assert outputs["page_minute_table"] == outputs["page_minute_counts"]  # the same rows, as a table
 
 
 def test_generator_is_deterministic_by_seed():

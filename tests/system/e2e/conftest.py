@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import pytest
 
 from onceflow_devkit.airflow_env import onceflow_airflow
+from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
 from onceflow.kafka.admin import ensure_topics
 from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
@@ -29,7 +30,7 @@ class ClickstreamWorld:
         self.broker = broker
         self.warehouse = warehouse
         self.airflow = airflow
-        self.runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, broker, s3))
+        self.runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, broker, s3, embedded_catalogs(warehouse, s3)))
 
     def produce(self, n: int, seed: int = 0, malformed_ratio: float = 0.1) -> int:
         return produce(self.broker.config(), "clicks", generate(n, seed=seed, malformed_ratio=malformed_ratio))

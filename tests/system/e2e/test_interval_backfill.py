@@ -31,10 +31,12 @@ from datetime import datetime, timezone
 from onceflow import faults
 from onceflow.files.layout import seq_of_batch_dir
 from onceflow.operators.batch import REPLACE_COMMITTED
+from onceflow.protocol.batch_id import BatchId
 from onceflow.protocol.intervals import Interval, interval_of
 from onceflow.protocol.states import BatchState
 from onceflow.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
+from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, table_of
 from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
 from tests.system.e2e.conftest import broker_with_topics, make_world
@@ -71,7 +73,7 @@ def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_an
     t0 = now_hour - 7 * H
     with broker_with_topics() as broker:
         world = make_world(broker, tmp_path, {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE})
-        runtime = PipelineRuntime(CLICKSTREAM_HOURLY, Deployment(world.warehouse, broker))
+        runtime = PipelineRuntime(CLICKSTREAM_HOURLY, Deployment(world.warehouse, broker, catalogs=embedded_catalogs(world.warehouse)))
         events = generate(7 * PER_HOUR, seed=21, malformed_ratio=0.1)
         produce(broker.config(), "clicks", events, timestamps=[t0 + i * (H // PER_HOUR) for i in range(len(events))])
         # Stamped now: every partition has a record after the last hour, which closes it.
@@ -125,10 +127,15 @@ def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_an
             old = runtime.reader.describe(replacement.params["replaces"])
             assert old.state is BatchState.COMMITTED and old.plan.ranges == replacement.ranges
             assert replacement.params["reprocessed"] == {
-                "page_minute_counts": "replaced", "clicks_enriched": "republished", "clicks_dead_letter": "republished"}
+                "page_minute_counts": "replaced", "page_minute_table": "replaced", "clicks_enriched": "republished",
+                "clicks_dead_letter": "republished"}
         batch_dirs = [s for name in runtime.storage.list_dir(runtime.sink_uri("page_minute_counts"))
                       if (s := seq_of_batch_dir(name)) is not None]
         assert sorted(batch_dirs) == sorted(s.batch_seq for s in batches.values())  # the replaced two are gone
+        # The table swapped each replaced hour's rows in one overwrite snapshot naming the batch it replaces.
+        table = table_of(runtime, "page_minute_table")
+        swaps = {s.summary["onceflow.replaces"] for s in table.metadata.snapshots if s.summary["onceflow.replaces"]}
+        assert swaps == {str(BatchId(batches[Interval(t0 + h * H, t0 + (h + 1) * H)].plan.params["replaces"])) for h in range(2)}
 
         report = audit_clickstream(runtime)
         assert report.ok, report.summary()

@@ -12,6 +12,8 @@ from onceflow.operators.spark import OnceflowSparkSubmitOperator
 AWS_SECRET = "aws-secret-value-0123"
 AWS_TOKEN = "aws-session-token-4567"
 KAFKA_SECRET = "kafka-sasl-password-89"
+CATALOG_SECRET = "catalog-db-password-31"
+LAKE_SECRET = "lake-secret-key-77"
 ENV = {
     "ONCEFLOW_KAFKA_BOOTSTRAP": "b1:9093",
     "ONCEFLOW_KAFKA_CONFIG": json.dumps({"security.protocol": "SASL_SSL", "sasl.username": "svc", "sasl.password": KAFKA_SECRET}),
@@ -21,8 +23,11 @@ ENV = {
     "AWS_SESSION_TOKEN": AWS_TOKEN,
     "AWS_DEFAULT_REGION": "eu-west-1",
     "ONCEFLOW_FAULTS": "",
+    "ONCEFLOW_ICEBERG_CATALOGS": json.dumps({"lake": {
+        "type": "sql", "uri": f"postgresql+psycopg2://svc:{CATALOG_SECRET}@db/catalog", "warehouse": "s3://lake/t",
+        "s3.region": "eu-west-1", "s3.access-key-id": "AKIALAKE", "s3.secret-access-key": LAKE_SECRET}}),
 }
-SECRETS = (AWS_SECRET, AWS_TOKEN, KAFKA_SECRET)
+SECRETS = (AWS_SECRET, AWS_TOKEN, KAFKA_SECRET, CATALOG_SECRET, LAKE_SECRET)
 MASTERS = {"local": "local[2]", "standalone": "spark://10.0.0.5:7077", "yarn": "yarn", "k8s": "k8s://https://10.0.0.9:6443"}
 
 
@@ -53,6 +58,7 @@ def test_where_the_environment_stays_an_environment_the_driver_gets_its_secrets(
     command, hook = _command(monkeypatch, MASTERS[master])
     assert hook._env["AWS_SECRET_ACCESS_KEY"] == AWS_SECRET and hook._env["AWS_SESSION_TOKEN"] == AWS_TOKEN
     assert json.loads(hook._env["ONCEFLOW_KAFKA_CONFIG"])["sasl.password"] == KAFKA_SECRET
+    assert json.loads(hook._env["ONCEFLOW_ICEBERG_CATALOGS"])["lake"]["s3.secret-access-key"] == LAKE_SECRET
 
 
 @pytest.mark.parametrize("master", ["yarn", "k8s"])
@@ -62,4 +68,6 @@ def test_on_yarn_and_kubernetes_secrets_are_withheld_and_the_rest_still_reaches_
     assert "ONCEFLOW_WAREHOUSE=s3://lake/w" in text and "AWS_DEFAULT_REGION=eu-west-1" in text
     assert '"sasl.username": "svc"' in text and "AWS_ACCESS_KEY_ID" not in text  # no half key pair either
     assert "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN" in caplog.text and "ONCEFLOW_KAFKA_CONFIG[sasl.password]" in caplog.text
+    assert '\\"s3.region\\": \\"eu-west-1\\"' in text or '"s3.region": "eu-west-1"' in text  # the catalog's public part
+    assert "ONCEFLOW_ICEBERG_CATALOGS[lake][uri]" in caplog.text and "[lake][s3.secret-access-key]" in caplog.text
     assert not any(secret in caplog.text for secret in SECRETS)

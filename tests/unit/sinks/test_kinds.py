@@ -26,10 +26,11 @@ def test_reprocessing_replaces_files_republishes_declared_kafka_outputs_and_refu
     from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
 
     assert reprocessing(CLICKSTREAM_HOURLY) == {
-        "page_minute_counts": "replaced", "clicks_enriched": "republished", "clicks_dead_letter": "republished"}
-    enriched, dead_letters = CLICKSTREAM_HOURLY.sinks[1:]
+        "page_minute_counts": "replaced", "page_minute_table": "replaced", "clicks_enriched": "republished",
+        "clicks_dead_letter": "republished"}
+    *tables, enriched, dead_letters = CLICKSTREAM_HOURLY.sinks
     strict = dataclasses.replace(CLICKSTREAM_HOURLY, sinks=(
-        CLICKSTREAM_HOURLY.sinks[0], enriched, dataclasses.replace(dead_letters, republish=False)))
+        *tables, enriched, dataclasses.replace(dead_letters, republish=False)))
     with pytest.raises(ReprocessRefused, match=r"because clicks_dead_letter \(kafka: clicks_hourly_dead_letter\) cannot "
                        r"take back .* SinkSpec\(republish=True\) .* Nothing was read"):
         reprocessing(strict)

@@ -22,10 +22,10 @@ def test_the_built_in_kinds_say_where_their_output_lives_and_what_to_fence():
 
 
 def test_an_unknown_kind_is_refused_naming_the_known_ones():
-    with pytest.raises(ConfigurationError, match="kind 'iceberg' is not valid: use one of 'files', 'kafka'"):
-        SinkSpec("t", "iceberg", "db.table")
-    with pytest.raises(ConfigurationError, match="sink kind 'iceberg' is not known"):
-        sink_kind("iceberg")
+    with pytest.raises(ConfigurationError, match="kind 'delta' is not valid: use one of 'files', 'iceberg', 'kafka'"):
+        SinkSpec("t", "delta", "db.table")
+    with pytest.raises(ConfigurationError, match="sink kind 'delta' is not known"):
+        sink_kind("delta")
 
 
 def test_another_package_adds_a_kind_through_the_entry_point_group(tmp_path, monkeypatch, request):

@@ -1,0 +1,60 @@
+"""The ``iceberg`` sink kind: Parquet data files written where the table will
+reference them, committed as one table snapshot per batch (``onceflow.iceberg``)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+# The Spark data source that pre-commits this kind (onceflow.spark.iceberg_sink registers it).
+FORMAT = "onceflow_iceberg"
+
+
+class IcebergKind:
+    name = "iceberg"
+    data_source = "onceflow.spark.iceberg_sink"
+
+    def location(self, sink, warehouse: str) -> str:
+        return sink.target  # the table identifier: its catalog knows where it lives
+
+    def asset_uri(self, sink, warehouse: str) -> str:
+        # The Asset names the table; a URI needs a host, and the catalog is a connection.
+        return f"iceberg://{sink.catalog or 'catalog'}/{sink.target}"
+
+    def transactional_ids(self, pipeline: str, sink, slot: int | None = None) -> tuple[str, ...]:
+        return ()
+
+    def reprocess(self, sink) -> str:
+        return "replaced"  # one snapshot removes the replaced batch's files and adds the new ones
+
+    def vote_lifetime(self, sink):
+        return None  # written data files wait for the commit as long as it takes
+
+    def open_transactions(self, sink, vote) -> list:
+        return []
+
+    def check(self, sink, deployment) -> None:
+        from ..iceberg.tables import partition_fields
+
+        what = f"sink {sink.name!r} (iceberg table {sink.target!r})"
+        deployment.catalog_properties(sink.catalog, what)
+        partition_fields(sink.partition_by, what)
+
+    def participant(self, pipeline, sink, deployment):
+        from ..iceberg.sink import IcebergTableSink
+
+        properties = deployment.catalog_properties(sink.catalog, f"sink {sink.name!r}")
+        return IcebergTableSink(sink.name, pipeline.name, sink.target, sink.catalog, properties)
+
+    def pre_commit(self, frame: Any, sink, sink_plan, deployment, job_options: Mapping[str, str]) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from ..iceberg.tables import open_catalog, prepared_table
+
+        what = f"sink {sink.name!r} (iceberg table {sink.target!r})"
+        catalog = open_catalog(sink.catalog, deployment.catalog_properties(sink.catalog, what))
+        table = prepared_table(catalog, sink.target, to_arrow_schema(frame.schema, timezone="UTC"), sink.partition_by, what)
+        options = {**job_options, "table": sink.target, "catalog": sink.catalog, "metadata_location": table.metadata_location}
+        frame.write.format(FORMAT).mode("append").options(**options).save()
+
+
+ICEBERG = IcebergKind()

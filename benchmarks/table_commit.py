@@ -96,14 +96,14 @@ def main(argv=None) -> int:
 
                 table_sink = IcebergTableSink("bench", "bench", f"bench.t{int(size)}", CONN_ID, properties)
                 table = catalog.load_table(f"bench.t{int(size)}")
-                encoded = [f for t in data for f in tables.write_data_files(table, "bench", "bench", seq, 1, t)]
-                vote = table_sink.vote_for(seq, 1, table.location(), encoded)
+                encoded = [f for t in data for f in tables.write_data_files(table, "bench", "bench", seq, 0, 1, t.to_batches())]
+                vote = table_sink.vote_for(seq, 0, 1, table.location(), encoded)
                 seconds, result = timed(lambda: table_sink.commit(vote))
                 assert result.ok, result.detail
                 iceberg_s.append(seconds)
                 # Free moto's memory: the committed bytes are not needed any more.
                 storage.delete_tree(sink_uri)
-                storage.delete_tree(tables.batch_dir(table.location(), "bench", "bench", seq))
+                storage.delete_tree(tables.batch_dir(table.location(), "bench", "bench", seq, 0))
             results.append({"size_mb": size, "bytes": written, "files": args.files,
                             "files_commit_s": round(statistics.median(files_s), 3),
                             "iceberg_commit_s": round(statistics.median(iceberg_s), 3),

@@ -288,7 +288,7 @@ def _audit_table(runtime, sink, expected_views: Counter, committed: list, replac
     from pyiceberg.exceptions import NoSuchTableError
 
     from onceflow.iceberg import sink as iceberg_sink
-    from onceflow.protocol.batch_id import BatchId
+    from onceflow.iceberg.tables import batch_key
     from onceflow_devkit.services.iceberg_catalog import table_of
 
     out = OutputAudit(sink.name)
@@ -298,26 +298,28 @@ def _audit_table(runtime, sink, expected_views: Counter, committed: list, replac
         _audit_views(out, expected_views, pa.table({}))
         return out
     _audit_views(out, expected_views, table.scan().to_arrow())
-    attempts = {str(BatchId(p.batch_seq)): status.decision.attempt for p, status in committed}
+    # (batch key, decided attempt) of every committed batch: the directory its files are in, and its snapshot.
+    attempts = {batch_key(p.batch_seq, p.created_at_ms): status.decision.attempt for p, status in committed}
     snapshots = Counter(
-        s.summary[iceberg_sink.BATCH_KEY] for s in table.metadata.snapshots
+        batch_key(int(s.summary[iceberg_sink.BATCH_KEY]), int(s.summary[iceberg_sink.PLANNED_AT_KEY]))
+        for s in table.metadata.snapshots
         if s.summary[iceberg_sink.PIPELINE_KEY] == runtime.spec.name and s.summary[iceberg_sink.SINK_KEY] == sink.name
     )
-    for batch, count in snapshots.items():
-        if batch not in attempts:
+    for key, count in snapshots.items():
+        if key not in attempts:
             out.unexpected += count
-            out.note(f"snapshot of batch {batch}, which is not committed")
+            out.note(f"snapshot of batch {key}, which is not committed")
         elif count > 1:
             out.duplicates += count - 1
-            out.note(f"batch {batch} has {count} snapshots")
-    for batch in attempts.keys() - snapshots.keys():
+            out.note(f"batch {key} has {count} snapshots")
+    for key in attempts.keys() - snapshots.keys():
         out.missing += 1
-        out.note(f"committed batch {batch} has no snapshot")
-    live = {b: a for b, a in attempts.items() if int(b) not in replaced}
+        out.note(f"committed batch {key} has no snapshot")
+    live = {key: f"a{attempt}" for key, attempt in attempts.items() if int(key.split("-")[0]) not in replaced}
     for task in table.scan().plan_files():
         path = task.file.file_path
-        batch, _, attempt = path.split(f"/data/onceflow/{runtime.spec.name}/{sink.name}/", 1)[-1].partition("/a")
-        if live.get(batch) != (int(attempt.split("/")[0]) if attempt.split("/")[0].isdigit() else None):
+        key, attempt, *_ = path.split(f"/data/onceflow/{runtime.spec.name}/{sink.name}/", 1)[-1].split("/")
+        if live.get(key) != attempt:
             out.unexpected += 1
             out.note(f"{path} is not of a committed batch's decided attempt (or of a replaced batch)")
     return out

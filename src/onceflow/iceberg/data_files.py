@@ -16,8 +16,8 @@ _COUNTS = ("column_sizes", "value_counts", "null_value_counts", "nan_value_count
 _BOUNDS = ("lower_bounds", "upper_bounds")
 
 
-def encode(data_file) -> dict[str, Any]:
-    """A pyiceberg ``DataFile`` (content DATA, Parquet) as JSON-able data."""
+def encode(data_file, spec_id: int) -> dict[str, Any]:
+    """A pyiceberg ``DataFile`` (content DATA, Parquet), written in partition spec ``spec_id``, as JSON-able data."""
     partition = [data_file.partition[i] for i in range(len(data_file.partition))]
     for value in partition:
         if value is not None and not isinstance(value, (bool, int, float, str)):
@@ -28,6 +28,7 @@ def encode(data_file) -> dict[str, Any]:
         "size": data_file.file_size_in_bytes,
         "rows": data_file.record_count,
         "partition": partition,
+        "spec_id": spec_id,
         "split_offsets": list(data_file.split_offsets or []),
     }
     for name in _COUNTS:
@@ -37,8 +38,8 @@ def encode(data_file) -> dict[str, Any]:
     return raw
 
 
-def decode(raw: Mapping[str, Any], spec_id: int, format_version: int):
-    """The ``DataFile`` that ``encode`` gave ``raw`` for, in partition spec ``spec_id``."""
+def decode(raw: Mapping[str, Any], format_version: int):
+    """The ``DataFile`` that ``encode`` gave ``raw`` for."""
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
@@ -57,5 +58,5 @@ def decode(raw: Mapping[str, Any], spec_id: int, format_version: int):
         **{name: {int(k): int(v) for k, v in raw[name].items()} for name in _COUNTS},
         **{name: {int(k): base64.b64decode(v) for k, v in raw[name].items()} for name in _BOUNDS},
     )
-    data_file.spec_id = spec_id
+    data_file.spec_id = int(raw["spec_id"])
     return data_file

@@ -1,34 +1,34 @@
-"""Catalog properties: which are secret, and what a Spark worker may see.
+"""Catalog properties: what a Spark worker may see of them.
 
 A catalog's properties (an Airflow connection's extra, or
 ``ONCEFLOW_ICEBERG_CATALOGS``) are pyiceberg's: ``type``, ``uri``,
-``warehouse`` and the FileIO's ``s3.*`` settings. Secrets among them (keys,
-tokens, a password inside a database URI) never travel as Spark options;
-each worker adds them back from its own environment, as Kafka secrets do.
+``warehouse``, REST ``credential``/``token``/``header.*``, and the FileIO's
+``s3.*``, ``gcs.*``, ``adls.*`` settings. Only an allow-list of them is
+public: where the storage is and how to address it. Everything else (keys,
+tokens, connection strings, the catalog's own URI, which may carry a
+password) is treated as a secret: it never travels as a Spark option, and
+each worker adds it back from its own environment, as Kafka secrets are.
 """
 
 from __future__ import annotations
 
 from typing import Mapping
-from urllib.parse import urlparse
 
-from ..kafka.cluster import is_secret
-
-# pyiceberg's REST catalog takes "credential" (client id:secret) and "token"; an access key id
-# is half of a key pair, useless (and refused by pyarrow) without its secret.
-_SECRET_KEYS = ("credential", "token", "access-key-id")
+PUBLIC_KEYS = ("type", "warehouse", "py-io-impl")
+# FileIO settings that say where storage is and how to address it, e.g. s3.endpoint, s3.region.
+PUBLIC_SUFFIXES = (".endpoint", ".region", ".path-style-access", ".force-virtual-addressing",
+                   ".connect-timeout", ".request-timeout", ".project-id", ".account-name")
 
 
-def is_secret_property(key: str, value: object) -> bool:
-    if is_secret(key) or any(k in key.lower() for k in _SECRET_KEYS):
-        return True
-    return key.lower() == "uri" and isinstance(value, str) and urlparse(value).password is not None
+def is_secret_property(key: str) -> bool:
+    lowered = key.lower()
+    return not (lowered in PUBLIC_KEYS or lowered.endswith(PUBLIC_SUFFIXES))
 
 
 def public_properties(properties: Mapping[str, str]) -> dict[str, str]:
-    """``properties`` without its secrets."""
-    return {k: v for k, v in properties.items() if not is_secret_property(k, v)}
+    """``properties`` without anything that may be a secret."""
+    return {k: v for k, v in properties.items() if not is_secret_property(k)}
 
 
 def secret_properties(properties: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in properties.items() if is_secret_property(k, v)}
+    return {k: v for k, v in properties.items() if is_secret_property(k)}

@@ -3,6 +3,7 @@ reference them, committed as one table snapshot per batch (``onceflow.iceberg``)
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
 
 # The Spark data source that pre-commits this kind (onceflow.spark.iceberg_sink registers it).
@@ -36,8 +37,14 @@ class IcebergKind:
         from ..iceberg.tables import partition_fields
 
         what = f"sink {sink.name!r} (iceberg table {sink.target!r})"
-        deployment.catalog_properties(sink.catalog, what)
+        properties = deployment.catalog_properties(sink.catalog, what)
         partition_fields(sink.partition_by, what)
+        if properties.get("snapshot-loading-mode") == "refs":
+            from ..settings import ConfigurationError
+
+            raise ConfigurationError(
+                f"{what}: catalog {sink.catalog!r} sets snapshot-loading-mode=refs, which hides the snapshots a commit "
+                "looks for its batch in (a repeated commit would append the batch again): remove the setting")
 
     def participant(self, pipeline, sink, deployment):
         from ..iceberg.sink import IcebergTableSink
@@ -48,12 +55,14 @@ class IcebergKind:
     def pre_commit(self, frame: Any, sink, sink_plan, deployment, job_options: Mapping[str, str]) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        from ..iceberg.properties import public_properties
         from ..iceberg.tables import open_catalog, prepared_table
 
         what = f"sink {sink.name!r} (iceberg table {sink.target!r})"
         catalog = open_catalog(sink.catalog, deployment.catalog_properties(sink.catalog, what))
         table = prepared_table(catalog, sink.target, to_arrow_schema(frame.schema, timezone="UTC"), sink.partition_by, what)
-        options = {**job_options, "table": sink.target, "catalog": sink.catalog, "metadata_location": table.metadata_location}
+        options = {**job_options, "table": sink.target, "catalog": sink.catalog, "metadata_location": table.metadata_location,
+                   "io_properties": json.dumps(public_properties(table.io.properties))}
         frame.write.format(FORMAT).mode("append").options(**options).save()
 
 

@@ -91,7 +91,8 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
         started = time.perf_counter()
         sink_plan = plan.sink(sink.name)
         frame = outputs[sink.name].repartition(sink_plan.splits)
-        job_options = {"pipeline": spec.name, "deployment": deployment, "sink": sink.name, "batch_seq": str(seq), "attempt": str(attempt)}
+        job_options = {"pipeline": spec.name, "deployment": deployment, "sink": sink.name, "batch_seq": str(seq),
+                       "planned_at_ms": str(plan.created_at_ms), "attempt": str(attempt)}
         if plan.params.get("slot") is not None:  # an interval batch: its slot of transactional ids
             job_options["slot"] = str(plan.params["slot"])
         if plan.params.get("replaces"):  # a reprocessed interval: the committed batch it replaces

@@ -21,13 +21,18 @@ driver saw it (``metadata_location``): executors need storage access only,
 never the catalog. No snapshot references them until the commit task's.
 
 Options: ``pipeline``, ``deployment`` (``Deployment.to_option()``: the
-ledger, and the catalog's FileIO settings), ``sink``, ``catalog``, ``table``,
-``metadata_location``, ``batch_seq``, ``attempt``; ``replaces`` for a batch
-that reprocesses a committed interval.
+ledger, and the catalog's public properties), ``sink``, ``catalog``,
+``table``, ``metadata_location``, ``io_properties`` (the public part of the
+FileIO settings the catalog gave the driver's table, e.g. a REST catalog's
+endpoint overrides), ``batch_seq``, ``planned_at_ms``, ``attempt``;
+``replaces`` for a batch that reprocesses a committed interval. Credentials
+the catalog vends to the driver do not reach executors: they use the
+catalog's secrets from their own environment, or their own credential chain.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -38,7 +43,8 @@ from ..sinks.iceberg import FORMAT  # the name this data source registers under
 from .vote_handoff import record_vote
 from .writer_options import checked_options, int_option
 
-REQUIRED = ("pipeline", "deployment", "sink", "catalog", "table", "metadata_location", "batch_seq", "attempt")
+REQUIRED = ("pipeline", "deployment", "sink", "catalog", "table", "metadata_location", "batch_seq", "planned_at_ms",
+            "attempt")
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class IcebergWriteOptions:
     table: str
     metadata_location: str
     batch_seq: int
+    planned_at_ms: int
     attempt: int
     raw: Mapping[str, str]
     replaces: int | None = None
@@ -64,15 +71,19 @@ class IcebergWriteOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "IcebergWriteOptions":
         opts = checked_options(FORMAT, options, REQUIRED)
-        ints = {key: int_option(FORMAT, opts, key) for key in ("batch_seq", "attempt", "replaces")}
+        ints = {key: int_option(FORMAT, opts, key) for key in ("batch_seq", "planned_at_ms", "attempt", "replaces")}
         return cls(opts["pipeline"], opts["sink"], opts["catalog"], opts["table"], opts["metadata_location"],
-                   ints["batch_seq"], ints["attempt"], opts, ints["replaces"])
+                   ints["batch_seq"], ints["planned_at_ms"], ints["attempt"], opts, ints["replaces"])
 
     def catalog_properties(self) -> dict[str, str]:
         from ..deployment import Deployment
 
         deployment = Deployment.from_option(self.raw["deployment"])
         return deployment.catalog_properties(self.catalog, f"{FORMAT} sink {self.sink!r}")
+
+    def io_properties(self) -> dict[str, str]:
+        """The FileIO settings of the table as the driver loaded it, over the catalog's own."""
+        return {**self.catalog_properties(), **json.loads(self.raw.get("io_properties") or "{}")}
 
     def table_sink(self):
         from ..iceberg.sink import IcebergTableSink
@@ -86,14 +97,12 @@ class IcebergFilesWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator) -> DataFilesMessage:
         """Executor: this task attempt's rows as data files under the attempt's directory."""
-        import pyarrow as pa
         from pyiceberg.table import StaticTable
 
-        table = StaticTable.from_metadata(self.options.metadata_location, properties=self.options.catalog_properties())
-        batches = list(iterator)
-        rows = pa.Table.from_batches(batches) if batches else pa.table({})
-        files = tables.write_data_files(table, self.options.pipeline, self.options.sink,
-                                        self.options.batch_seq, self.options.attempt, rows)
+        opts = self.options
+        table = StaticTable.from_metadata(opts.metadata_location, properties=opts.io_properties())
+        files = tables.write_data_files(table, opts.pipeline, opts.sink, opts.batch_seq, opts.planned_at_ms, opts.attempt,
+                                        iterator)
         return DataFilesMessage(tuple(files), table.location())
 
     def commit(self, messages: list[DataFilesMessage | None]) -> None:
@@ -101,8 +110,9 @@ class IcebergFilesWriter(DataSourceArrowWriter):
         done = [m for m in messages if m is not None]
         location = done[0].table_location if done else ""
         files = [f for m in done for f in m.files]
-        vote = self.options.table_sink().vote_for(self.options.batch_seq, self.options.attempt, location, files,
-                                                  replaces=self.options.replaces)
+        opts = self.options
+        vote = opts.table_sink().vote_for(opts.batch_seq, opts.planned_at_ms, opts.attempt, location, files,
+                                          replaces=opts.replaces)
         record_vote(self.options.raw, vote)
 
     def abort(self, messages: list[DataFilesMessage | None]) -> None:

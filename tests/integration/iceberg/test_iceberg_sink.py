@@ -25,6 +25,7 @@ from onceflow.protocol.plan import Plan
 from .conftest import SCHEMA
 
 SEQ = 7
+PLANNED_AT = 1_790_000_000_000  # the batch's plan's created_at_ms: part of its key in the table
 DAY = dt.datetime(2026, 11, 24, tzinfo=dt.timezone.utc)
 
 
@@ -34,22 +35,32 @@ def rows(split: int, n: int, days: int = 2) -> pa.Table:
                      "day": [DAY + dt.timedelta(days=i % days) for i in range(n)]}, schema=SCHEMA)
 
 
-def write(t, seq: int, attempt: int, split: int, n: int) -> list[dict]:
-    return tables.write_data_files(t.table(), t.pipeline, t.sink_name, seq, attempt, rows(split, n))
+def write(t, seq: int, attempt: int, split: int, n: int, planned_at: int = PLANNED_AT) -> list[dict]:
+    return tables.write_data_files(t.table(), t.pipeline, t.sink_name, seq, planned_at, attempt, rows(split, n).to_batches())
 
 
-def voted(t, seq: int = SEQ, attempt: int = 1, replaces: int | None = None, sizes=(5, 3)):
+def voted(t, seq: int = SEQ, attempt: int = 1, replaces: int | None = None, sizes=(5, 3), planned_at: int = PLANNED_AT):
     """A vote for splits of ``sizes`` rows; a failed task attempt's files lie beside them, in no vote."""
-    write(t, seq, attempt, 0, 99)  # the failed first attempt of split 0
-    files = [f for split, n in enumerate(sizes) for f in write(t, seq, attempt, split, n)]
-    return t.sink().vote_for(seq, attempt, t.table().location(), files, replaces=replaces)
+    write(t, seq, attempt, 0, 99, planned_at)  # the failed first attempt of split 0
+    files = [f for split, n in enumerate(sizes) for f in write(t, seq, attempt, split, n, planned_at)]
+    return t.sink().vote_for(seq, planned_at, attempt, t.table().location(), files, replaces=replaces)
 
 
-def files_under(t, seq: int) -> list[str]:
+def files_under(t, seq: int, planned_at: int = PLANNED_AT) -> list[str]:
     from onceflow.iceberg.sink import _list_files
 
     table = t.table()
-    return _list_files(table.io, tables.batch_dir(table.location(), t.pipeline, t.sink_name, seq))
+    return _list_files(table.io, tables.batch_dir(table.location(), t.pipeline, t.sink_name, seq, planned_at))
+
+
+def commit_until_settled(sink, vote):
+    """Commit as the commit task does: a RETRY_LATER (a busy catalog) is retried."""
+    for _ in range(20):
+        result = sink.commit(vote)
+        if result.outcome is not Outcome.RETRY_LATER:
+            return result
+        time.sleep(0.2)
+    return result
 
 
 def test_commit_is_one_snapshot_of_exactly_the_voted_files(iceberg_table):
@@ -109,11 +120,50 @@ def test_a_lost_data_file_fails_verify_and_commit_loudly(iceberg_table):
     t.table().io.delete(lost)
     verdict = t.sink().verify(vote)
     assert verdict.outcome is Outcome.FAILED and lost in verdict.detail and "0000000007" in verdict.detail
+    # A file lost after the decision: the commit refuses, and no snapshot names a file readers cannot read (I7).
+    result = t.sink().commit(vote)
+    assert result.outcome is Outcome.FAILED and lost in result.detail and "nothing was committed" in result.detail
+    assert t.batch_snapshots() == [] and t.rows() == 0
+
+
+def test_a_partition_spec_changed_since_the_files_were_written_fails_verify(iceberg_table):
+    from pyiceberg.transforms import IdentityTransform
+
+    t = iceberg_table
+    vote = voted(t)
+    with t.table().update_spec() as spec:
+        spec.add_field("split", IdentityTransform(), "split")
+    verdict = t.sink().verify(vote)
+    assert verdict.outcome is Outcome.FAILED and "(the partitioning changed)" in verdict.detail
+    assert t.sink().commit(vote).outcome is Outcome.FAILED and t.rows() == 0
+
+
+def test_a_ledger_started_afresh_never_takes_an_earlier_ledgers_batch_for_its_own(iceberg_table):
+    """Batch 7 of an earlier ledger is in the table; the new ledger's batch 7 (planned
+    later) commits beside it, and aborting it leaves the earlier one's files alone."""
+    t = iceberg_table
+    assert t.sink().commit(voted(t, planned_at=PLANNED_AT - 86_400_000)).outcome is Outcome.DONE
+    earlier_files = files_under(t, SEQ, PLANNED_AT - 86_400_000)
+    plan = Plan(pipeline="p", batch_seq=SEQ, ranges=(), created_at_ms=PLANNED_AT)
+    write(t, SEQ, 1, 0, 4)
+    assert t.sink().abort(plan, []).outcome is Outcome.DONE
+    assert files_under(t, SEQ) == [] and files_under(t, SEQ, PLANNED_AT - 86_400_000) == earlier_files
+
+    result = t.sink().commit(voted(t, sizes=(2,)))
+    assert result.outcome is Outcome.DONE, result.detail
+    assert t.batch_snapshots() == ["0000000007", "0000000007"] and t.rows() == 8 + 2
+
+
+def test_abort_before_the_table_exists_has_nothing_to_do(iceberg_table):
+    t = iceberg_table
+    t.identifier = t.identifier + "_never_created"
+    result = t.sink().abort(Plan(pipeline="p", batch_seq=1, ranges=(), created_at_ms=PLANNED_AT), [])
+    assert result.outcome is Outcome.ALREADY_DONE and "no table yet" in result.detail
 
 
 def test_abort_deletes_every_attempt_and_refuses_a_committed_batch(iceberg_table):
     t = iceberg_table
-    plan = Plan(pipeline="p", batch_seq=SEQ, ranges=())
+    plan = Plan(pipeline="p", batch_seq=SEQ, ranges=(), created_at_ms=PLANNED_AT)
     voted(t, attempt=1)
     write(t, SEQ, 2, 0, 4)  # a second attempt that died before voting
     assert files_under(t, SEQ)
@@ -152,7 +202,45 @@ def test_a_replacing_batch_swaps_the_old_files_for_the_new_in_one_snapshot(icebe
     assert table.current_snapshot().summary["deleted-records"] == "8"
     assert t.rows() == 2 + 8
     paths = {task.file.file_path for task in table.scan().plan_files()}
-    assert not any(p.startswith(tables.batch_dir(table.location(), "p", "counts", 7)) for p in paths)
+    assert not any(p.startswith(tables.batch_dir(table.location(), "p", "counts", 7, PLANNED_AT)) for p in paths)
+
+    again = t.sink().commit(voted(t, seq=9, sizes=(4, 4), replaces=7))  # other files for committed batch 9: refused (I2)
+    assert again.outcome is Outcome.FAILED and "I2" in again.detail and t.rows() == 10
+    chained = t.sink().commit(voted(t, seq=10, sizes=(1,), replaces=9))  # the interval reprocessed once more
+    assert chained.outcome is Outcome.DONE, chained.detail
+    assert t.rows() == 2 + 1
+
+
+def test_a_replaced_batch_whose_rows_were_rewritten_is_refused_before_the_decision(iceberg_table):
+    """A compaction moved one of batch 7's files: removing its files would leave those
+    rows beside the replacement's. verify refuses (the replacement is aborted and
+    re-run), and a commit after the decision changes nothing."""
+    t = iceberg_table
+    assert t.sink().commit(voted(t, seq=7, sizes=(5, 3))).ok
+    table = t.table()
+    moved = next(task.file for task in table.scan().plan_files())
+    copy = moved.file_path.replace("/a1/", "/compacted/")
+    with table.io.new_input(moved.file_path).open() as source, table.io.new_output(copy).create() as target:
+        target.write(source.read())
+    from pyiceberg.manifest import DataFile
+
+    rewritten = DataFile.from_args(_table_format_version=table.format_version, **{
+        name: getattr(moved, name) for name in ("content", "file_format", "partition", "record_count",
+                                                "file_size_in_bytes", "column_sizes", "value_counts",
+                                                "null_value_counts", "nan_value_counts", "lower_bounds",
+                                                "upper_bounds", "split_offsets", "sort_order_id", "equality_ids",
+                                                "key_metadata")}, file_path=copy)
+    rewritten.spec_id = moved.spec_id
+    with table.transaction() as transaction, transaction.update_snapshot().overwrite() as rewrite:
+        rewrite.delete_data_file(moved)
+        rewrite.append_data_file(rewritten)
+    assert t.rows() == 8
+
+    replacement = voted(t, seq=9, sizes=(4,), replaces=7)
+    verdict = t.sink().verify(replacement)
+    assert verdict.outcome is Outcome.FAILED and "a rewrite (compaction" in verdict.detail, verdict.detail
+    result = t.sink().commit(replacement)
+    assert result.outcome is Outcome.FAILED and t.rows() == 8  # nothing half done, no duplicate
 
 
 def test_racing_commits_of_one_batch_make_one_snapshot(iceberg_table):
@@ -164,7 +252,7 @@ def test_racing_commits_of_one_batch_make_one_snapshot(iceberg_table):
     def commit():
         sink = t.sink()
         start.wait()
-        results.append(sink.commit(vote))
+        results.append(commit_until_settled(sink, vote))
 
     threads = [threading.Thread(target=commit) for _ in range(4)]
     for thread in threads:

@@ -101,7 +101,7 @@ def test_a_job_that_dies_after_writing_the_table_is_rolled_back_and_its_replay_c
         faults.disarm()
     sink = runtime.spec.sink("page_minute_table")
     table = tables.open_catalog(CONN_ID, runtime.deployment.catalogs[CONN_ID]).load_table(sink.target)
-    batch_files = tables.batch_dir(table.location(), runtime.spec.name, sink.name, plan.batch_seq)
+    batch_files = tables.batch_dir(table.location(), runtime.spec.name, sink.name, plan.batch_seq, plan.created_at_ms)
     from onceflow.iceberg.sink import _list_files
 
     assert _list_files(table.io, batch_files), "the job wrote the table's data files before dying"

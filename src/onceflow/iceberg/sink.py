@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .. import faults
 from ..protocol.batch_id import BatchId
@@ -79,14 +79,21 @@ def outcome_of(exc: Exception) -> Outcome:
 
 
 class IcebergTableSink:
-    """One Iceberg table output of pipeline ``pipeline``, in the catalog ``catalog_properties`` describe."""
+    """One Iceberg table output of pipeline ``pipeline``, in the catalog ``catalog_properties``
+    describe (or return, when called: a missing catalog fails the call that needs it)."""
 
-    def __init__(self, name: str, pipeline: str, table: str, catalog_conn_id: str, catalog_properties: Mapping[str, str]):
+    def __init__(self, name: str, pipeline: str, table: str, catalog_conn_id: str,
+                 catalog_properties: Mapping[str, str] | Callable[[], Mapping[str, str]]):
         self.name = name
         self.pipeline = pipeline
         self.table_name = table
         self.catalog_conn_id = catalog_conn_id
-        self.catalog_properties = dict(catalog_properties)
+        self._catalog_properties = catalog_properties
+
+    @property
+    def catalog_properties(self) -> dict[str, str]:
+        found = self._catalog_properties
+        return dict(found() if callable(found) else found)
 
     # -- pre-commit side (what the Spark job needs) -------------------------
 

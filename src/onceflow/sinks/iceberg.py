@@ -3,6 +3,7 @@ reference them, committed as one table snapshot per batch (``onceflow.iceberg``)
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Mapping
 
@@ -49,7 +50,8 @@ class IcebergKind:
     def participant(self, pipeline, sink, deployment):
         from ..iceberg.sink import IcebergTableSink
 
-        properties = deployment.catalog_properties(sink.catalog, f"sink {sink.name!r}")
+        # Resolved when the participant is used, not built: `onceflow status` needs no catalog.
+        properties = functools.partial(deployment.catalog_properties, sink.catalog, f"sink {sink.name!r}")
         return IcebergTableSink(sink.name, pipeline.name, sink.target, sink.catalog, properties)
 
     def pre_commit(self, frame: Any, sink, sink_plan, deployment, job_options: Mapping[str, str]) -> None:

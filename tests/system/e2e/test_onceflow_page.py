@@ -174,7 +174,8 @@ def test_only_the_committed_batch_is_announced_to_downstream_dags(page_world):
     events = [e for e in answer.json()["asset_events"] if (e.get("extra") or {}).get("pipeline") == "clickstream"]
     # batch 1 was aborted and batch 3 is still committing: one event per output of batch 2, with what it committed
     assert sorted((e["extra"]["batch_id"], e["extra"]["output"]) for e in events) == [
-        ("0000000002", "clicks_dead_letter"), ("0000000002", "clicks_enriched"), ("0000000002", "page_minute_counts")]
+        ("0000000002", "clicks_dead_letter"), ("0000000002", "clicks_enriched"), ("0000000002", "page_minute_counts"),
+        ("0000000002", "page_minute_table")]
     facts = events[0]["extra"]
     assert facts["records_in"] == 600 and facts["replay_of"] == 1 and len(facts["ranges"]) == 2
     assert sum(facts["records_out"][name] for name in ("clicks_enriched", "clicks_dead_letter")) == 600

@@ -147,3 +147,13 @@ def test_a_catalog_that_hides_snapshots_is_refused_before_planning():
                             {"lake": {"type": "rest", "uri": "https://c", "snapshot-loading-mode": "refs"}})
     with pytest.raises(ConfigurationError, match="snapshot-loading-mode=refs, which hides the snapshots"):
         sink_kind(ICEBERG).check(SinkSpec("t", ICEBERG, "ns.t", catalog="lake"), deployment)
+
+
+def test_a_participant_without_its_catalog_is_built_and_fails_only_the_calls_that_need_it():
+    from onceflow.protocol.participant import Outcome, Vote
+
+    spec = PipelineSpec("tables", ("t",), "onceflow_examples.clickstream:transform",
+                        (SinkSpec("a", ICEBERG, "ns.a", catalog="lake"),))
+    participant = sink_kind(ICEBERG).participant(spec, spec.sinks[0], Deployment("file:///w", KafkaCluster("b:9092")))
+    verdict = participant.verify(Vote("a", 1, 1, {"table": "ns.a", "planned_at_ms": 1, "files": []}))
+    assert verdict.outcome is Outcome.FAILED and "Iceberg catalog 'lake' is not configured" in verdict.detail

@@ -50,8 +50,8 @@ CONFLICT_RETRIES = 10
 NO_COMMIT_RETRIES = ("commit.retry.num-retries", "0")  # pyiceberg's TableProperties.COMMIT_NUM_RETRIES
 
 
-class BatchNotWhole(Exception):
-    """The committed batch a vote replaces is no longer exactly its own files in the table."""
+class NotCommittable(Exception):
+    """The vote cannot be committed to the table as it is now: the message says why and what to do."""
 
 
 def outcome_of(exc: Exception) -> Outcome:
@@ -167,8 +167,6 @@ class IcebergTableSink:
                           f"handed to iceberg sink {self.name} of {self.table_name}: wrong participant")
         try:
             return step(vote)
-        except BatchNotWhole as exc:
-            return Result(Outcome.FAILED, f"{self._what(vote.batch_seq)}: {exc}")
         except Exception as exc:
             return self._error(vote.batch_seq, exc)
 
@@ -198,30 +196,31 @@ class IcebergTableSink:
         return Result(Outcome.ALREADY_DONE, f"{self._what(vote.batch_seq)} was already committed "
                       f"(snapshot {snapshot.snapshot_id})")
 
-    def _committable(self, table, vote: Vote) -> str | None:
-        """Why the vote cannot be committed to ``table`` as it is now, or None.
-        Raises BatchNotWhole for a replaced batch that is not whole any more."""
+    def _committable(self, table, vote: Vote) -> list | None:
+        """The files of the batch the vote replaces (None: it replaces nothing), once the
+        vote is known to fit ``table`` as it is now; NotCommittable says why it does not."""
         spec_id = table.metadata.default_spec_id
         for entry in vote.payload["files"]:
             if int(entry["spec_id"]) != spec_id:
-                return (f"data file {entry['path']} was written in partition spec {entry['spec_id']}, the table's is "
-                        f"now {spec_id} (the partitioning changed). Abort the batch and re-run it")
+                raise NotCommittable(f"data file {entry['path']} was written in partition spec {entry['spec_id']}, the "
+                                     f"table's is now {spec_id} (the partitioning changed). Abort the batch and re-run it")
             found = table.io.new_input(entry["path"])
             size = len(found) if found.exists() else None
             if size != entry["size"]:
                 state = "is missing" if size is None else f"has {size} bytes, the vote recorded {entry['size']}"
-                return f"data file {entry['path']} {state}. Abort the batch and re-run it (its offsets did not move)"
-        if vote.payload.get("replaces") is not None:
-            self._replaced_files(table, int(vote.payload["replaces"]))
-        return None
+                raise NotCommittable(f"data file {entry['path']} {state}. Abort the batch and re-run it (its offsets "
+                                     "did not move)")
+        replaces = vote.payload.get("replaces")
+        return None if replaces is None else self._replaced_files(table, int(replaces))
 
     def _verify(self, vote: Vote) -> Result:
         table = self._catalog().load_table(self.table_name)
         if self._snapshot_of(table, vote.batch_seq, vote.payload["planned_at_ms"]) is not None:
             return Result(Outcome.ALREADY_DONE, f"{self._what(vote.batch_seq)} is already committed")
-        problem = self._committable(table, vote)
-        if problem is not None:
-            return Result(Outcome.FAILED, f"{self._what(vote.batch_seq)} attempt {vote.attempt}: {problem}")
+        try:
+            self._committable(table, vote)
+        except NotCommittable as exc:
+            return Result(Outcome.FAILED, f"{self._what(vote.batch_seq)} attempt {vote.attempt}: {exc}")
         return Result(Outcome.DONE, f"{len(vote.payload['files'])} data files, {vote.records} rows written")
 
     def _commit(self, vote: Vote) -> Result:
@@ -233,13 +232,14 @@ class IcebergTableSink:
             settled = self._settled(table, vote)
             if settled is not None:
                 return settled
-            problem = self._committable(table, vote)
-            if problem is not None:  # after the COMMIT decision: nothing may be half done, a human must look (I7)
-                return Result(Outcome.FAILED, f"{self._what(vote.batch_seq)} attempt {vote.attempt}: {problem}; "
+            try:
+                replaced = self._committable(table, vote)
+            except NotCommittable as exc:  # after the COMMIT decision: nothing may be half done, a human must look (I7)
+                return Result(Outcome.FAILED, f"{self._what(vote.batch_seq)} attempt {vote.attempt}: {exc}; "
                               "nothing was committed to the table")
             faults.fault_point(BEFORE_SNAPSHOT)
             try:
-                replaced = self._append(table, vote)
+                self._append(table, vote, replaced)
             except CommitFailedException as exc:
                 log.info("%s: commit conflict (%s); refreshing the table, try %d", self._what(vote.batch_seq), exc, retry + 2)
                 time.sleep(0.05 * 2**retry)
@@ -247,47 +247,44 @@ class IcebergTableSink:
             faults.fault_point(AFTER_SNAPSHOT)
             self._clean_up(table, vote)
             snapshot = self._snapshot_of(catalog.load_table(self.table_name), vote.batch_seq, vote.payload["planned_at_ms"])
-            more = f", replacing batch {BatchId(vote.payload['replaces'])} ({replaced} files removed)" if replaced is not None else ""
+            more = f", replacing batch {BatchId(vote.payload['replaces'])} ({len(replaced)} files removed)" if replaced is not None else ""
             return Result(Outcome.DONE, f"{len(vote.payload['files'])} data files, {vote.records} rows committed "
                           f"in snapshot {snapshot.snapshot_id if snapshot else '?'}{more}")
         return Result(Outcome.RETRY_LATER, f"{self._what(vote.batch_seq)}: {CONFLICT_RETRIES} commits in a row lost "
                       "to concurrent writers of the table; retry")
 
-    def _append(self, table, vote: Vote) -> int | None:
-        """Commit the snapshot: the vote's files added, and those of the batch it
-        replaces removed. The number of files removed (None: it replaces nothing)."""
+    def _append(self, table, vote: Vote, replaced: list | None) -> None:
+        """Commit the snapshot: the vote's files added, and ``replaced`` (the files of the
+        batch it replaces, if any) removed."""
         metadata = table.metadata
         added = [data_files.decode(f, metadata.format_version) for f in vote.payload["files"]]
         summary = {PIPELINE_KEY: self.pipeline, SINK_KEY: self.name, BATCH_KEY: str(BatchId(vote.batch_seq)),
                    PLANNED_AT_KEY: str(vote.payload["planned_at_ms"]), ATTEMPT_KEY: str(vote.attempt)}
-        replaces = vote.payload.get("replaces")
         # pyiceberg would retry a conflict itself, appending the files again to the refreshed table
         # without asking whether the batch landed meanwhile (a racing commit of the same vote): a
         # duplicate. Off for this commit only (not stored); _commit's loop asks first, then retries.
         table.metadata = metadata.model_copy(
             update={"properties": {**metadata.properties, NO_COMMIT_RETRIES[0]: NO_COMMIT_RETRIES[1]}})
         with table.transaction() as transaction:
-            if replaces is None:
+            if replaced is None:
                 with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
                     for data_file in added:
                         append.append_data_file(data_file)
-                return None
-            removed = self._replaced_files(table, int(replaces))
-            summary[REPLACES_KEY] = str(BatchId(int(replaces)))
+                return
+            summary[REPLACES_KEY] = str(BatchId(int(vote.payload["replaces"])))
             with transaction.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
-                for data_file in removed:
+                for data_file in replaced:
                     overwrite.delete_data_file(data_file)
                 for data_file in added:
                     overwrite.append_data_file(data_file)
-        return len(removed)
 
     def _replaced_files(self, table, seq: int) -> list:
         """The data files of committed batch ``seq``, which a vote replaces: exactly the
-        files its snapshot added, all still in the table. BatchNotWhole otherwise: its
+        files its snapshot added, all still in the table. NotCommittable otherwise: its
         rows could not all be removed by file, and the replacement would duplicate them."""
         snapshots = self._batch_snapshots(table, seq)
         if not snapshots:
-            raise BatchNotWhole(
+            raise NotCommittable(
                 f"batch {BatchId(seq)}, which this batch replaces, has no snapshot in the table's history (expired, "
                 "or this output was added to the pipeline after it): which rows are its cannot be told. Abort; then "
                 "remove its rows with a row filter, or do not replace that interval")
@@ -296,7 +293,7 @@ class IcebergTableSink:
         prefix = tables.batch_dir(table.location(), self.pipeline, self.name, seq, int(added.summary[PLANNED_AT_KEY])) + "/"
         live = [task.file for task in table.scan().plan_files() if task.file.file_path.startswith(prefix)]
         if {f.file_path for f in live} != expected:
-            raise BatchNotWhole(
+            raise NotCommittable(
                 f"batch {BatchId(seq)}, which this batch replaces, is no longer its own {len(expected)} data files in "
                 f"the table ({len(live)} of them left under {prefix}): a rewrite (compaction, a row-level delete or "
                 "update) moved its rows, so they cannot be removed by file. Nothing was changed: remove them with a "

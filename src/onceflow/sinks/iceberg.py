@@ -4,6 +4,7 @@ reference them, committed as one table snapshot per batch (``onceflow.iceberg``)
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 from typing import Any, Mapping
 
@@ -38,6 +39,12 @@ class IcebergKind:
         from ..iceberg.tables import partition_fields
 
         what = f"sink {sink.name!r} (iceberg table {sink.target!r})"
+        if importlib.util.find_spec("pyiceberg") is None:
+            from ..settings import ConfigurationError
+
+            raise ConfigurationError(f"{what}: pyiceberg is not installed where this task runs: install onceflow with "
+                                     "its iceberg extra (pip install 'onceflow[iceberg]') on the Airflow workers and "
+                                     "the Spark driver and executors")
         properties = deployment.catalog_properties(sink.catalog, what)
         partition_fields(sink.partition_by, what)
         if properties.get("snapshot-loading-mode") == "refs":

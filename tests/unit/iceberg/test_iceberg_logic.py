@@ -157,3 +157,13 @@ def test_a_participant_without_its_catalog_is_built_and_fails_only_the_calls_tha
     participant = sink_kind(ICEBERG).participant(spec, spec.sinks[0], Deployment("file:///w", KafkaCluster("b:9092")))
     verdict = participant.verify(Vote("a", 1, 1, {"table": "ns.a", "planned_at_ms": 1, "files": []}))
     assert verdict.outcome is Outcome.FAILED and "Iceberg catalog 'lake' is not configured" in verdict.detail
+
+
+def test_without_pyiceberg_the_plan_task_names_the_extra_to_install(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyiceberg" else real(name, *a))
+    deployment = Deployment("file:///w", KafkaCluster("b:9092"), None, {"lake": {"type": "sql", "uri": "sqlite:///x"}})
+    with pytest.raises(ConfigurationError, match=r"pip install 'onceflow\[iceberg\]'"):
+        sink_kind(ICEBERG).check(SinkSpec("t", ICEBERG, "ns.t", catalog="lake"), deployment)

@@ -17,7 +17,8 @@ from typing import Mapping
 from .iceberg.properties import public_properties, secret_properties
 from .kafka.cluster import KafkaCluster, is_secret
 from .s3_connection import S3Connection
-from .settings import ConfigurationError
+from . import settings
+from .settings import ICEBERG_CATALOGS_VAR, ConfigurationError
 WAREHOUSE_VAR = "ONCEFLOW_WAREHOUSE"
 # Executors never see the spark task's environment; say how secrets reach them.
 EXECUTOR_SECRETS_HINT = (
@@ -59,15 +60,11 @@ class Deployment:
             raise ConfigurationError(
                 f"{WAREHOUSE_VAR} is not set: export the warehouse URI (file:///path, s3://bucket/prefix or hdfs://...)"
             )
-        from . import settings
-
         s3 = S3Connection.from_environment().checked(f"warehouse {warehouse}") if is_s3_uri(warehouse) else None
         return cls(warehouse, KafkaCluster.from_environment(), s3, settings.iceberg_catalogs())
 
     def catalog_properties(self, conn_id: str | None, what: str) -> dict[str, str]:
         """The properties of Iceberg catalog ``conn_id``, or a ConfigurationError for ``what`` naming the fix."""
-        from .settings import ICEBERG_CATALOGS_VAR
-
         if not conn_id:
             raise ConfigurationError(f"{what}: no catalog: set SinkSpec(catalog=...) to the Airflow connection of its catalog")
         if conn_id not in self.catalogs:
@@ -121,8 +118,6 @@ class Deployment:
         Kafka secrets from ``ONCEFLOW_KAFKA_CONFIG``, catalog secrets from
         ``ONCEFLOW_ICEBERG_CATALOGS``, S3 credentials from the worker's own AWS
         credential chain."""
-        from . import settings
-
         raw = json.loads(text)
         secrets = {k: v for k, v in settings.kafka_client_config().items() if is_secret(k)}
         kafka = KafkaCluster(raw["kafka"]["bootstrap"], {**raw["kafka"]["client_config"], **secrets})

@@ -8,6 +8,8 @@
 - ``restart_broker``: restart the embedded broker a test runs on.
 - ``spark``: a local[2] SparkSession whose Python workers use this venv.
 - ``spark_standalone``: a Spark standalone master and worker (cluster mode).
+- ``spark_connect_server``: a Spark Connect server (local[2]) whose Python
+  workers have the S3 keys, as ``spark``'s executors do.
 - ``airflow_home``: a migrated SQLite Airflow home pointing at dags/ and plugins/.
 
 Service state lives in ``.onceflow/test/``. Processes are started so they die
@@ -29,6 +31,7 @@ import pytest
 from onceflow_devkit.services.kafka_broker import BROKERS, KafkaBroker, start_broker
 from onceflow_devkit.services.process import ManagedProcess
 from onceflow_devkit.services.s3 import ACCESS_KEY as S3_ACCESS_KEY, SECRET_KEY as S3_SECRET_KEY, S3Endpoint, start_moto
+from onceflow_devkit.services.spark_connect import SparkConnectServer, start_connect_server
 from onceflow_devkit.services.spark_standalone import SparkStandalone, start_standalone
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,18 +154,21 @@ def restart_broker(kafka_broker, _brokers):
     return lambda kill=False: _brokers.restart(kafka_broker.name, kill=kill)
 
 
+def _s3_keys() -> dict[str, str]:
+    """The S3 keys Spark's workers get (options carry no secret): the embedded endpoint's, or the external one's."""
+    external = bool(os.environ.get("ONCEFLOW_S3_ENDPOINT"))
+    return {
+        "AWS_ACCESS_KEY_ID": os.environ["AWS_ACCESS_KEY_ID"] if external else S3_ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": os.environ["AWS_SECRET_ACCESS_KEY"] if external else S3_SECRET_KEY,
+    }
+
+
 @pytest.fixture(scope="session")
 def spark():
     from onceflow.spark_session import local_spark
 
-    # Executors get the S3 keys the way users are told to give them: spark.executorEnv
-    # (options carry no secret). The embedded endpoint's keys, or the external one's.
-    external = bool(os.environ.get("ONCEFLOW_S3_ENDPOINT"))
-    keys = {
-        "AWS_ACCESS_KEY_ID": os.environ["AWS_ACCESS_KEY_ID"] if external else S3_ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": os.environ["AWS_SECRET_ACCESS_KEY"] if external else S3_SECRET_KEY,
-    }
-    session = local_spark("onceflow-tests", **{f"spark.executorEnv.{k}": v for k, v in keys.items()})
+    # Executors get the S3 keys the way users are told to give them: spark.executorEnv.
+    session = local_spark("onceflow-tests", **{f"spark.executorEnv.{k}": v for k, v in _s3_keys().items()})
     yield session
     session.stop()
 
@@ -174,6 +180,14 @@ def spark_standalone() -> SparkStandalone:
     yield cluster
     worker.stop(grace=5)
     master.stop(grace=5)
+
+
+@pytest.fixture(scope="session")
+def spark_connect_server() -> SparkConnectServer:
+    proc = _fresh_process("spark-connect")
+    server = start_connect_server(proc, env=_s3_keys(), die_with_parent=True)
+    yield server
+    proc.stop(grace=5)
 
 
 @pytest.fixture(scope="session")

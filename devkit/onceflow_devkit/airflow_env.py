@@ -3,7 +3,8 @@
 Used by ``onceflow demo`` and the end-to-end tests (the caller's process);
 Airflow itself runs in subprocesses. Connections follow the providers'
 formats: ``onceflow_kafka`` (kafka: extra = librdkafka settings),
-``onceflow_spark`` (spark: host = master), ``onceflow_s3`` (aws: login,
+``onceflow_spark`` (spark: host = master; or, given a Spark Connect server,
+spark_connect: host and port), ``onceflow_s3`` (aws: login,
 password, extra endpoint_url/region_name), ``onceflow_iceberg`` (extra: the
 embedded catalog's properties, ``services.iceberg_catalog``).
 """
@@ -15,6 +16,7 @@ from typing import Mapping
 
 from onceflow_devkit.local_airflow import LocalAirflow
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
+from onceflow_devkit.services.spark_connect import SparkConnectServer
 from onceflow.kafka.cluster import KafkaCluster
 from onceflow.s3_connection import S3Connection
 
@@ -33,8 +35,10 @@ def onceflow_airflow(
     dags_folder: Path = DAGS_FOLDER,
     python: Path | None = None,
     plugins_folder: Path | None = PROJECT_ROOT / "plugins",
+    spark_connect: SparkConnectServer | None = None,
 ) -> LocalAirflow:
-    """``python``: the interpreter of the Airflow install to run (default: this one)."""
+    """``python``: the interpreter of the Airflow install to run (default: this one).
+    ``spark_connect``: the spark tasks run as clients of that server instead of spark-submit."""
     airflow = LocalAirflow(
         Path(home),
         dags_folder=dags_folder,
@@ -45,7 +49,8 @@ def onceflow_airflow(
     airflow.set_connection(
         "onceflow_kafka", {"conn_type": "onceflow_kafka", "extra": {"bootstrap.servers": kafka.bootstrap, **kafka.client_config}}
     )
-    airflow.set_connection("onceflow_spark", {"conn_type": "spark", "host": spark_master})
+    airflow.set_connection("onceflow_spark", spark_connect.connection() if spark_connect else
+                           {"conn_type": "spark", "host": spark_master})
     for conn_id, properties in embedded_catalogs(warehouse, s3).items():
         airflow.set_connection(conn_id, {"conn_type": "onceflow_iceberg", "extra": properties})
     if s3 is not None:

@@ -5,8 +5,11 @@ What `make demo` runs. On a clean embedded stack of its own (under
 
 1. starts Kafka and S3, creates the topics and produces click events, some
    of them malformed;
-2. runs batches of the ``clickstream_exactly_once`` DAG with ``airflow dags
-   test`` (Airflow itself runs plan, spark-submit, commit / rollback);
+2. starts a Spark Connect server, the fastest Spark the embedded stack
+   offers: the spark tasks are its clients, so no batch starts a JVM;
+   then runs batches of the ``clickstream_exactly_once`` DAG with ``airflow
+   dags test`` (Airflow itself runs plan, spark, commit / rollback), printing
+   each batch's time and its tasks' times;
 3. injects a failure after pre-commit into one batch's Spark job, so the
    rollback task aborts it, and the next run re-reads the same records;
 4. audits every output against the input and prints a summary, then the
@@ -46,9 +49,16 @@ def stop_demo() -> int:
     home = onceflow_home() / "demo"
     if (home / "airflow").is_dir():
         LocalAirflow(home / "airflow", DAGS_FOLDER).stop(grace=10)
+    _spark_connect_process(home).stop(grace=10)
     EmbeddedStack(home / "stack").down()
     _say(f"[demo]    Airflow and the stack of {home} are stopped")
     return 0
+
+
+def _spark_connect_process(home):
+    from onceflow_devkit.services.process import ManagedProcess
+
+    return ManagedProcess("spark-connect", home / "spark-connect")
 
 
 def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: bool = False) -> int:
@@ -59,15 +69,22 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
     from onceflow.runtime import Deployment, PipelineRuntime, is_s3_uri
     from onceflow_devkit.airflow_env import DAGS_FOLDER, onceflow_airflow
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
+    from onceflow_devkit.local_airflow.metadata import MetadataDb
+    from onceflow_devkit.services.spark_connect import start_connect_server
 
     started = time.monotonic()
     home = onceflow_home() / "demo"
     stack = EmbeddedStack(home / "stack")
     stack.down()
+    spark_connect = _spark_connect_process(home)
+    spark_connect.stop(grace=10)
     shutil.rmtree(home, ignore_errors=True)  # every demo starts from nothing
     info = stack.up(broker=broker)
     _say(f"[stack]   kafka ({info.kafka.name}) on {info.kafka.bootstrap}, S3 on {info.s3.endpoint_url}; state in {home}")
     try:
+        # Its Python workers get the embedded S3's keys, as a deployment gives them to its server.
+        server = start_connect_server(spark_connect, env=info.env())
+        _say(f"[spark]   Spark Connect server on {server.url} (local[2]); the spark tasks are its clients")
         if warehouse is None:
             warehouse = f"file://{home / 'warehouse'}"
         s3 = info.s3 if is_s3_uri(warehouse) else None
@@ -83,9 +100,11 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
         malformed = sum(r.reason is not None for r in events)
         _say(f"[input]   produced {len(events)} click events to 'clicks' ({malformed} malformed on purpose)")
 
-        airflow = onceflow_airflow(home / "airflow", info.kafka, warehouse, s3)
+        airflow = onceflow_airflow(home / "airflow", info.kafka, warehouse, s3, spark_connect=server)
         airflow.migrate()
-        faulty = onceflow_airflow(home / "airflow", info.kafka, warehouse, s3, extra_env={"ONCEFLOW_FAULTS": FAULT})
+        faulty = onceflow_airflow(home / "airflow", info.kafka, warehouse, s3, spark_connect=server,
+                                  extra_env={"ONCEFLOW_FAULTS": FAULT})
+        metadata = MetadataDb(airflow.sql_alchemy_conn)
         _say(f"[airflow] home {home / 'airflow'}; warehouse {warehouse}")
 
         conf = {"max_records_per_partition": RECORDS_PER_PARTITION}
@@ -98,7 +117,10 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
             what = f"batch {batch.batch_id}: {batch.plan.records} records, {batch.state.value}" if batch else "no batch"
             if batch and batch.plan.replay_of:
                 what += f" (replays aborted batch {BatchId(batch.plan.replay_of)})"
-            _say(f"[run {n}]   {kind:<6} {result.run_state or 'no run'} in {result.seconds:.0f} s — {what}; tasks {result.tasks}")
+            ran = metadata.task_seconds(DAG_ID, result.run_id) if result.run_id else {}
+            timings = ", ".join(f"{task} {result.tasks[task]} in {seconds:.1f} s" for task, seconds in ran.items()
+                                if result.tasks.get(task) in ("success", "failed"))
+            _say(f"[run {n}]   {kind:<6} {result.run_state or 'no run'} in {result.seconds:.1f} s — {what}; {timings}")
             expected_ok = kind != "fault"
             if result.succeeded != expected_ok:
                 _say(f"[run {n}]   unexpected outcome: {result.describe()}")
@@ -126,5 +148,6 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
         return 0 if report.ok else 1
     finally:
         if not keep_running:
+            spark_connect.stop(grace=10)
             stack.down()
             _say("[stack]   stopped")

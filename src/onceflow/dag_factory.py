@@ -251,6 +251,7 @@ def pipeline_dag(
             env_vars=_spark_env(kafka_conn_id, aws_conn_id, warehouse, catalog_conn_ids(spec)),
             spark_binary=spark_binary or default_spark_binary(),
             execution_timeout=spark_timeout or spark_timeout_of(spec),
+            deployed=deployed,
         )
         commit = CommitBatchOperator(task_id="commit", trigger_rule=TriggerRule.ALL_SUCCESS, **common)
         rollback = RollbackBatchOperator(task_id="rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=3, **common)

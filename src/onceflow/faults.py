@@ -183,6 +183,18 @@ def arm_run_param(spec: str | None) -> None:
             _armed[name] = _Armed(action, hits)
 
 
+def rearm_for_job(run_param: str | None) -> None:
+    """Arm this process as a fresh Spark driver would be: ``ONCEFLOW_FAULTS`` and the run's
+    ``faults`` param, nothing else. A Spark Connect job's driver is the spark task's own
+    process, which may have run other tasks or tries before (``airflow dags test``)."""
+    _load_env()
+    spec = ",".join(filter(None, [os.environ.get(ENV_VAR, ""), run_param or ""]))
+    parsed = parse(spec)
+    with _lock:
+        _armed.clear()
+        _armed.update({name: _Armed(action, hits) for name, (action, hits) in parsed.items()})
+
+
 def _load_env() -> None:
     # Lazily, on the first hit: by then every module that declares points
     # the process uses has been imported, so names can be checked.

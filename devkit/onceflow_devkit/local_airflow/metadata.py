@@ -56,6 +56,19 @@ class MetadataDb:
         )
         return rows[0][0] if rows else None
 
+    def task_windows(self, dag_id: str, run_id: str) -> dict[str, tuple[datetime, datetime]]:
+        """task_id -> (start, end) of its latest try, for the tasks of the run that ran to an end."""
+        rows = self._query(
+            "SELECT task_id, start_date, end_date FROM task_instance WHERE dag_id = :dag_id AND run_id = :run_id "
+            "AND map_index < 0 AND start_date IS NOT NULL AND end_date IS NOT NULL ORDER BY start_date",
+            dag_id=dag_id, run_id=run_id,
+        )
+        return {task: (_utc(start), _utc(end)) for task, start, end in rows}
+
+    def task_seconds(self, dag_id: str, run_id: str) -> dict[str, float]:
+        """task_id -> seconds its latest try ran, in the order the tasks started."""
+        return {task: (end - start).total_seconds() for task, (start, end) in self.task_windows(dag_id, run_id).items()}
+
     def run_states(self, dag_id: str, run_id: str) -> RunStates | None:
         runs = self._query(
             "SELECT state, logical_date FROM dag_run WHERE dag_id = :dag_id AND run_id = :run_id", dag_id=dag_id, run_id=run_id

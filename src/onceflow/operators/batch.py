@@ -59,6 +59,28 @@ def _emit_metrics(runtime, seq: int) -> None:
     metrics.batch_finished(runtime.reader.describe(seq), runtime.spec, lag)
 
 
+def task_runtime(context, deployed):
+    """Where every task that runs protocol steps starts: arm the run's injected
+    faults (test deployments only), then build the runtime from the connections."""
+    from .. import faults
+
+    faults.arm_run_param((context.get("params") or {}).get(faults.RUN_PARAM))
+    ti = context["ti"]
+    identity = f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
+    return deployed.runtime(identity=identity)
+
+
+def planned_seq(context, plan_task_id: str, task_id: str) -> int:
+    """The batch the run's plan task planned (from its XCom)."""
+    planned = context["ti"].xcom_pull(task_ids=plan_task_id)
+    if not planned or "batch_seq" not in planned:
+        raise RuntimeError(
+            f"task {task_id}: the plan task {plan_task_id!r} of this run left no batch in XCom; "
+            "clear the whole run so that plan runs first"
+        )
+    return int(planned["batch_seq"])
+
+
 class _BatchOperator(BaseOperator):
     ui_color = "#e8f4ea"
 
@@ -80,16 +102,11 @@ class _BatchOperator(BaseOperator):
         self.plan_task_id = plan_task_id
 
     def runtime(self, context):
-        """Every task starts here: arm the run's injected faults (test
-        deployments only), then build the runtime from the connections."""
-        from .. import faults
         from ..deployed import DeployedPipeline
 
-        faults.arm_run_param((context.get("params") or {}).get(faults.RUN_PARAM))
-        ti = context["ti"]
-        identity = f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
-        deployed = DeployedPipeline(ti.dag_id, self.pipeline, self.warehouse, self.kafka_conn_id, self.aws_conn_id)
-        runtime = deployed.runtime(identity=identity)
+        deployed = DeployedPipeline(context["ti"].dag_id, self.pipeline, self.warehouse, self.kafka_conn_id,
+                                    self.aws_conn_id)
+        runtime = task_runtime(context, deployed)
         # Whichever task finishes a batch (commit, rollback, a plan's recovery) reports it, once.
         self._finished: list[int] = []
         runtime.coordinator.on_finished = functools.partial(_on_finished, runtime, self._finished)
@@ -107,13 +124,7 @@ class _BatchOperator(BaseOperator):
                 log.info("batch %s of %s announced to the DAGs downstream of its outputs", status.batch_id, self.pipeline.name)
 
     def planned_seq(self, context) -> int:
-        planned = context["ti"].xcom_pull(task_ids=self.plan_task_id)
-        if not planned or "batch_seq" not in planned:
-            raise RuntimeError(
-                f"task {self.task_id}: the plan task {self.plan_task_id!r} of this run left no batch in XCom; "
-                "clear the whole run so that plan runs first"
-            )
-        return int(planned["batch_seq"])
+        return planned_seq(context, self.plan_task_id, self.task_id)
 
 
 # How long a plan task waiting for its interval to close sleeps between looks.

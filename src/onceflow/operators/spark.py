@@ -1,4 +1,8 @@
-"""The spark task: the Spark provider's SparkSubmitOperator, with two changes.
+"""The spark task: the Spark provider's SparkSubmitOperator, with three changes.
+
+0. When its connection is a ``spark_connect`` connection (the Spark provider's
+   type), the batch job runs in this task's process as a Spark Connect client
+   of that server (``onceflow.spark.connect``): no spark-submit, no JVM per batch.
 
 1. Its environment is rendered from the pipeline's connections at run time; a
    field the connection leaves empty (an S3 connection without keys, meaning
@@ -21,9 +25,11 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from .. import faults
+from ..deployed import PLAN_TASK_ID, DeployedPipeline
 from ..iceberg.properties import public_properties, secret_properties
 from ..kafka.cluster import is_secret
-from ..settings import ICEBERG_CATALOGS_VAR
+from ..settings import ICEBERG_CATALOGS_VAR, ConfigurationError
 
 log = logging.getLogger(__name__)
 # Environment variables that hold a secret, or half of a key pair without its secret.
@@ -59,6 +65,12 @@ def without_secrets(env: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 
 class OnceflowSparkSubmitOperator(SparkSubmitOperator):
+    def __init__(self, *, deployed: DeployedPipeline | None = None, **kwargs: Any):
+        # The pipeline as deployed: what the job needs when it runs here, as a Spark Connect client.
+        super().__init__(**kwargs)
+        self.deployed = deployed
+        self._connect_mode = False
+
     def submitted_env(self) -> dict[str, Any]:
         """The environment spark-submit gets: set values only, and no secret where it would be an argument."""
         env = set_env_only(self.env_vars)
@@ -75,5 +87,30 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         return env
 
     def execute(self, context):
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+        from airflow.sdk import BaseHook
+
+        if BaseHook.get_connection(self._conn_id).conn_type == SparkConnectHook.conn_type:
+            self._connect_mode = True
+            return self.execute_connect(context, SparkConnectHook(self._conn_id).get_connection_url())
         self.env_vars = self.submitted_env()
         return super().execute(context)
+
+    def execute_connect(self, context, connection_url: str) -> dict[str, Any]:
+        from ..spark.connect import run_connect_batch
+        from .batch import planned_seq, task_runtime
+
+        if self.deployed is None:
+            raise ConfigurationError(f"task {self.task_id}: connection {self._conn_id!r} is a Spark Connect "
+                                     "connection, which needs the deployed pipeline: build the task with pipeline_dag")
+        runtime = task_runtime(context, self.deployed)
+        faults.rearm_for_job((context.get("params") or {}).get(faults.RUN_PARAM))
+        result = run_connect_batch(connection_url, runtime, planned_seq(context, PLAN_TASK_ID, self.task_id), self.py_files.split(","))
+        report = result.to_dict(runtime.spec.name)
+        log.info("batch job done on the Spark Connect server %s: %s", self._conn_id, json.dumps(report))
+        return report
+
+    def on_kill(self) -> None:
+        # Spark Connect: the job's own exception path interrupts its queries; nothing was submitted.
+        if not self._connect_mode:
+            super().on_kill()

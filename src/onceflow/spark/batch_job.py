@@ -42,6 +42,12 @@ class JobResult:
     # which includes computing that output from the cached input.
     seconds: dict[str, float] = field(default_factory=dict)
 
+    def to_dict(self, pipeline: str) -> dict:
+        """What the job reports (its last line under spark-submit, the spark task's XCom under Spark Connect)."""
+        return {"pipeline": pipeline, "batch": self.batch_seq, "attempt": self.attempt,
+                "input_records": self.input_records, "outputs": list(self.outputs),
+                "seconds": {k: round(v, 2) for k, v in self.seconds.items()}}
+
 
 def register_data_sources(spark, spec) -> None:
     """The input's data source, and the one of each sink kind the pipeline writes."""

@@ -89,9 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except IllegalTransition as exc:
         print(f"onceflow.spark.submit: {exc}", file=sys.stderr)
         return 3
-    print(json.dumps({"pipeline": spec.name, "batch": result.batch_seq, "attempt": result.attempt,
-                      "input_records": result.input_records, "outputs": list(result.outputs),
-                      "seconds": {k: round(v, 2) for k, v in result.seconds.items()}}))
+    print(json.dumps(result.to_dict(spec.name)))
     return 0
 
 

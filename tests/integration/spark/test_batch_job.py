@@ -41,14 +41,17 @@ def produce(broker, topic: str, n: int, seed: int) -> int:
     return produce_clicks(broker.config(), topic, generate(n, seed=seed, malformed_ratio=0.1))
 
 
+def clickstream_runtime(broker, tmp_path) -> PipelineRuntime:
+    """A pipeline of its own (topics, warehouse) on ``broker``."""
+    require(broker, HIDES_ABORTED_RECORDS)
+    spec = unique_clickstream(uuid.uuid4().hex[:8])
+    ensure_topics(broker.config(), [spec.topics[0], *(s.target for s in spec.sinks if s.kind == "kafka")])
+    return PipelineRuntime(spec, Deployment(f"file://{tmp_path}/warehouse", broker))
+
+
 @pytest.fixture
 def pipeline(kafka_broker, tmp_path):
-    require(kafka_broker, HIDES_ABORTED_RECORDS)
-    tag = uuid.uuid4().hex[:8]
-    spec = unique_clickstream(tag)
-    ensure_topics(kafka_broker.config(), [spec.topics[0], *(s.target for s in spec.sinks if s.kind == "kafka")])
-    warehouse = f"file://{tmp_path}/warehouse"
-    return PipelineRuntime(spec, Deployment(warehouse, kafka_broker))
+    return clickstream_runtime(kafka_broker, tmp_path)
 
 
 def test_two_batches_commit_exactly_once(spark, pipeline, kafka_broker):

@@ -94,10 +94,12 @@ def broker_with_topics():
         proc.stop(grace=2)
 
 
-def make_world(broker, root, extra_env=None) -> ClickstreamWorld:
-    """The clickstream DAG in a migrated Airflow home under ``root``, on a local warehouse."""
+def make_world(broker, root, extra_env=None, spark_connect=None) -> ClickstreamWorld:
+    """The clickstream DAG in a migrated Airflow home under ``root``, on a local warehouse.
+    ``spark_connect``: a Spark Connect server the spark tasks use instead of spark-submit."""
     warehouse = f"file://{root}/warehouse"
-    airflow = onceflow_airflow(root / "airflow", broker, warehouse, extra_env={"ONCEFLOW_SCHEDULE": "none", **(extra_env or {})})
+    airflow = onceflow_airflow(root / "airflow", broker, warehouse, spark_connect=spark_connect,
+                               extra_env={"ONCEFLOW_SCHEDULE": "none", **(extra_env or {})})
     airflow.migrate()
     return ClickstreamWorld(broker, warehouse, airflow)
 

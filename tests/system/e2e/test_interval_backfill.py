@@ -1,6 +1,7 @@
 """A backfill of an interval pipeline through Airflow's own backfill API (what
 `airflow backfill create` and the UI's dialog call), in a running Airflow
-with its scheduler, beside a faulted manual run and the scheduled run.
+with its scheduler, beside a faulted manual run and the scheduled run. The
+spark tasks are Spark Connect clients of one server (up to three at once).
 
 Input: click events stamped (Kafka record timestamps) over the seven hours
 before the current one. Then:
@@ -20,7 +21,7 @@ before the current one. Then:
 Audited on the real outputs: each input record of the seven hours is in
 exactly one committed interval and once per output (twice in the Kafka
 outputs for the two replaced hours, as declared), and the intervals tile
-each partition (I8). About 5 minutes.
+each partition (I8).
 """
 
 from __future__ import annotations
@@ -68,11 +69,12 @@ def max_overlap(runs: list[dict]) -> int:
     return peak
 
 
-def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_and_the_scheduled_one(tmp_path):
+def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_and_the_scheduled_one(tmp_path, spark_connect_server):
     now_hour = int(time.time() * 1000) // H * H
     t0 = now_hour - 7 * H
     with broker_with_topics() as broker:
-        world = make_world(broker, tmp_path, {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE})
+        # Spark Connect mode: three batches at once share the server's session (spark-submit mode: the wheel test).
+        world = make_world(broker, tmp_path, {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE}, spark_connect_server)
         runtime = PipelineRuntime(CLICKSTREAM_HOURLY, Deployment(world.warehouse, broker, catalogs=embedded_catalogs(world.warehouse)))
         events = generate(7 * PER_HOUR, seed=21, malformed_ratio=0.1)
         produce(broker.config(), "clicks", events, timestamps=[t0 + i * (H // PER_HOUR) for i in range(len(events))])

@@ -1,0 +1,78 @@
+"""A Spark Connect server on 127.0.0.1: what a ``spark_connect`` connection reaches.
+
+PySpark ships the server (``SparkConnectServer`` in its spark-connect jar); it
+runs here as one JVM with a ``local[N]`` master, started once and shared by
+every batch, so a batch pays no JVM start. Its Python workers run this
+interpreter with the environment given here and nothing else: the secrets the
+jobs' workers need (the embedded S3's keys) are passed in, as a deployment
+sets them where its server runs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Mapping
+
+from onceflow_devkit.services.process import ManagedProcess, pick_port
+from onceflow_devkit.services.spark_standalone import PASSED_VARIABLES, spark_home
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DEFAULT_PORT = 15002
+
+
+@dataclass(frozen=True)
+class SparkConnectServer:
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"sc://{self.host}:{self.port}"
+
+    def connection(self) -> dict:
+        """The Airflow connection that reaches it (the Spark provider's ``spark_connect`` type)."""
+        return {"conn_type": "spark_connect", "host": self.host, "port": self.port}
+
+
+def _answers(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+
+
+def start_connect_server(
+    process: ManagedProcess,
+    env: Mapping[str, str] | None = None,
+    master: str = "local[2]",
+    die_with_parent: bool = False,
+) -> SparkConnectServer:
+    """Start the server; ready once its gRPC port answers (after the SparkContext is up).
+    ``env``: what its Python workers need beyond the basics (secrets, test switches)."""
+    port = pick_port(DEFAULT_PORT)
+    server_env = {k: os.environ[k] for k in PASSED_VARIABLES if k in os.environ}
+    server_env.update(
+        SPARK_HOME=str(spark_home()),
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,
+        # Workers without AWS keys try boto3's chain: it must never ask a cloud metadata address from here.
+        AWS_EC2_METADATA_DISABLED="true",
+        **(env or {}),
+    )
+    conf = {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.ui.enabled": "false",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    argv = [str(spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", "onceflow Spark Connect",
+            "--master", master]
+    for key, value in conf.items():
+        argv += ["--conf", f"{key}={value}"]
+    process.start(argv, port=port, env=server_env, ready=lambda: _answers(port), timeout=120,
+                  die_with_parent=die_with_parent)
+    return SparkConnectServer("127.0.0.1", port)

@@ -1,0 +1,124 @@
+"""The spark task as a Spark Connect client (a ``spark_connect`` connection).
+
+The batch job (``onceflow.spark.batch_job``) runs in the Airflow task's own
+process; its DataFrames run on a long-running Spark Connect server, so no JVM
+starts per batch. Call sequence::
+
+    session = join_session(url, code)       the code's session on the server, artifacts added
+    run_batch(session, runtime, seq)        as under spark-submit: attempt, read, pre-commit, votes
+    on failure or kill: interrupt_job()     the server stops this attempt's queries
+
+Sessions. The server starts Python worker daemons per session (the session's
+artifacts are on their path) and does not stop them when the session ends
+(Spark 4.3), so a session per batch would leave about ten processes behind
+per batch. Every batch that ships the same code therefore joins one session,
+named by that code: the zips' names carry their content's hash, so new code
+gets a new session. A session the server has closed (its idle timeout)
+cannot be joined again; the next generation of the name is used.
+
+Everything a Python worker needs beyond the job's options comes from the
+server's environment: secrets (``AWS_*``, the Kafka client's secret
+settings, catalog secrets) must be set where the server runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+from typing import Sequence
+
+log = logging.getLogger(__name__)
+
+# The name space of onceflow's session ids (uuid5 of the shipped code and a generation).
+SESSION_NAMESPACE = uuid.UUID("5b0e0f7a-6c1e-4d6b-9a51-0e6c0f10ce11")
+# Closed sessions the server remembers (spark.connect.session.manager.closedSessionsTombstonesSize).
+MAX_GENERATIONS = 1000
+SESSION_CLOSED = "INVALID_HANDLE.SESSION_CLOSED"
+
+
+def code_session_id(code_zips: Sequence[str], generation: int) -> str:
+    """The session of every job that ships exactly ``code_zips`` (names carry their content hash)."""
+    names = ",".join(Path(z).name for z in code_zips)
+    return str(uuid.uuid5(SESSION_NAMESPACE, f"onceflow|{names}|{generation}"))
+
+
+def session_url(connection_url: str, session_id: str) -> str:
+    """``sc://host:port/;params`` (what SparkConnectHook.get_connection_url gives) with ``session_id``."""
+    from ..settings import ConfigurationError
+
+    if "session_id=" in connection_url:
+        raise ConfigurationError("the Spark Connect connection names a session_id: remove it, onceflow names the "
+                                 "session of each pipeline's code itself")
+    base = connection_url.rstrip(";")
+    return f"{base};session_id={session_id}" if "/;" in base else f"{base.rstrip('/')}/;session_id={session_id}"
+
+
+def is_session_closed(exc: BaseException) -> bool:
+    condition = getattr(exc, "getCondition", lambda: None)()
+    return condition == SESSION_CLOSED or SESSION_CLOSED in str(exc)
+
+
+def join_session(connection_url: str, code_zips: Sequence[str]):
+    """The server's session for this code, with the code added as Python artifacts.
+
+    Adding an artifact the session has is a no-op, so every batch adds them: a
+    server restarted since the last batch gets them again."""
+    from pyspark.sql import SparkSession
+
+    for generation in range(MAX_GENERATIONS):
+        session_id = code_session_id(code_zips, generation)
+        spark = SparkSession.builder.remote(session_url(connection_url, session_id)).create()
+        try:
+            for code in code_zips:
+                spark.addArtifacts(code, pyfile=True)
+        except Exception as exc:
+            close_client(spark)
+            if not is_session_closed(exc):
+                raise
+            continue
+        log.info("Spark Connect session %s (code %s, generation %d)", session_id,
+                 ", ".join(Path(z).name for z in code_zips), generation)
+        return spark
+    raise RuntimeError(f"the Spark Connect server has closed the {MAX_GENERATIONS} sessions onceflow names for this "
+                       "code: restart the server, or raise spark.connect.session.manager.defaultSessionTimeout so "
+                       "that sessions outlive the time between batches")
+
+
+def close_client(spark) -> None:
+    """Close the connection, never the session (the next batch joins it). Now rather than at
+    interpreter exit, where gRPC's channel close can wait forever (seen after a failed job)."""
+    spark.client.close()
+
+
+def job_tag(pipeline: str, seq: int) -> str:
+    """The tag of one batch job's queries (Spark tags allow no commas)."""
+    return f"onceflow-{pipeline}-{seq}".replace(",", "_")
+
+
+def interrupt_job(spark, tag: str) -> None:
+    """Stop the server's queries of a job whose client gives up (a timeout, a kill): they would
+    otherwise run on detached, as a zombie attempt that fencing refuses at the end."""
+    try:
+        interrupted = spark.interruptTag(tag)
+        if interrupted:
+            log.warning("interrupted %d Spark Connect operation(s) tagged %s", len(interrupted), tag)
+    except Exception as exc:  # the server may be gone: nothing runs there then
+        log.warning("could not interrupt the operations tagged %s: %s", tag, exc)
+
+
+def run_connect_batch(connection_url: str, runtime, seq: int, code_zips: Sequence[str]):
+    """Pre-commit every output of batch ``seq`` through the server; the JobResult."""
+    from .batch_job import run_batch
+
+    spark = join_session(connection_url, code_zips)
+    tag = job_tag(runtime.spec.name, seq)
+    spark.addTag(tag)
+    try:
+        return run_batch(spark, runtime, seq)
+    except BaseException:
+        interrupt_job(spark, tag)
+        raise
+    finally:
+        spark.removeTag(tag)
+        close_client(spark)

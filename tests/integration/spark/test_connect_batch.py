@@ -1,0 +1,138 @@
+"""Batches as Spark Connect clients of a long-running server, below Airflow.
+
+Real Spark Connect server (PySpark's own), real broker, the ledger on a local
+warehouse; the audit reads the real outputs. What users of the Spark Connect
+mode care about: every batch commits exactly once; batches of the same code
+share one session, so the server does not gather Python processes batch after
+batch; a client killed mid-job and a restarted server are just failed or new
+attempts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from onceflow.dag_factory import shipped_code
+from onceflow.spark.connect import close_client, code_session_id, join_session, run_connect_batch
+from onceflow_devkit.audit.clickstream_audit import audit_clickstream
+from onceflow_devkit.services.process import ManagedProcess
+from onceflow_devkit.services.spark_connect import start_connect_server
+from tests.conftest import TEST_HOME
+from tests.integration.spark.test_batch_job import clickstream_runtime, produce
+
+CLIENT = """
+import sys
+from onceflow.runtime import Deployment, PipelineRuntime
+from onceflow.spark.connect import run_connect_batch
+from onceflow.spec import PipelineSpec
+spec = PipelineSpec.from_json(sys.argv[2])
+runtime = PipelineRuntime(spec, Deployment.from_option(sys.argv[3]))
+run_connect_batch(sys.argv[1], runtime, int(sys.argv[4]), sys.argv[5].split(","))
+"""
+
+
+def python_workers(server_pid: int) -> int:
+    """The Python processes (daemons and their workers) the server's JVM runs."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True, check=True).stdout
+    children: dict[int, list[tuple[int, str]]] = {}
+    for line in out.splitlines():
+        pid, ppid, args = line.split(None, 2)
+        children.setdefault(int(ppid), []).append((int(pid), args))
+    count, todo = 0, [server_pid]
+    while todo:
+        for pid, args in children.get(todo.pop(), []):
+            count += "pyspark" in args
+            todo.append(pid)
+    return count
+
+
+def plan_next(pipeline):
+    with pipeline.offset_source() as source:
+        return pipeline.coordinator.plan_next(source, pipeline.plan_config(), run_id=f"run-{uuid.uuid4().hex[:6]}")
+
+
+def commit(pipeline, plan) -> str:
+    status = pipeline.coordinator.commit(plan.batch_seq)
+    pipeline.after_commit(plan)
+    return status.state.value
+
+
+@pytest.fixture
+def pipeline(one_kafka_broker, tmp_path):
+    # The mode is the subject, not the broker: one broker covers it.
+    return clickstream_runtime(one_kafka_broker, tmp_path)
+
+
+def test_batches_of_the_same_code_share_one_session_and_commit_exactly_once(spark_connect_server, pipeline, one_kafka_broker):
+    code = shipped_code(pipeline.spec)
+    workers = []
+    for n in range(3):
+        produce(one_kafka_broker, pipeline.spec.topics[0], 500, seed=n)
+        plan = plan_next(pipeline)
+        result = run_connect_batch(spark_connect_server.url, pipeline, plan.batch_seq, code)
+        assert (result.input_records, result.attempt) == (plan.records, 1)
+        assert commit(pipeline, plan) == "committed"
+        workers.append(python_workers(ManagedProcess("spark-connect", TEST_HOME / "spark-connect").running_pid()))
+    joined = join_session(spark_connect_server.url, code)
+    assert joined.session_id == code_session_id(code, 0)
+    close_client(joined)
+    # The second and third batches reuse the first one's Python workers.
+    assert workers[2] <= workers[1], workers
+    report = audit_clickstream(pipeline)
+    assert report.ok, report.summary()
+    assert report.input_records == 1500
+
+
+def run_client(server, pipeline, plan, code, faults: str) -> subprocess.CompletedProcess:
+    """One attempt of the batch in a client process of its own, with ``faults`` armed."""
+    return subprocess.run(
+        [sys.executable, "-c", CLIENT, server.url, pipeline.spec.to_json(), pipeline.deployment.to_option(),
+         str(plan.batch_seq), ",".join(code)],
+        env={**os.environ, "ONCEFLOW_FAULTS": faults}, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_failed_and_killed_clients_are_fenced_by_the_next_attempt(spark_connect_server, pipeline, one_kafka_broker):
+    code = shipped_code(pipeline.spec)
+    produce(one_kafka_broker, pipeline.spec.topics[0], 800, seed=4)
+    plan = plan_next(pipeline)
+    # A job that fails after voting ends its client process (once, gRPC's close at exit hung it).
+    failed = run_client(spark_connect_server, pipeline, plan, code, "job.after_votes=raise")
+    assert failed.returncode == 1 and "InjectedFault" in failed.stderr, failed.stderr[-2000:]
+    # The next client dies (SIGKILL-like) with one output pre-committed and voted, the others not.
+    killed = run_client(spark_connect_server, pipeline, plan, code, "job.between_outputs=crash")
+    assert killed.returncode == 137, killed.stderr[-2000:]
+    assert list(pipeline.coordinator.describe(plan.batch_seq).votes) == [pipeline.spec.sinks[0].name]
+
+    result = run_connect_batch(spark_connect_server.url, pipeline, plan.batch_seq, code)
+    assert result.attempt == 3
+    assert commit(pipeline, plan) == "committed"
+    report = audit_clickstream(pipeline)
+    assert report.ok, report.summary()
+    assert report.input_records == 800
+
+
+def test_a_restarted_server_is_joined_again_with_the_code_added_anew(pipeline, one_kafka_broker, tmp_path):
+    code = shipped_code(pipeline.spec)
+    produce(one_kafka_broker, pipeline.spec.topics[0], 600, seed=5)
+    proc = ManagedProcess("spark-connect-restarted", tmp_path / "spark-connect").reset()
+    try:
+        for restart in range(2):
+            server = start_connect_server(proc, die_with_parent=True)
+            plan = plan_next(pipeline)
+            result = run_connect_batch(server.url, pipeline, plan.batch_seq, code)
+            assert result.input_records == plan.records
+            assert commit(pipeline, plan) == "committed"
+            proc.stop(grace=5)
+            if not restart:
+                produce(one_kafka_broker, pipeline.spec.topics[0], 400, seed=6)
+    finally:
+        proc.stop(grace=2)
+    report = audit_clickstream(pipeline)
+    assert report.ok, report.summary()
+    assert report.input_records == 600 + 400

@@ -1,0 +1,31 @@
+"""Spark Connect mode: which session a job joins, and the URL it joins it by (pure logic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from onceflow.settings import ConfigurationError
+from onceflow.spark.connect import code_session_id, is_session_closed, job_tag, session_url
+
+CODE = ["/tmp/onceflow-onceflow-0-aaaa.zip", "/tmp/onceflow-shop-0-bbbb.zip"]
+
+
+def test_jobs_shipping_the_same_code_join_the_same_session_and_new_code_a_new_one():
+    assert code_session_id(CODE, 0) == code_session_id(["/elsewhere/onceflow-onceflow-0-aaaa.zip", CODE[1]], 0)
+    others = {code_session_id(CODE, 1), code_session_id([CODE[0], "/tmp/onceflow-shop-0-cccc.zip"], 0),
+              code_session_id(CODE[:1], 0)}
+    assert code_session_id(CODE, 0) not in others and len(others) == 3
+
+
+def test_the_session_joins_the_connection_url_and_its_parameters():
+    assert session_url("sc://h:15002/", "s") == "sc://h:15002/;session_id=s"
+    assert session_url("sc://h:15002", "s") == "sc://h:15002/;session_id=s"
+    assert session_url("sc://h:15002/;user_id=u;token=t", "s") == "sc://h:15002/;user_id=u;token=t;session_id=s"
+    with pytest.raises(ConfigurationError, match="names a session_id: remove it"):
+        session_url("sc://h:15002/;session_id=mine", "s")
+
+
+def test_a_closed_session_is_told_from_other_errors():
+    assert is_session_closed(RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] The handle x is invalid."))
+    assert not is_session_closed(RuntimeError("[INVALID_HANDLE.SESSION_NOT_FOUND] gone"))
+    assert job_tag("a,b", 7) == "onceflow-a_b-7"

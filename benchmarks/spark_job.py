@@ -1,6 +1,6 @@
 """What exactly-once costs the whole clickstream job: run_batch + commit vs the same job written plainly.
 
-    .venv/bin/python benchmarks/spark_job.py [--events 1000000] [--repeat 3] [--splits 4] [--master local[2]]
+    .venv/bin/python benchmarks/spark_job.py [--events 1000000] [--repeat 3] [--splits 4] [--master local[2] | --connect]
 
 Uses the broker ONCEFLOW_KAFKA_BOOTSTRAP names (for the embedded one: ``onceflow
 services up``, then ``set -a; . .onceflow/stack.env; set +a``). ``--events`` click events (5%
@@ -19,6 +19,10 @@ partitions; then, in ONE Spark session, ``--repeat`` times, each side once
   votes, verification). Timed from job start to commit done; the clean-up
   after commit (``after_commit``: mirror offsets, drop staged copies) is
   outside the timing, as it is outside the batch's latency.
+
+With ``--connect`` both sides run as clients of a Spark Connect server
+(local[2]) that the benchmark starts, in one session: the Spark Connect
+mode's session, as the spark task joins it (``onceflow.spark.connect``).
 
 An untimed warm-up of both sides (5,000 events per partition) runs first:
 the first use of a Python data source in a Spark session costs about 3 s.
@@ -204,6 +208,7 @@ def main(argv=None) -> int:
     parser.add_argument("--splits", type=int, default=4, help="sink splits (Spark partitions per output)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the input and output topics")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--connect", action="store_true", help="run in a Spark Connect server's session (local[2])")
     args = parser.parse_args(argv)
 
     from onceflow.kafka.admin import ensure_topics
@@ -222,10 +227,21 @@ def main(argv=None) -> int:
     print(f"# broker {broker.name}: {args.events} events produced to {input_topic} in {time.perf_counter() - start:.1f} s",
           flush=True)
 
-    spark = local_spark("onceflow-bench-job", master=args.master, **{"spark.ui.showConsoleProgress": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
-    register_data_sources(spark, job_spec("registration", input_topic, args.splits))  # every sink kind the job writes
     work = Path(tempfile.mkdtemp(prefix="onceflow-bench-job-"))
+    if args.connect:
+        from onceflow.dag_factory import shipped_code
+        from onceflow.spark.connect import join_session
+        from onceflow_devkit.services.process import ManagedProcess
+        from onceflow_devkit.services.spark_connect import start_connect_server
+
+        server_process = ManagedProcess("spark-connect", work / "spark-connect")
+        server = start_connect_server(server_process, die_with_parent=True)
+        spark = join_session(server.url, shipped_code(job_spec("registration", input_topic, args.splits)))
+    else:
+        server_process = None
+        spark = local_spark("onceflow-bench-job", master=args.master, **{"spark.ui.showConsoleProgress": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+    register_data_sources(spark, job_spec("registration", input_topic, args.splits))  # every sink kind the job writes
     made: list[str] = []  # output topics, dropped after each repeat
     cpu: list[tuple[CpuMeter, CpuMeter]] = []  # (plain, onceflow) per repeat
     plain_s, once_s = [], []
@@ -275,12 +291,14 @@ def main(argv=None) -> int:
             drop(config, made)
     finally:
         spark.stop()
+        if server_process is not None:
+            server_process.stop(grace=5)
         shutil.rmtree(work, ignore_errors=True)
         drop(config, made + [input_topic])
     p, o = statistics.median(plain_s), statistics.median(once_s)
     paired = statistics.median(x / y for x, y in zip(once_s, plain_s))
     print(json.dumps({
-        "events": args.events, "splits": args.splits, "partitions": args.partitions, "broker": broker.name,
+        "events": args.events, "spark": "connect" if args.connect else args.master, "splits": args.splits, "partitions": args.partitions, "broker": broker.name,
         "plain_s": round(p, 2), "onceflow_s": round(o, 2),
         "plain_events_per_s": round(args.events / p), "onceflow_events_per_s": round(args.events / o),
         "ratio": round(o / p, 3), "median_repeat_ratio": round(paired, 3), "target_met": max(o / p, paired) <= 1.15,

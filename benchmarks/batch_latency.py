@@ -1,0 +1,135 @@
+"""Time from trigger to committed, through real Airflow, spark-submit mode beside Spark Connect mode.
+
+    .venv/bin/python benchmarks/batch_latency.py [--records 1000 100000] [--repeat 3]
+
+Starts its own embedded stack (Kafka, S3), a Spark Connect server (local[2])
+and Airflow with its scheduler, api-server and dag-processor (LocalExecutor),
+all on 127.0.0.1 under a temporary home. Two DAGs of the example pipeline
+(the clickstream transform, four outputs: Parquet files, an Iceberg table,
+two Kafka topics), each with its own topics, tables and ledger, differ only
+in their spark connection: ``latency_submit`` runs spark-submit with a
+``local[2]`` master, ``latency_connect`` is a client of the server.
+
+For each batch size, ``--repeat`` times, each mode once (alternating which goes
+first): produce the records, trigger a run through the REST API (the batch
+takes every record), wait until the run is done. Stages come from the metadata
+database: waiting for the plan task (trigger to its start), plan, the gap to
+the spark task (scheduler), spark, the gap to commit, commit; "committed" is
+trigger to the commit task's end. One untimed run per mode comes first (DAG
+parse, the server's Python workers). Prints one line per run, then the medians
+as JSON. Runs on an idle machine: nothing else should run beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+# An Airflow DAG file (Airflow's safe mode reads only files that say "airflow" and "dag").
+DAG_FILE = '''# Airflow DAGs of the latency benchmark
+import dataclasses
+from onceflow.dag_factory import pipeline_dag
+from onceflow_examples.clickstream import CLICKSTREAM
+
+for mode, conn_id in (("submit", "onceflow_spark"), ("connect", "onceflow_spark_connect")):
+    spec = dataclasses.replace(
+        CLICKSTREAM, name=f"latency_{mode}", topics=(f"latency-{mode}",),
+        sinks=tuple(dataclasses.replace(s, target=s.target.replace("clickstream", f"latency_{mode}")
+                                        if s.kind != "kafka" else f"latency-{mode}-{s.target}") for s in CLICKSTREAM.sinks))
+    globals()[f"latency_{mode}"] = pipeline_dag(spec, dag_id=f"latency_{mode}", schedule=None, spark_conn_id=conn_id)
+'''
+MODES = ("submit", "connect")
+STAGES = ("to_plan", "plan", "to_spark", "spark", "to_commit", "commit")
+
+
+def stages_of(metadata, dag_id: str, run_id: str, triggered: datetime) -> dict[str, float]:
+    windows = metadata.task_windows(dag_id, run_id)
+    (plan_start, plan_end), (spark_start, spark_end), (commit_start, commit_end) = (
+        windows["plan"], windows["spark"], windows["commit"])
+    marks = [triggered, plan_start, plan_end, spark_start, spark_end, commit_start, commit_end]
+    seconds = {name: (b - a).total_seconds() for name, a, b in zip(STAGES, marks, marks[1:])}
+    seconds["committed"] = (commit_end - triggered).total_seconds()
+    return seconds
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, nargs="+", default=[1000, 100_000])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    from onceflow.kafka.admin import ensure_topics
+    from onceflow_examples.clickstream import CLICKSTREAM
+    from onceflow_examples.clickstream_data import generate, produce
+    from onceflow_devkit.airflow_env import onceflow_airflow
+    from onceflow_devkit.local_airflow.metadata import MetadataDb
+    from onceflow_devkit.services.process import ManagedProcess
+    from onceflow_devkit.services.spark_connect import start_connect_server
+    from onceflow_devkit.services.stack import EmbeddedStack
+
+    home = Path(tempfile.mkdtemp(prefix="onceflow-latency-"))
+    stack = EmbeddedStack(home / "stack", die_with_parent=True)
+    server_process = ManagedProcess("spark-connect", home / "spark-connect")
+    info = stack.up()
+    results: dict[tuple[int, str], list[dict[str, float]]] = {}
+    try:
+        server = start_connect_server(server_process, env=info.env(), die_with_parent=True)
+        config = info.kafka.config()
+        ensure_topics(config, [t for mode in MODES for t in (f"latency-{mode}", *(f"latency-{mode}-{s.target}"
+                               for s in CLICKSTREAM.sinks if s.kind == "kafka"))], partitions=2)
+        dags = home / "dags"
+        dags.mkdir()
+        (dags / "latency.py").write_text(DAG_FILE)
+        airflow = onceflow_airflow(home / "airflow", info.kafka, f"file://{home / 'warehouse'}", dags_folder=dags,
+                                   plugins_folder=None)
+        airflow.set_connection("onceflow_spark_connect", server.connection())
+        metadata = MetadataDb(airflow.sql_alchemy_conn)
+        with airflow, airflow.api() as api:
+            for mode in MODES:
+                api.wait_for_dag(f"latency_{mode}", timeout=180)
+                api.unpause(f"latency_{mode}")
+
+            def batch(mode: str, records: int, seed: int) -> dict[str, float]:
+                dag_id = f"latency_{mode}"
+                produce(config, f"latency-{mode}", generate(records, seed=seed, malformed_ratio=0.05))
+                triggered = datetime.now(timezone.utc)
+                run_id = api.trigger(dag_id, conf={"max_records_per_partition": None})
+                state = api.wait_for_run(dag_id, run_id, timeout=1800)
+                if state != "success":
+                    raise RuntimeError(f"{dag_id} run {run_id} ended {state}: {api.explain(dag_id, run_id)}")
+                return stages_of(metadata, dag_id, run_id, triggered)
+
+            for mode in MODES:  # untimed: DAG parse, the first spark-submit's caches, the server's Python workers
+                batch(mode, 1000, seed=0)
+            for records in args.records:
+                for i in range(args.repeat):
+                    for mode in MODES if i % 2 == 0 else reversed(MODES):
+                        seconds = batch(mode, records, seed=1 + i)
+                        results.setdefault((records, mode), []).append(seconds)
+                        print(f"{records} records, {mode:<7} committed {seconds['committed']:.1f} s after the trigger: "
+                              + ", ".join(f"{s} {seconds[s]:.1f}" for s in STAGES), flush=True)
+    finally:
+        server_process.stop(grace=5)
+        stack.down()
+        shutil.rmtree(home, ignore_errors=True)
+
+    summary = []
+    for (records, mode), runs in results.items():
+        summary.append({"records": records, "mode": mode, "runs": len(runs),
+                        **{name: round(statistics.median(r[name] for r in runs), 2) for name in ("committed", *STAGES)}})
+    for records in args.records:
+        submit, connect = (next(s for s in summary if s["records"] == records and s["mode"] == m) for m in MODES)
+        summary.append({"records": records, "connect_over_submit": round(connect["committed"] / submit["committed"], 3)})
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

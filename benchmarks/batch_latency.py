@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/batch_latency.py [--records 1000 100000] [--repeat 3]
 
 Starts its own embedded stack (Kafka, S3), a Spark Connect server (local[2])
-and Airflow with its scheduler, api-server and dag-processor (LocalExecutor),
+and Airflow with its scheduler, api-server, dag-processor and triggerer (LocalExecutor),
 all on 127.0.0.1 under a temporary home. Two DAGs of the example pipeline
 (the clickstream transform, four outputs: Parquet files, an Iceberg table,
 two Kafka topics), each with its own topics, tables and ledger, differ only
@@ -18,6 +18,13 @@ the spark task (scheduler), spark, the gap to commit, commit; "committed" is
 trigger to the commit task's end. One untimed run per mode comes first (DAG
 parse, the server's Python workers). Prints one line per run, then the medians
 as JSON. Runs on an idle machine: nothing else should run beside it.
+
+Freshness, with the input-driven schedule: a third DAG, ``latency_on_input``
+(Spark Connect, ``when_input(records=1000, max_age_s=5, poll_s=1)``), is never
+triggered. For each size, ``--repeat`` times: produce the records, then time
+until a read_committed consumer of its enriched-clicks topic has seen every
+valid one of them. 1,000 records reach the record threshold at once; 100 wait
+for the age threshold (5 s).
 """
 
 from __future__ import annotations
@@ -38,14 +45,44 @@ import dataclasses
 from onceflow.dag_factory import pipeline_dag
 from onceflow_examples.clickstream import CLICKSTREAM
 
-for mode, conn_id in (("submit", "onceflow_spark"), ("connect", "onceflow_spark_connect")):
+from onceflow.input_schedule import when_input
+
+for mode, conn_id, schedule in (("submit", "onceflow_spark", None), ("connect", "onceflow_spark_connect", None),
+                                ("on_input", "onceflow_spark_connect", when_input(records=1000, max_age_s=5, poll_s=1))):
     spec = dataclasses.replace(
         CLICKSTREAM, name=f"latency_{mode}", topics=(f"latency-{mode}",),
         sinks=tuple(dataclasses.replace(s, target=s.target.replace("clickstream", f"latency_{mode}")
                                         if s.kind != "kafka" else f"latency-{mode}-{s.target}") for s in CLICKSTREAM.sinks))
-    globals()[f"latency_{mode}"] = pipeline_dag(spec, dag_id=f"latency_{mode}", schedule=None, spark_conn_id=conn_id)
+    globals()[f"latency_{mode}"] = pipeline_dag(spec, dag_id=f"latency_{mode}", schedule=schedule, spark_conn_id=conn_id)
 '''
 MODES = ("submit", "connect")
+ON_INPUT = "on_input"
+
+
+class VisibleCounter:
+    """A read_committed consumer of a topic from its start: what a downstream reader sees."""
+
+    def __init__(self, config: dict, topic: str):
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.consumer = Consumer({**config, "group.id": f"latency-{topic}", "isolation.level": "read_committed",
+                                  "enable.auto.commit": False})
+        partitions = self.consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        self.seen = 0
+
+    def wait_for(self, total: int, timeout: float) -> float:
+        """Poll until ``total`` records have been seen; the time (time.time()) the last one arrived."""
+        deadline = time.monotonic() + timeout
+        while self.seen < total:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {self.seen} of {total} records visible after {timeout:.0f} s")
+            for message in self.consumer.consume(1000, timeout=0.05):
+                self.seen += message.error() is None
+        return time.time()
+
+    def close(self) -> None:
+        self.consumer.close()
 STAGES = ("to_plan", "plan", "to_spark", "spark", "to_commit", "commit")
 
 
@@ -79,20 +116,21 @@ def main(argv=None) -> int:
     server_process = ManagedProcess("spark-connect", home / "spark-connect")
     info = stack.up()
     results: dict[tuple[int, str], list[dict[str, float]]] = {}
+    freshness: dict[int, list[float]] = {}
     try:
         server = start_connect_server(server_process, env=info.env(), die_with_parent=True)
         config = info.kafka.config()
-        ensure_topics(config, [t for mode in MODES for t in (f"latency-{mode}", *(f"latency-{mode}-{s.target}"
+        ensure_topics(config, [t for mode in (*MODES, ON_INPUT) for t in (f"latency-{mode}", *(f"latency-{mode}-{s.target}"
                                for s in CLICKSTREAM.sinks if s.kind == "kafka"))], partitions=2)
         dags = home / "dags"
         dags.mkdir()
         (dags / "latency.py").write_text(DAG_FILE)
         airflow = onceflow_airflow(home / "airflow", info.kafka, f"file://{home / 'warehouse'}", dags_folder=dags,
-                                   plugins_folder=None)
+                                   plugins_folder=None, triggerer=True)
         airflow.set_connection("onceflow_spark_connect", server.connection())
         metadata = MetadataDb(airflow.sql_alchemy_conn)
         with airflow, airflow.api() as api:
-            for mode in MODES:
+            for mode in (*MODES, ON_INPUT):
                 api.wait_for_dag(f"latency_{mode}", timeout=180)
                 api.unpause(f"latency_{mode}")
 
@@ -115,6 +153,20 @@ def main(argv=None) -> int:
                         results.setdefault((records, mode), []).append(seconds)
                         print(f"{records} records, {mode:<7} committed {seconds['committed']:.1f} s after the trigger: "
                               + ", ".join(f"{s} {seconds[s]:.1f}" for s in STAGES), flush=True)
+
+            visible = VisibleCounter(config, "latency-on_input-clicks_enriched")
+            try:
+                for records in (1000, 100):
+                    for i in range(args.repeat):
+                        events = generate(records, seed=100 + i, malformed_ratio=0.05)
+                        produced = time.time()
+                        produce(config, f"latency-{ON_INPUT}", events)
+                        seen = visible.wait_for(visible.seen + sum(e.reason is None for e in events), timeout=600)
+                        freshness.setdefault(records, []).append(seen - produced)
+                        print(f"{records} records, input-driven: all visible to read_committed {seen - produced:.1f} s "
+                              "after the produce", flush=True)
+            finally:
+                visible.close()
     finally:
         server_process.stop(grace=5)
         stack.down()
@@ -127,6 +179,9 @@ def main(argv=None) -> int:
     for records in args.records:
         submit, connect = (next(s for s in summary if s["records"] == records and s["mode"] == m) for m in MODES)
         summary.append({"records": records, "connect_over_submit": round(connect["committed"] / submit["committed"], 3)})
+    for records, seconds in freshness.items():
+        summary.append({"records": records, "mode": "input-driven (Spark Connect)",
+                        "produce_to_visible_s": round(statistics.median(seconds), 2)})
     print(json.dumps(summary, indent=1))
     return 0
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -230,13 +231,14 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="onceflow-bench-job-"))
     if args.connect:
         from onceflow.dag_factory import shipped_code
-        from onceflow.spark.connect import join_session
+        from onceflow.spark.connect import CONNECT_MODE_VAR, join_session
         from onceflow_devkit.services.process import ManagedProcess
         from onceflow_devkit.services.spark_connect import start_connect_server
 
         server_process = ManagedProcess("spark-connect", work / "spark-connect")
         server = start_connect_server(server_process, die_with_parent=True)
         spark = join_session(server.url, shipped_code(job_spec("registration", input_topic, args.splits)))
+        os.environ[CONNECT_MODE_VAR] = "1"  # this process talks to the server only (connect.connect_mode)
     else:
         server_process = None
         spark = local_spark("onceflow-bench-job", master=args.master, **{"spark.ui.showConsoleProgress": "false"})

@@ -36,6 +36,7 @@ def onceflow_airflow(
     python: Path | None = None,
     plugins_folder: Path | None = PROJECT_ROOT / "plugins",
     spark_connect: SparkConnectServer | None = None,
+    triggerer: bool = False,
 ) -> LocalAirflow:
     """``python``: the interpreter of the Airflow install to run (default: this one).
     ``spark_connect``: the spark tasks run as clients of that server instead of spark-submit."""
@@ -44,6 +45,7 @@ def onceflow_airflow(
         dags_folder=dags_folder,
         plugins_folder=plugins_folder,
         extra_env={"ONCEFLOW_WAREHOUSE": warehouse, **(extra_env or {})},
+        triggerer=triggerer,
         **({"python": Path(python)} if python else {}),
     )
     airflow.set_connection(

@@ -17,6 +17,8 @@ from arguments or, when omitted, from the environment at parse time:
 ``onceflow_spark``), ``ONCEFLOW_KAFKA_CONN`` (``onceflow_kafka``),
 ``ONCEFLOW_S3_CONN`` (``onceflow_s3``), ``ONCEFLOW_SCHEDULE`` (a cron
 expression, or ``none`` for triggered runs only; default: the spec's).
+``schedule=when_input(records=N, max_age_s=T)`` (``onceflow.input_schedule``)
+starts a run when the input has waited long enough instead.
 
 Fault injection (tests, chaos runs): ``ONCEFLOW_FAULTS`` (see faults.py)
 arms the Airflow tasks and, passed on, the Spark job (driver and workers).
@@ -37,6 +39,7 @@ from .settings import ICEBERG_CATALOGS_VAR, ConfigurationError
 from .assets import alias, asset_uri, outputs  # noqa: F401  (outputs, asset_uri: where DAG files import them from)
 from .deployed import PLAN_TASK_ID, DeployedPipeline, catalog_conn_ids
 from .deployment import is_s3_uri
+from .input_schedule import InputSchedule, input_asset
 from .sinks import sink_kind
 from .spec import INTERVAL, PipelineSpec
 
@@ -190,6 +193,8 @@ def pipeline_dag(
     if schedule == "spec":
         schedule = os.environ.get("ONCEFLOW_SCHEDULE") or spec.schedule
         schedule = None if schedule.lower() == "none" else schedule
+    if isinstance(schedule, InputSchedule):  # runs when data arrives: an Asset watched in the triggerer
+        schedule = [input_asset(spec, schedule, dag_id or spec.name, warehouse, kafka_conn_id, aws_conn_id)]
     if spec.batches == INTERVAL:
         schedule = interval_schedule(spec, schedule)
         run_params = {REPLACE_COMMITTED: Param(

@@ -49,6 +49,8 @@ from onceflow_devkit.local_airflow.rest import AirflowApi
 # Start order: the scheduler and dag-processor need nothing from the API, so
 # they import Airflow while the API server starts; the API is awaited last.
 COMPONENTS = ("dag-processor", "scheduler", "api-server")
+# Started only when asked (``triggerer=True``): what runs deferred tasks and AssetWatchers' triggers.
+TRIGGERER = "triggerer"
 # The api-server reads task logs from the shared log folder; the scheduler's
 # log server ("serve-logs") would be one more process listening on every
 # interface, for nothing.
@@ -110,6 +112,12 @@ class LocalAirflow:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     # The interpreter of the Airflow install to run (its venv's airflow CLI): this one by default.
     python: Path = Path(sys.executable)
+    # Also run the triggerer (AssetWatchers, deferred tasks).
+    triggerer: bool = False
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        return (*COMPONENTS, TRIGGERER) if self.triggerer else COMPONENTS
 
     def __post_init__(self) -> None:
         self.home = Path(self.home).resolve()
@@ -307,7 +315,7 @@ class LocalAirflow:
         return AirflowProcess(f"airflow-{component}", self.home / component)
 
     def is_running(self) -> bool:
-        return any(self.process(c).running_pid() for c in COMPONENTS)
+        return any(self.process(c).running_pid() for c in self.components)
 
     def api(self) -> AirflowApi:
         """A REST client for this Airflow's API server (close it, or use it as a context manager)."""
@@ -327,7 +335,7 @@ class LocalAirflow:
         env = self.env()
         deadline = time.monotonic() + timeout
         with self.api() as api:
-            for component in COMPONENTS:
+            for component in self.components:
                 proc = self.process(component)
                 if proc.running_pid():
                     continue
@@ -368,7 +376,7 @@ class LocalAirflow:
     def _wait_healthy(self, api: AirflowApi, deadline: float) -> None:
         health: dict = {}
         while time.monotonic() < deadline:
-            for component in COMPONENTS:
+            for component in self.components:
                 proc = self.process(component)
                 if proc.running_pid() is None:
                     self.stop(grace=2)
@@ -381,14 +389,14 @@ class LocalAirflow:
                 health = {"error": str(exc)}
             if all(
                 (health.get(part) or {}).get("status") == "healthy"
-                for part in ("metadatabase", "scheduler", "dag_processor")
+                for part in ("metadatabase", "scheduler", "dag_processor", *(("triggerer",) if self.triggerer else ()))
             ):
                 return
             time.sleep(0.5)
         self.stop(grace=2)
         raise AirflowHarnessError(
             f"Airflow under {self.home} was not healthy in time; last health report {health}. "
-            f"Logs: {', '.join(str(self.process(c).log_file) for c in COMPONENTS)}"
+            f"Logs: {', '.join(str(self.process(c).log_file) for c in self.components)}"
         )
 
     def stop(self, grace: float = 10.0) -> None:
@@ -400,16 +408,16 @@ class LocalAirflow:
         # All at once, not one grace period after another: the dag-processor
         # can ignore SIGTERM, and the others need not wait for it.
         sessions = self._sessions()
-        pids = [pid for pid in (self.process(c).running_pid() for c in COMPONENTS) if pid]
+        pids = [pid for pid in (self.process(c).running_pid() for c in self.components) if pid]
         for pid in pids:
             try:
                 os.killpg(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(self.process(c).running_pid() for c in COMPONENTS):
+        while time.monotonic() < deadline and any(self.process(c).running_pid() for c in self.components):
             time.sleep(0.1)
-        for component in COMPONENTS:
+        for component in self.components:
             self.process(component).stop(grace=0)  # SIGKILL what is left, drop the PID file
         for pid in stray_processes(self.home, sessions):
             try:
@@ -449,7 +457,7 @@ class LocalAirflow:
             recorded = {int(line) for line in self._sessions_file.read_text().split() if line.isdigit()}
         except FileNotFoundError:
             recorded = set()
-        return recorded | {pid for pid in (self.process(c).running_pid() for c in COMPONENTS) if pid}
+        return recorded | {pid for pid in (self.process(c).running_pid() for c in self.components) if pid}
 
     def __enter__(self) -> "LocalAirflow":
         self.start()

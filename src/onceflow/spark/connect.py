@@ -24,9 +24,11 @@ settings, catalog secrets) must be set where the server runs.
 from __future__ import annotations
 
 import logging
+import os
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,23 @@ SESSION_NAMESPACE = uuid.UUID("5b0e0f7a-6c1e-4d6b-9a51-0e6c0f10ce11")
 # Closed sessions the server remembers (spark.connect.session.manager.closedSessionsTombstonesSize).
 MAX_GENERATIONS = 1000
 SESSION_CLOSED = "INVALID_HANDLE.SESSION_CLOSED"
+# While set, PySpark's functions (F.col, ...) build Spark Connect expressions; its classic
+# builder sets it for good, which would turn every later local session of the process off.
+CONNECT_MODE_VAR = "SPARK_CONNECT_MODE_ENABLED"
+
+
+@contextmanager
+def connect_mode() -> Iterator[None]:
+    """This process builds Spark Connect expressions inside the block, and classic ones after it."""
+    before = os.environ.get(CONNECT_MODE_VAR)
+    os.environ[CONNECT_MODE_VAR] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CONNECT_MODE_VAR, None)
+        else:
+            os.environ[CONNECT_MODE_VAR] = before
 
 
 def code_session_id(code_zips: Sequence[str], generation: int) -> str:
@@ -64,7 +83,7 @@ def join_session(connection_url: str, code_zips: Sequence[str]):
 
     Adding an artifact the session has is a no-op, so every batch adds them: a
     server restarted since the last batch gets them again."""
-    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession
 
     for generation in range(MAX_GENERATIONS):
         session_id = code_session_id(code_zips, generation)
@@ -115,7 +134,8 @@ def run_connect_batch(connection_url: str, runtime, seq: int, code_zips: Sequenc
     tag = job_tag(runtime.spec.name, seq)
     spark.addTag(tag)
     try:
-        return run_batch(spark, runtime, seq)
+        with connect_mode():
+            return run_batch(spark, runtime, seq)
     except BaseException:
         interrupt_job(spark, tag)
         raise

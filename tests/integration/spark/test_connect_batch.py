@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from onceflow.dag_factory import shipped_code
-from onceflow.spark.connect import close_client, code_session_id, join_session, run_connect_batch
+from onceflow.spark.connect import CONNECT_MODE_VAR, close_client, code_session_id, join_session, run_connect_batch
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow_devkit.services.process import ManagedProcess
 from onceflow_devkit.services.spark_connect import start_connect_server
@@ -78,6 +78,9 @@ def test_batches_of_the_same_code_share_one_session_and_commit_exactly_once(spar
         assert (result.input_records, result.attempt) == (plan.records, 1)
         assert commit(pipeline, plan) == "committed"
         workers.append(python_workers(ManagedProcess("spark-connect", TEST_HOME / "spark-connect").running_pid()))
+    # The test process is left as it was: its local Spark sessions (and the spark-submits of the
+    # Airflows it starts, which inherit its environment) are not turned into Spark Connect clients.
+    assert CONNECT_MODE_VAR not in os.environ
     joined = join_session(spark_connect_server.url, code)
     assert joined.session_id == code_session_id(code, 0)
     close_client(joined)

@@ -1,0 +1,95 @@
+"""Batches when data arrives: a pipeline scheduled on its input, not on a clock.
+
+    from onceflow.dag_factory import pipeline_dag
+    from onceflow.input_schedule import when_input
+
+    dag = pipeline_dag(ORDERS, schedule=when_input(records=10_000, max_age_s=60))
+
+The DAG is scheduled on an Asset standing for the pipeline's input, watched
+by ``InputLagTrigger`` (``onceflow.triggers.input_lag``) in Airflow's
+triggerer: no worker slot is held while it waits. It starts a run when the
+records not yet committed reach ``records``, or when the oldest of them is
+``max_age_s`` old, whichever comes first; then it waits for the batch of
+that run before it fires again, so runs do not pile up behind a slow batch.
+
+Offsets pipelines only: an interval pipeline's runs are its data intervals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .settings import ConfigurationError
+from .spec import OFFSETS, PipelineSpec
+
+
+@dataclass(frozen=True)
+class InputSchedule:
+    records: int | None = None       # fire when this many records wait
+    max_age_s: float | None = None   # fire when the oldest waiting record is this old
+    poll_s: float = 5.0              # how often the trigger looks (Kafka offsets and the ledger's head)
+    # A run the trigger started that planned nothing within this time (it failed before planning,
+    # or was never scheduled) does not hold the next one back any longer; nor does a batch left
+    # undecided this long (the next run's plan task recovers it).
+    stall_s: float = 600.0
+
+    def check(self, pipeline: str) -> "InputSchedule":
+        if self.records is None and self.max_age_s is None:
+            raise ConfigurationError(f"pipeline {pipeline!r}: when_input() needs records=N, max_age_s=T or both")
+        for name in ("records", "max_age_s", "poll_s", "stall_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigurationError(f"pipeline {pipeline!r}: when_input({name}={value}) must be positive")
+        return self
+
+
+def when_input(records: int | None = None, max_age_s: float | None = None, poll_s: float = 5.0,
+               stall_s: float = 600.0) -> InputSchedule:
+    """A schedule for ``pipeline_dag``: a run when ``records`` wait or the oldest is ``max_age_s`` old."""
+    return InputSchedule(records, max_age_s, poll_s, stall_s)
+
+
+@dataclass(frozen=True)
+class InputState:
+    """What the trigger sees at one look."""
+
+    waiting: int                      # records after the last committed batch, up to the last stable offsets
+    oldest_age_s: float | None        # age of the oldest of them (None: none waits)
+    latest_seq: int                   # the newest planned batch (0: none)
+    in_flight_age_s: float | None     # age of the newest batch if it is not decided and done, else None
+
+
+def reason_to_fire(schedule: InputSchedule, state: InputState, fired_after_seq: int | None,
+                   fired_age_s: float | None) -> str | None:
+    """Why a run should start now, or None. ``fired_after_seq``: the newest batch when the trigger
+    last fired (None: it has not), ``fired_age_s`` how long ago."""
+    if state.in_flight_age_s is not None and state.in_flight_age_s < schedule.stall_s:
+        return None  # a batch is on its way; its run ends before the next can start
+    if fired_after_seq is not None and state.latest_seq <= fired_after_seq and (fired_age_s or 0) < schedule.stall_s:
+        return None  # the run we started has not planned its batch yet
+    if state.waiting <= 0:
+        return None
+    if schedule.records is not None and state.waiting >= schedule.records:
+        return f"{state.waiting} records wait (threshold {schedule.records})"
+    if schedule.max_age_s is not None and state.oldest_age_s is not None and state.oldest_age_s >= schedule.max_age_s:
+        return f"the oldest of {state.waiting} waiting records is {state.oldest_age_s:.0f} s old (threshold {schedule.max_age_s:g} s)"
+    return None
+
+
+def input_asset(spec: PipelineSpec, schedule: InputSchedule, dag_id: str, warehouse: str, kafka_conn_id: str,
+                aws_conn_id: str | None):
+    """The Asset standing for the pipeline's input, watched by the pipeline's InputLagTrigger."""
+    from airflow.sdk import Asset, AssetWatcher
+
+    from .triggers.input_lag import InputLagTrigger
+
+    if spec.batches != OFFSETS:
+        raise ConfigurationError(f"pipeline {spec.name!r} reads data intervals: its runs follow its timetable, "
+                                 "not its input; when_input() is for offsets pipelines")
+    schedule.check(spec.name)
+    # The transform's params may hold a secret, and the trigger needs none of them (its kwargs are stored).
+    trigger = InputLagTrigger(dag_id=dag_id, spec_json=replace(spec, params={}).to_json(), warehouse=warehouse,
+                              kafka_conn_id=kafka_conn_id, aws_conn_id=aws_conn_id, records=schedule.records,
+                              max_age_s=schedule.max_age_s, poll_s=schedule.poll_s, stall_s=schedule.stall_s)
+    return Asset(name=f"onceflow.{spec.name}.input", uri=f"kafka://{kafka_conn_id}/{','.join(spec.topics)}",
+                 group="onceflow", watchers=[AssetWatcher(name=f"onceflow.{spec.name}.input_lag", trigger=trigger)])

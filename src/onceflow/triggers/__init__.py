@@ -1,0 +1,1 @@
+"""onceflow's Airflow triggers (they run in the triggerer)."""

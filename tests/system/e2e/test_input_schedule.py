@@ -1,0 +1,86 @@
+"""Batches when data arrives: the clickstream pipeline scheduled on its input,
+in a running Airflow with its scheduler and triggerer; nobody triggers a run.
+
+1. 600 records arrive (the threshold is 500): a run starts and commits them;
+2. 100 more arrive, under the threshold: the run starts once the oldest of
+   them is 15 s old, not before;
+3. nothing more arrives: no other run starts, however often the trigger looks.
+
+Audited on the real outputs. Freshness (produce to read_committed visibility
+of the enriched records) is printed; benchmarks/ has the measured figures.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+from onceflow_devkit.airflow_env import onceflow_airflow
+from tests.system.e2e.conftest import ClickstreamWorld, broker_with_topics
+
+DAG_ID = "clickstream_on_input"
+DAG_FILE = f'''# An Airflow DAG: the example pipeline, run when its input has waited long enough
+from onceflow.dag_factory import pipeline_dag
+from onceflow.input_schedule import when_input
+from onceflow_examples.clickstream import CLICKSTREAM
+
+dag = pipeline_dag(CLICKSTREAM, dag_id="{DAG_ID}", schedule=when_input(records=500, max_age_s=15, poll_s=1))
+'''
+
+
+def runs_started(api) -> list[dict]:
+    return sorted(api.runs(DAG_ID), key=lambda r: r["run_after"])
+
+
+def wait_for_runs(api, count: int, timeout: float) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while len(runs := runs_started(api)) < count or any(r["state"] not in ("success", "failed") for r in runs):
+        assert time.monotonic() < deadline, f"{count} run(s) not done in {timeout:.0f} s: {[(r['dag_run_id'], r['state']) for r in runs]}"
+        time.sleep(0.5)
+    return runs
+
+
+def started_at(run: dict) -> float:
+    return datetime.fromisoformat(run["start_date"]).timestamp()
+
+
+def test_runs_start_when_enough_records_wait_or_the_oldest_is_old_enough_and_only_then(tmp_path, spark_connect_server):
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "on_input.py").write_text(DAG_FILE)
+    with broker_with_topics() as broker:
+        warehouse = f"file://{tmp_path}/warehouse"
+        airflow = onceflow_airflow(tmp_path / "airflow", broker, warehouse, dags_folder=dags, plugins_folder=None,
+                                   spark_connect=spark_connect_server, triggerer=True)
+        world = ClickstreamWorld(broker, warehouse, airflow)
+        with airflow, airflow.api() as api:
+            api.wait_for_dag(DAG_ID, timeout=180)
+            api.unpause(DAG_ID)
+            time.sleep(5)  # the triggerer picks the watcher up; with no input, nothing starts
+            assert runs_started(api) == []
+
+            produced = time.time()
+            world.produce(600, seed=31)
+            first = wait_for_runs(api, 1, timeout=180)[0]
+            assert first["state"] == "success", api.explain(DAG_ID, first["dag_run_id"])
+            assert first["run_type"] == "asset_triggered"
+            visible = world.visible("clicks_enriched")
+            print(f"600 records: run started {started_at(first) - produced:.1f} s after the produce, "
+                  f"committed and visible {time.time() - produced:.1f} s after it ({visible} enriched records)")
+
+            produced = time.time()
+            world.produce(100, seed=32)
+            second = wait_for_runs(api, 2, timeout=180)[1]
+            assert second["state"] == "success", api.explain(DAG_ID, second["dag_run_id"])
+            assert started_at(second) - produced >= 15 - 1, "100 records are under the threshold: the age rule starts the run"
+
+            time.sleep(10)  # ten more looks at an input with nothing waiting
+            assert len(runs_started(api)) == 2
+
+
+        batches = [world.runtime.batch_of_run(r["dag_run_id"]) for r in (first, second)]
+        assert [b.plan.records for b in batches] == [600, 100]
+        assert all(b.state.value == "committed" for b in batches)
+        report = world.audit()
+        assert report.ok, report.summary()
+        assert report.input_records == 700

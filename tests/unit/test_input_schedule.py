@@ -1,0 +1,44 @@
+"""When the input-driven schedule starts a run (pure logic of InputLagTrigger's decision)."""
+
+from __future__ import annotations
+
+import pytest
+
+from onceflow.input_schedule import InputState, reason_to_fire, when_input
+from onceflow.settings import ConfigurationError
+
+SCHEDULE = when_input(records=500, max_age_s=60, stall_s=600)
+
+
+def state(waiting=0, oldest=None, latest=3, in_flight=None) -> InputState:
+    return InputState(waiting, oldest, latest, in_flight)
+
+
+def test_a_run_starts_on_enough_records_or_an_old_enough_record_not_before():
+    assert reason_to_fire(SCHEDULE, state(), None, None) is None
+    assert reason_to_fire(SCHEDULE, state(499, 59.0), None, None) is None
+    assert reason_to_fire(SCHEDULE, state(500, 1.0), None, None) == "500 records wait (threshold 500)"
+    assert "is 60 s old" in reason_to_fire(SCHEDULE, state(3, 60.0), None, None)
+    assert reason_to_fire(when_input(records=10), state(9, 3600.0), None, None) is None
+    assert reason_to_fire(when_input(max_age_s=5), state(10_000, 1.0), None, None) is None
+
+
+def test_no_run_starts_while_a_batch_is_on_its_way_or_the_run_it_started_has_not_planned_yet():
+    assert reason_to_fire(SCHEDULE, state(900, 100.0, in_flight=30.0), None, None) is None
+    # It fired after batch 3: until batch 4 is planned, no second run.
+    assert reason_to_fire(SCHEDULE, state(900, 100.0, latest=3), 3, 5.0) is None
+    assert reason_to_fire(SCHEDULE, state(900, 100.0, latest=4), 3, 20.0) is not None
+
+
+def test_a_stalled_run_or_batch_holds_the_next_run_back_only_so_long():
+    # The run it started never planned (failed before planning), or a batch stays undecided:
+    # after stall_s a run starts anyway, and its plan task recovers what is left.
+    assert reason_to_fire(SCHEDULE, state(900, 700.0, latest=3), 3, 600.0) is not None
+    assert reason_to_fire(SCHEDULE, state(900, 700.0, in_flight=601.0), None, None) is not None
+
+
+def test_a_schedule_without_a_threshold_or_with_a_negative_one_is_refused():
+    with pytest.raises(ConfigurationError, match="needs records=N, max_age_s=T or both"):
+        when_input().check("orders")
+    with pytest.raises(ConfigurationError, match=r"when_input\(poll_s=0\) must be positive"):
+        when_input(records=5, poll_s=0).check("orders")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,9 @@ from .settings import ICEBERG_CATALOGS_VAR, ConfigurationError
 from .assets import alias, asset_uri, outputs  # noqa: F401  (outputs, asset_uri: where DAG files import them from)
 from .deployed import PLAN_TASK_ID, DeployedPipeline, catalog_conn_ids
 from .deployment import is_s3_uri
-from .input_schedule import InputSchedule, input_asset
+from .input_schedule import InputSchedule
 from .sinks import sink_kind
-from .spec import INTERVAL, PipelineSpec
+from .spec import INTERVAL, OFFSETS, PipelineSpec
 
 SUBMIT_APPLICATION = Path(__file__).resolve().parent / "spark" / "submit.py"
 
@@ -141,6 +142,25 @@ def _spark_env(kafka_conn_id: str, aws_conn_id: str, warehouse: str, catalogs: l
     return env
 
 
+def input_asset(spec: PipelineSpec, schedule: InputSchedule, dag_id: str, warehouse: str, kafka_conn_id: str,
+                aws_conn_id: str | None):
+    """The Asset standing for the pipeline's input, watched by the pipeline's InputLagTrigger."""
+    from airflow.sdk import Asset, AssetWatcher
+
+    from .triggers.input_lag import InputLagTrigger
+
+    if spec.batches != OFFSETS:
+        raise ConfigurationError(f"pipeline {spec.name!r} reads data intervals: its runs follow its timetable, "
+                                 "not its input; when_input() is for offsets pipelines")
+    schedule.check(spec.name)
+    # The transform's params may hold a secret, and the trigger needs none of them (its kwargs are stored).
+    trigger = InputLagTrigger(dag_id=dag_id, spec_json=replace(spec, params={}).to_json(), warehouse=warehouse,
+                              kafka_conn_id=kafka_conn_id, aws_conn_id=aws_conn_id, records=schedule.records,
+                              max_age_s=schedule.max_age_s, poll_s=schedule.poll_s, stall_s=schedule.stall_s)
+    return Asset(name=f"onceflow.{spec.name}.input", uri=f"kafka://{kafka_conn_id}/{','.join(spec.topics)}",
+                 group="onceflow", watchers=[AssetWatcher(name=f"onceflow.{spec.name}.input_lag", trigger=trigger)])
+
+
 def interval_schedule(spec: PipelineSpec, schedule: Any):
     """The schedule of an interval pipeline: one whose runs have data intervals.
     A cron expression becomes a ``CronDataIntervalTimetable`` in UTC (Airflow 3
@@ -174,7 +194,7 @@ def pipeline_dag(
     from airflow.sdk import DAG, Param, TriggerRule
 
     from .operators.batch import REPLACE_COMMITTED, CommitBatchOperator, PlanBatchOperator, RollbackBatchOperator
-    from .operators.spark import OnceflowSparkSubmitOperator
+    from .operators.spark import OnceflowSparkSubmitOperator, submit_defaults
 
     warehouse = warehouse or os.environ.get("ONCEFLOW_WAREHOUSE")
     if not warehouse:
@@ -248,11 +268,7 @@ def pipeline_dag(
                 "--batch", "{{ ti.xcom_pull(task_ids='plan')['batch_seq'] }}",
                 "--spec-json", spec.to_json(),
             ],
-            conf={
-                "spark.ui.enabled": "false",
-                "spark.pyspark.python": sys.executable,
-                **(spark_conf or {}),
-            },
+            conf={**submit_defaults(), **(spark_conf or {})},
             env_vars=_spark_env(kafka_conn_id, aws_conn_id, warehouse, catalog_conn_ids(spec)),
             spark_binary=spark_binary or default_spark_binary(),
             execution_timeout=spark_timeout or spark_timeout_of(spec),

@@ -5,8 +5,9 @@
 
     dag = pipeline_dag(ORDERS, schedule=when_input(records=10_000, max_age_s=60))
 
-The DAG is scheduled on an Asset standing for the pipeline's input, watched
-by ``InputLagTrigger`` (``onceflow.triggers.input_lag``) in Airflow's
+The DAG is scheduled on an Asset standing for the pipeline's input
+(``dag_factory.input_asset``), watched by ``InputLagTrigger``
+(``onceflow.triggers.input_lag``) in Airflow's
 triggerer: no worker slot is held while it waits. It starts a run when the
 records not yet committed reach ``records``, or when the oldest of them is
 ``max_age_s`` old, whichever comes first; then it waits for the batch of
@@ -17,10 +18,9 @@ Offsets pipelines only: an interval pipeline's runs are its data intervals.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .settings import ConfigurationError
-from .spec import OFFSETS, PipelineSpec
 
 
 @dataclass(frozen=True)
@@ -74,22 +74,3 @@ def reason_to_fire(schedule: InputSchedule, state: InputState, fired_after_seq: 
     if schedule.max_age_s is not None and state.oldest_age_s is not None and state.oldest_age_s >= schedule.max_age_s:
         return f"the oldest of {state.waiting} waiting records is {state.oldest_age_s:.0f} s old (threshold {schedule.max_age_s:g} s)"
     return None
-
-
-def input_asset(spec: PipelineSpec, schedule: InputSchedule, dag_id: str, warehouse: str, kafka_conn_id: str,
-                aws_conn_id: str | None):
-    """The Asset standing for the pipeline's input, watched by the pipeline's InputLagTrigger."""
-    from airflow.sdk import Asset, AssetWatcher
-
-    from .triggers.input_lag import InputLagTrigger
-
-    if spec.batches != OFFSETS:
-        raise ConfigurationError(f"pipeline {spec.name!r} reads data intervals: its runs follow its timetable, "
-                                 "not its input; when_input() is for offsets pipelines")
-    schedule.check(spec.name)
-    # The transform's params may hold a secret, and the trigger needs none of them (its kwargs are stored).
-    trigger = InputLagTrigger(dag_id=dag_id, spec_json=replace(spec, params={}).to_json(), warehouse=warehouse,
-                              kafka_conn_id=kafka_conn_id, aws_conn_id=aws_conn_id, records=schedule.records,
-                              max_age_s=schedule.max_age_s, poll_s=schedule.poll_s, stall_s=schedule.stall_s)
-    return Asset(name=f"onceflow.{spec.name}.input", uri=f"kafka://{kafka_conn_id}/{','.join(spec.topics)}",
-                 group="onceflow", watchers=[AssetWatcher(name=f"onceflow.{spec.name}.input_lag", trigger=trigger)])

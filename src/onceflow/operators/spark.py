@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -35,6 +36,11 @@ log = logging.getLogger(__name__)
 # Environment variables that hold a secret, or half of a key pair without its secret.
 SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 KAFKA_CONFIG_ENV = "ONCEFLOW_KAFKA_CONFIG"
+
+
+def submit_defaults() -> dict[str, str]:
+    """The Spark settings every spark-submit of a pipeline gets (before the DAG's own ``spark_conf``)."""
+    return {"spark.ui.enabled": "false", "spark.pyspark.python": sys.executable}
 
 
 def set_env_only(env: dict[str, Any] | None) -> dict[str, Any]:
@@ -103,6 +109,10 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         if self.deployed is None:
             raise ConfigurationError(f"task {self.task_id}: connection {self._conn_id!r} is a Spark Connect "
                                      "connection, which needs the deployed pipeline: build the task with pipeline_dag")
+        ignored = sorted(set(self.conf or {}) - set(submit_defaults()))
+        if ignored:
+            log.warning("spark_conf %s not applied: on a Spark Connect server, Spark settings are the server's "
+                        "(set them where it starts)", ", ".join(ignored))
         runtime = task_runtime(context, self.deployed)
         faults.rearm_for_job((context.get("params") or {}).get(faults.RUN_PARAM))
         result = run_connect_batch(connection_url, runtime, planned_seq(context, PLAN_TASK_ID, self.task_id), self.py_files.split(","))

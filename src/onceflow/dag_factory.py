@@ -40,7 +40,7 @@ from .settings import ICEBERG_CATALOGS_VAR, ConfigurationError
 from .assets import alias, asset_uri, outputs  # noqa: F401  (outputs, asset_uri: where DAG files import them from)
 from .deployed import PLAN_TASK_ID, DeployedPipeline, catalog_conn_ids
 from .deployment import is_s3_uri
-from .input_schedule import InputSchedule
+from .input_schedule import ABORT_BACKOFF_S, InputSchedule
 from .sinks import sink_kind
 from .spec import INTERVAL, OFFSETS, PipelineSpec
 
@@ -143,8 +143,9 @@ def _spark_env(kafka_conn_id: str, aws_conn_id: str, warehouse: str, catalogs: l
 
 
 def input_asset(spec: PipelineSpec, schedule: InputSchedule, dag_id: str, warehouse: str, kafka_conn_id: str,
-                aws_conn_id: str | None):
-    """The Asset standing for the pipeline's input, watched by the pipeline's InputLagTrigger."""
+                aws_conn_id: str | None, spark_timeout: timedelta):
+    """The Asset standing for the DAG's input, watched by the pipeline's InputLagTrigger (one per DAG:
+    two DAGs of one spec, say staging and production, each start only their own runs)."""
     from airflow.sdk import Asset, AssetWatcher
 
     from .triggers.input_lag import InputLagTrigger
@@ -153,12 +154,15 @@ def input_asset(spec: PipelineSpec, schedule: InputSchedule, dag_id: str, wareho
         raise ConfigurationError(f"pipeline {spec.name!r} reads data intervals: its runs follow its timetable, "
                                  "not its input; when_input() is for offsets pipelines")
     schedule.check(spec.name)
+    if schedule.stall_s is None:
+        schedule = replace(schedule, stall_s=spark_timeout.total_seconds() + ABORT_BACKOFF_S)
     # The transform's params may hold a secret, and the trigger needs none of them (its kwargs are stored).
     trigger = InputLagTrigger(dag_id=dag_id, spec_json=replace(spec, params={}).to_json(), warehouse=warehouse,
                               kafka_conn_id=kafka_conn_id, aws_conn_id=aws_conn_id, records=schedule.records,
                               max_age_s=schedule.max_age_s, poll_s=schedule.poll_s, stall_s=schedule.stall_s)
-    return Asset(name=f"onceflow.{spec.name}.input", uri=f"kafka://{kafka_conn_id}/{','.join(spec.topics)}",
-                 group="onceflow", watchers=[AssetWatcher(name=f"onceflow.{spec.name}.input_lag", trigger=trigger)])
+    return Asset(name=f"onceflow.{dag_id}.input", uri=f"onceflow://{dag_id}/input", group="onceflow",
+                 extra={"topics": list(spec.topics), "kafka_conn_id": kafka_conn_id},
+                 watchers=[AssetWatcher(name=f"onceflow.{dag_id}.input_lag", trigger=trigger)])
 
 
 def interval_schedule(spec: PipelineSpec, schedule: Any):
@@ -214,7 +218,8 @@ def pipeline_dag(
         schedule = os.environ.get("ONCEFLOW_SCHEDULE") or spec.schedule
         schedule = None if schedule.lower() == "none" else schedule
     if isinstance(schedule, InputSchedule):  # runs when data arrives: an Asset watched in the triggerer
-        schedule = [input_asset(spec, schedule, dag_id or spec.name, warehouse, kafka_conn_id, aws_conn_id)]
+        schedule = [input_asset(spec, schedule, dag_id or spec.name, warehouse, kafka_conn_id, aws_conn_id,
+                                spark_timeout or spark_timeout_of(spec))]
     if spec.batches == INTERVAL:
         schedule = interval_schedule(spec, schedule)
         run_params = {REPLACE_COMMITTED: Param(

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 ENV_VAR = "ONCEFLOW_FAULTS"
 # Airflow run param ``faults`` (same syntax) arms one DAG run's tasks and
@@ -183,16 +185,29 @@ def arm_run_param(spec: str | None) -> None:
             _armed[name] = _Armed(action, hits)
 
 
-def rearm_for_job(run_param: str | None) -> None:
-    """Arm this process as a fresh Spark driver would be: ``ONCEFLOW_FAULTS`` and the run's
-    ``faults`` param, nothing else. A Spark Connect job's driver is the spark task's own
-    process, which may have run other tasks or tries before (``airflow dags test``)."""
+@contextmanager
+def armed_for_job(run_param: str | None) -> Iterator[None]:
+    """Inside the block, this process is armed as a fresh Spark driver would be:
+    ``ONCEFLOW_FAULTS`` and the run's ``faults`` param, nothing else; after it, as before.
+    A Spark Connect job's driver is the spark task's own process, which may run other
+    tasks or tries before and after it (``airflow dags test``)."""
+    from .settings import ConfigurationError
+
+    if run_param and not run_param_allowed():
+        raise ConfigurationError(f"run param {RUN_PARAM!r} asks for injected faults, but {RUN_PARAM_GUARD} is not "
+                                 f"{RUN_PARAM_GUARD_VALUE!r} on this worker; trigger the run without it")
     _load_env()
-    spec = ",".join(filter(None, [os.environ.get(ENV_VAR, ""), run_param or ""]))
-    parsed = parse(spec)
+    parsed = parse(",".join(filter(None, [os.environ.get(ENV_VAR, ""), run_param or ""])))
     with _lock:
+        before = dict(_armed)
         _armed.clear()
         _armed.update({name: _Armed(action, hits) for name, (action, hits) in parsed.items()})
+    try:
+        yield
+    finally:
+        with _lock:
+            _armed.clear()
+            _armed.update(before)
 
 
 def _load_env() -> None:

@@ -30,8 +30,9 @@ class InputSchedule:
     poll_s: float = 5.0              # how often the trigger looks (Kafka offsets and the ledger's head)
     # A run the trigger started that planned nothing within this time (it failed before planning,
     # or was never scheduled) does not hold the next one back any longer; nor does a batch left
-    # undecided this long (the next run's plan task recovers it).
-    stall_s: float = 600.0
+    # undecided this long (the next run's plan task recovers it). Default: the spark task's
+    # timeout plus ABORT_BACKOFF_S, so a long batch never counts as stalled.
+    stall_s: float | None = None
 
     def check(self, pipeline: str) -> "InputSchedule":
         if self.records is None and self.max_age_s is None:
@@ -43,8 +44,13 @@ class InputSchedule:
         return self
 
 
+# After an aborted batch, the replay waits this long (from the aborted batch's plan), so a batch
+# that fails at once does not start a run at every look.
+ABORT_BACKOFF_S = 60.0
+
+
 def when_input(records: int | None = None, max_age_s: float | None = None, poll_s: float = 5.0,
-               stall_s: float = 600.0) -> InputSchedule:
+               stall_s: float | None = None) -> InputSchedule:
     """A schedule for ``pipeline_dag``: a run when ``records`` wait or the oldest is ``max_age_s`` old."""
     return InputSchedule(records, max_age_s, poll_s, stall_s)
 
@@ -57,16 +63,20 @@ class InputState:
     oldest_age_s: float | None        # age of the oldest of them (None: none waits)
     latest_seq: int                   # the newest planned batch (0: none)
     in_flight_age_s: float | None     # age of the newest batch if it is not decided and done, else None
+    aborted_age_s: float | None = None  # age of the newest batch if it was aborted, else None
 
 
 def reason_to_fire(schedule: InputSchedule, state: InputState, fired_after_seq: int | None,
                    fired_age_s: float | None) -> str | None:
     """Why a run should start now, or None. ``fired_after_seq``: the newest batch when the trigger
     last fired (None: it has not), ``fired_age_s`` how long ago."""
+    assert schedule.stall_s is not None, "input_asset sets stall_s"
     if state.in_flight_age_s is not None and state.in_flight_age_s < schedule.stall_s:
         return None  # a batch is on its way; its run ends before the next can start
     if fired_after_seq is not None and state.latest_seq <= fired_after_seq and (fired_age_s or 0) < schedule.stall_s:
         return None  # the run we started has not planned its batch yet
+    if state.aborted_age_s is not None and state.aborted_age_s < ABORT_BACKOFF_S:
+        return None  # the newest batch failed: its replay waits a little
     if state.waiting <= 0:
         return None
     if schedule.records is not None and state.waiting >= schedule.records:

@@ -129,14 +129,19 @@ def test_a_fired_point_is_logged_before_it_fires(monkeypatch, tmp_path):
 
 
 def test_a_spark_connect_job_is_armed_as_a_fresh_driver_would_be(monkeypatch):
-    # The job's driver is the spark task's process: what an earlier task or try left armed (or fired) is gone,
-    # and the environment's and the run's faults are armed anew, each from its first hit.
+    # The job's driver is the spark task's process: inside the job, what an earlier task or try
+    # left armed (or fired) is gone and the environment's and the run's faults are armed anew, each
+    # from its first hit; after the job, the process is armed as it was.
     monkeypatch.setenv(faults.ENV_VAR, "test.point=raise@2")
+    monkeypatch.setenv(faults.RUN_PARAM_GUARD, faults.RUN_PARAM_GUARD_VALUE)
     faults.arm("*", "crash", hits=5)
-    faults.rearm_for_job("commit.between_effects=raise")
-    assert faults.armed() == {"test.point": "raise@2", "commit.between_effects": "raise@1"}
-    faults.fault_point(POINT)
-    with pytest.raises(faults.InjectedFault):
+    with faults.armed_for_job("commit.between_effects=raise"):
+        assert faults.armed() == {"test.point": "raise@2", "commit.between_effects": "raise@1"}
         faults.fault_point(POINT)
-    faults.rearm_for_job(None)
-    assert faults.armed() == {"test.point": "raise@2"}
+        with pytest.raises(faults.InjectedFault):
+            faults.fault_point(POINT)
+    assert faults.armed() == {"*": "crash@5"}
+    monkeypatch.delenv(faults.RUN_PARAM_GUARD)
+    with pytest.raises(ConfigurationError, match="ONCEFLOW_FAULT_INJECTION"):
+        with faults.armed_for_job("commit.between_effects=raise"):
+            pass

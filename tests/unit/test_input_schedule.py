@@ -10,8 +10,8 @@ from onceflow.settings import ConfigurationError
 SCHEDULE = when_input(records=500, max_age_s=60, stall_s=600)
 
 
-def state(waiting=0, oldest=None, latest=3, in_flight=None) -> InputState:
-    return InputState(waiting, oldest, latest, in_flight)
+def state(waiting=0, oldest=None, latest=3, in_flight=None, aborted=None) -> InputState:
+    return InputState(waiting, oldest, latest, in_flight, aborted)
 
 
 def test_a_run_starts_on_enough_records_or_an_old_enough_record_not_before():
@@ -19,8 +19,8 @@ def test_a_run_starts_on_enough_records_or_an_old_enough_record_not_before():
     assert reason_to_fire(SCHEDULE, state(499, 59.0), None, None) is None
     assert reason_to_fire(SCHEDULE, state(500, 1.0), None, None) == "500 records wait (threshold 500)"
     assert "is 60 s old" in reason_to_fire(SCHEDULE, state(3, 60.0), None, None)
-    assert reason_to_fire(when_input(records=10), state(9, 3600.0), None, None) is None
-    assert reason_to_fire(when_input(max_age_s=5), state(10_000, 1.0), None, None) is None
+    assert reason_to_fire(when_input(records=10, stall_s=600), state(9, 3600.0), None, None) is None
+    assert reason_to_fire(when_input(max_age_s=5, stall_s=600), state(10_000, 1.0), None, None) is None
 
 
 def test_no_run_starts_while_a_batch_is_on_its_way_or_the_run_it_started_has_not_planned_yet():
@@ -35,6 +35,11 @@ def test_a_stalled_run_or_batch_holds_the_next_run_back_only_so_long():
     # after stall_s a run starts anyway, and its plan task recovers what is left.
     assert reason_to_fire(SCHEDULE, state(900, 700.0, latest=3), 3, 600.0) is not None
     assert reason_to_fire(SCHEDULE, state(900, 700.0, in_flight=601.0), None, None) is not None
+
+
+def test_after_an_aborted_batch_the_replay_waits_a_little():
+    assert reason_to_fire(SCHEDULE, state(900, 100.0, aborted=10.0), None, None) is None
+    assert reason_to_fire(SCHEDULE, state(900, 100.0, aborted=61.0), None, None) is not None
 
 
 def test_a_schedule_without_a_threshold_or_with_a_negative_one_is_refused():

@@ -76,6 +76,7 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         super().__init__(**kwargs)
         self.deployed = deployed
         self._connect_mode = False
+        self._connect_job = None
 
     def submitted_env(self) -> dict[str, Any]:
         """The environment spark-submit gets: set values only, and no secret where it would be an argument."""
@@ -103,7 +104,7 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         return super().execute(context)
 
     def execute_connect(self, context, connection_url: str) -> dict[str, Any]:
-        from ..spark.connect import run_connect_batch
+        from ..spark.connect import ConnectBatchJob
         from .batch import planned_seq, task_runtime
 
         if self.deployed is None:
@@ -114,13 +115,17 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
             log.warning("spark_conf %s not applied: on a Spark Connect server, Spark settings are the server's "
                         "(set them where it starts)", ", ".join(ignored))
         runtime = task_runtime(context, self.deployed)
-        faults.rearm_for_job((context.get("params") or {}).get(faults.RUN_PARAM))
-        result = run_connect_batch(connection_url, runtime, planned_seq(context, PLAN_TASK_ID, self.task_id), self.py_files.split(","))
+        seq = planned_seq(context, PLAN_TASK_ID, self.task_id)
+        self._connect_job = ConnectBatchJob(connection_url, runtime, seq, self.py_files.split(","))
+        with faults.armed_for_job((context.get("params") or {}).get(faults.RUN_PARAM)):
+            result = self._connect_job.run()
         report = result.to_dict(runtime.spec.name)
         log.info("batch job done on the Spark Connect server %s: %s", self._conn_id, json.dumps(report))
         return report
 
     def on_kill(self) -> None:
-        # Spark Connect: the job's own exception path interrupts its queries; nothing was submitted.
-        if not self._connect_mode:
+        # Spark Connect: Airflow kills the process after on_kill, so the job's queries are stopped here.
+        if self._connect_job is not None:
+            self._connect_job.interrupt()
+        elif not self._connect_mode:
             super().on_kill()

@@ -72,6 +72,14 @@ def read_input(spark, spec, ranges, deployment: str):
     return reader.load()
 
 
+def release(records) -> None:
+    """Drop the cached input, also after a failure: a Spark Connect server outlives the job."""
+    try:
+        records.unpersist()
+    except Exception as exc:  # the session or server is gone: nothing is cached there any more
+        log.warning("could not release the cached input: %s", exc)
+
+
 def run_batch(spark, runtime, seq: int) -> JobResult:
     coordinator = runtime.coordinator
     spec = runtime.spec
@@ -84,28 +92,30 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
 
     started = time.perf_counter()
     records = read_input(spark, spec, plan.ranges, deployment).cache()
-    input_records = records.count()
-    seconds = {"read": time.perf_counter() - started}
-    outputs = spec.transform_function()(records, plan.batch_id)
-    missing = sorted({s.name for s in spec.sinks} - outputs.keys())
-    if missing:
-        raise ValueError(f"transform {spec.transform} returned no DataFrame for sink(s) {missing} of pipeline {spec.name!r}")
+    try:
+        input_records = records.count()
+        seconds = {"read": time.perf_counter() - started}
+        outputs = spec.transform_function()(records, plan.batch_id)
+        missing = sorted({s.name for s in spec.sinks} - outputs.keys())
+        if missing:
+            raise ValueError(f"transform {spec.transform} returned no DataFrame for sink(s) {missing} of pipeline {spec.name!r}")
 
-    for i, sink in enumerate(spec.sinks):
-        if i:
-            faults.fault_point(JOB_BETWEEN_OUTPUTS)
-        started = time.perf_counter()
-        sink_plan = plan.sink(sink.name)
-        frame = outputs[sink.name].repartition(sink_plan.splits)
-        job_options = {"pipeline": spec.name, "deployment": deployment, "sink": sink.name, "batch_seq": str(seq),
-                       "planned_at_ms": str(plan.created_at_ms), "attempt": str(attempt)}
-        if plan.params.get("slot") is not None:  # an interval batch: its slot of transactional ids
-            job_options["slot"] = str(plan.params["slot"])
-        if plan.params.get("replaces"):  # a reprocessed interval: the committed batch it replaces
-            job_options["replaces"] = str(plan.params["replaces"])
-        sink_kind(sink.kind).pre_commit(frame, sink, sink_plan, runtime.deployment, job_options)
-        seconds[sink.name] = time.perf_counter() - started
-        log.info("batch %s: %s pre-committed and voted in %.1f s", plan.batch_id, sink.name, seconds[sink.name])
-    faults.fault_point(JOB_AFTER_VOTES)
-    records.unpersist()
+        for i, sink in enumerate(spec.sinks):
+            if i:
+                faults.fault_point(JOB_BETWEEN_OUTPUTS)
+            started = time.perf_counter()
+            sink_plan = plan.sink(sink.name)
+            frame = outputs[sink.name].repartition(sink_plan.splits)
+            job_options = {"pipeline": spec.name, "deployment": deployment, "sink": sink.name, "batch_seq": str(seq),
+                           "planned_at_ms": str(plan.created_at_ms), "attempt": str(attempt)}
+            if plan.params.get("slot") is not None:  # an interval batch: its slot of transactional ids
+                job_options["slot"] = str(plan.params["slot"])
+            if plan.params.get("replaces"):  # a reprocessed interval: the committed batch it replaces
+                job_options["replaces"] = str(plan.params["replaces"])
+            sink_kind(sink.kind).pre_commit(frame, sink, sink_plan, runtime.deployment, job_options)
+            seconds[sink.name] = time.perf_counter() - started
+            log.info("batch %s: %s pre-committed and voted in %.1f s", plan.batch_id, sink.name, seconds[sink.name])
+        faults.fault_point(JOB_AFTER_VOTES)
+    finally:
+        release(records)
     return JobResult(seq, attempt, input_records, tuple(s.name for s in spec.sinks), seconds)

@@ -111,8 +111,9 @@ def close_client(spark) -> None:
 
 
 def job_tag(pipeline: str, seq: int) -> str:
-    """The tag of one batch job's queries (Spark tags allow no commas)."""
-    return f"onceflow-{pipeline}-{seq}".replace(",", "_")
+    """The tag of one batch job's queries: unique, as pipelines of the same code share a
+    session (and interrupting a tag reaches the whole session). Spark tags allow no commas."""
+    return f"onceflow-{pipeline}-{seq}-{uuid.uuid4().hex[:8]}".replace(",", "_")
 
 
 def interrupt_job(spark, tag: str) -> None:
@@ -126,19 +127,57 @@ def interrupt_job(spark, tag: str) -> None:
         log.warning("could not interrupt the operations tagged %s: %s", tag, exc)
 
 
+class ConnectBatchJob:
+    """One attempt of a batch as a Spark Connect client. ``interrupt()`` may be called from
+    another thread or a signal handler (the task's ``on_kill``) while ``run()`` runs."""
+
+    def __init__(self, connection_url: str, runtime, seq: int, code_zips: Sequence[str]):
+        self.connection_url = connection_url
+        self.runtime = runtime
+        self.seq = seq
+        self.code_zips = list(code_zips)
+        self.tag = job_tag(runtime.spec.name, seq)
+        self.session_id: str | None = None
+
+    def run(self):
+        """Pre-commit every output of the batch through the server; the JobResult."""
+        from .batch_job import run_batch
+
+        spark = join_session(self.connection_url, self.code_zips)
+        self.session_id = spark.session_id
+        spark.addTag(self.tag)
+        try:
+            with connect_mode():
+                return run_batch(spark, self.runtime, self.seq)
+        except BaseException:
+            interrupt_job(spark, self.tag)
+            raise
+        finally:
+            try:  # never hide the job's own error behind a server that is gone
+                spark.removeTag(self.tag)
+                close_client(spark)
+            except Exception as exc:
+                log.warning("closing the Spark Connect client: %s", exc)
+
+    def interrupt(self) -> None:
+        """Stop this job's queries from a client of its own: Airflow's SIGTERM calls on_kill and
+        then kills the process, so ``run()``'s own clean-up never runs."""
+        if self.session_id is None:
+            return
+        from pyspark.sql.connect.session import SparkSession
+
+        try:
+            spark = SparkSession.builder.remote(session_url(self.connection_url, self.session_id)).create()
+        except Exception as exc:
+            log.warning("could not reach the Spark Connect server to interrupt %s: %s", self.tag, exc)
+            return
+        interrupt_job(spark, self.tag)
+        try:
+            close_client(spark)
+        except Exception as exc:
+            log.warning("closing the Spark Connect client: %s", exc)
+
+
 def run_connect_batch(connection_url: str, runtime, seq: int, code_zips: Sequence[str]):
     """Pre-commit every output of batch ``seq`` through the server; the JobResult."""
-    from .batch_job import run_batch
-
-    spark = join_session(connection_url, code_zips)
-    tag = job_tag(runtime.spec.name, seq)
-    spark.addTag(tag)
-    try:
-        with connect_mode():
-            return run_batch(spark, runtime, seq)
-    except BaseException:
-        interrupt_job(spark, tag)
-        raise
-    finally:
-        spark.removeTag(tag)
-        close_client(spark)
+    return ConnectBatchJob(connection_url, runtime, seq, code_zips).run()

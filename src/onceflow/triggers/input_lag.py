@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from ..input_schedule import InputSchedule, InputState, reason_to_fire
+from ..protocol.states import BatchState
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +63,13 @@ class InputLagTrigger(BaseEventTrigger):
         # The newest batch first, then the lag: a batch that commits between the two reads is then
         # either seen in flight or left out of the lag, never seen done with its records still waiting.
         latest = runtime.reader.describe()
-        in_flight = None
-        if latest is not None and not latest.state.terminal:
-            in_flight = max(0.0, time.time() - latest.plan.created_at_ms / 1000)
+        age = None if latest is None else max(0.0, time.time() - latest.plan.created_at_ms / 1000)
+        in_flight = age if latest is not None and not latest.state.terminal else None
+        aborted = age if latest is not None and latest.state is BatchState.ABORTED else None
         rows = input_lag(runtime, timeout_s=min(30.0, self.schedule.poll_s * 4))
         ages = [r["oldest_uncommitted_age_s"] for r in rows if r["lag"] and r["oldest_uncommitted_age_s"] is not None]
         return InputState(sum(r["lag"] for r in rows), max(ages, default=None),
-                          latest.batch_seq if latest else 0, in_flight)
+                          latest.batch_seq if latest else 0, in_flight, aborted)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         runtime = None

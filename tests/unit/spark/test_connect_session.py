@@ -28,4 +28,5 @@ def test_the_session_joins_the_connection_url_and_its_parameters():
 def test_a_closed_session_is_told_from_other_errors():
     assert is_session_closed(RuntimeError("[INVALID_HANDLE.SESSION_CLOSED] The handle x is invalid."))
     assert not is_session_closed(RuntimeError("[INVALID_HANDLE.SESSION_NOT_FOUND] gone"))
-    assert job_tag("a,b", 7) == "onceflow-a_b-7"
+    tags = {job_tag("a,b", 7) for _ in range(2)}
+    assert len(tags) == 2 and all(t.startswith("onceflow-a_b-7-") and "," not in t for t in tags)

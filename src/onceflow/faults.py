@@ -164,21 +164,25 @@ def run_param_allowed() -> bool:
     return os.environ.get(RUN_PARAM_GUARD) == RUN_PARAM_GUARD_VALUE
 
 
-def arm_run_param(spec: str | None) -> None:
-    """Airflow worker: arm the DAG run's ``faults`` param (``ONCEFLOW_FAULTS`` syntax).
-
-    Refused, naming the setting, unless the worker's environment sets
-    ``ONCEFLOW_FAULT_INJECTION=enabled``."""
+def _require_run_param_allowed(spec: str) -> None:
     from .settings import ConfigurationError
 
-    if not spec:
-        return
     if not run_param_allowed():
         raise ConfigurationError(
             f"this DAG run asks for injected faults (run param {RUN_PARAM!r}={spec!r}) but fault injection is "
             f"disabled on this worker: set {RUN_PARAM_GUARD}={RUN_PARAM_GUARD_VALUE} in the Airflow workers' "
             "environment of a test deployment, or trigger the run without that param"
         )
+
+
+def arm_run_param(spec: str | None) -> None:
+    """Airflow worker: arm the DAG run's ``faults`` param (``ONCEFLOW_FAULTS`` syntax).
+
+    Refused, naming the setting, unless the worker's environment sets
+    ``ONCEFLOW_FAULT_INJECTION=enabled``."""
+    if not spec:
+        return
+    _require_run_param_allowed(spec)
     _load_env()
     for name, (action, hits) in parse(spec).items():
         with _lock:
@@ -191,11 +195,8 @@ def armed_for_job(run_param: str | None) -> Iterator[None]:
     ``ONCEFLOW_FAULTS`` and the run's ``faults`` param, nothing else; after it, as before.
     A Spark Connect job's driver is the spark task's own process, which may run other
     tasks or tries before and after it (``airflow dags test``)."""
-    from .settings import ConfigurationError
-
-    if run_param and not run_param_allowed():
-        raise ConfigurationError(f"run param {RUN_PARAM!r} asks for injected faults, but {RUN_PARAM_GUARD} is not "
-                                 f"{RUN_PARAM_GUARD_VALUE!r} on this worker; trigger the run without it")
+    if run_param:
+        _require_run_param_allowed(run_param)
     _load_env()
     parsed = parse(",".join(filter(None, [os.environ.get(ENV_VAR, ""), run_param or ""])))
     with _lock:

@@ -10,6 +10,16 @@ import os
 import sys
 
 
+# A local Spark on 127.0.0.1 without its web UI, in UTC (also the dev kit's Spark Connect server's).
+LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
 def local_spark(app_name: str = "onceflow", master: str = "local[2]", **conf: str):
     # Spark's Python workers otherwise run the first python3 on PATH, which
     # is not the venv's and lacks pyarrow and onceflow.
@@ -19,15 +29,7 @@ def local_spark(app_name: str = "onceflow", master: str = "local[2]", **conf: st
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    for key, value in conf.items():
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**LOCAL_CONF, **conf}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -10,14 +10,14 @@ sets them where its server runs.
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 from dataclasses import dataclass
 from typing import Mapping
 
 from onceflow_devkit.services.process import ManagedProcess, pick_port
-from onceflow_devkit.services.spark_standalone import PASSED_VARIABLES, spark_home
+from onceflow.spark_session import LOCAL_CONF
+from onceflow_devkit.services.spark_standalone import daemon_env, spark_home
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
@@ -51,24 +51,8 @@ def start_connect_server(
     """Start the server; ready once its gRPC port answers (after the SparkContext is up).
     ``env``: what its Python workers need beyond the basics (secrets, test switches)."""
     port = pick_port(DEFAULT_PORT)
-    server_env = {k: os.environ[k] for k in PASSED_VARIABLES if k in os.environ}
-    server_env.update(
-        SPARK_HOME=str(spark_home()),
-        SPARK_LOCAL_IP="127.0.0.1",
-        PYSPARK_PYTHON=sys.executable,
-        # Workers without AWS keys try boto3's chain: it must never ask a cloud metadata address from here.
-        AWS_EC2_METADATA_DISABLED="true",
-        **(env or {}),
-    )
-    conf = {
-        "spark.connect.grpc.binding.address": "127.0.0.1",
-        "spark.connect.grpc.binding.port": str(port),
-        "spark.ui.enabled": "false",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.host": "127.0.0.1",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": "4",
-    }
+    server_env = {**daemon_env(), "PYSPARK_PYTHON": sys.executable, **(env or {})}
+    conf = {**LOCAL_CONF, "spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port)}
     argv = [str(spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", "onceflow Spark Connect",
             "--master", master]
     for key, value in conf.items():

@@ -46,7 +46,8 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-def _daemon_env() -> dict[str, str]:
+def daemon_env() -> dict[str, str]:
+    """The environment of Spark daemons started here: a few basics, nothing of this process's secrets."""
     env = {k: os.environ[k] for k in PASSED_VARIABLES if k in os.environ}
     env.update(
         SPARK_HOME=str(spark_home()),
@@ -68,7 +69,7 @@ def start_standalone(
 ) -> SparkStandalone:
     """Start the master, then a worker offering ``cores`` and ``memory``; ready once it registered."""
     spark_class = str(spark_home() / "bin" / "spark-class")
-    env = _daemon_env()
+    env = daemon_env()
     port, web_port = pick_port(7077), pick_port(8080)
     cluster = SparkStandalone(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web_port}")
     master.start(

@@ -132,18 +132,24 @@ class Coordinator:
         return plan
 
     def _expected(self, plan: Plan) -> list[str]:
-        names = [s.name for s in plan.sinks] if plan.sinks else sorted(self.participants)
-        missing = [n for n in names if n not in self.participants]
+        """The batch's outputs, as its plan names them (configured or not: status reads any batch)."""
+        return [s.name for s in plan.sinks] if plan.sinks else sorted(self.participants)
+
+    def _unconfigured(self, plan: Plan) -> list[str]:
+        return [n for n in self._expected(plan) if n not in self.participants]
+
+    def _require_configured(self, plan: Plan) -> None:
+        """Verifying or committing needs every output's participant: fail fast, naming the fix."""
+        missing = self._unconfigured(plan)
         if missing:
             from .settings import ConfigurationError
 
             raise ConfigurationError(
                 f"batch {plan.batch_id} of pipeline {self.pipeline!r} has sinks {missing} in its plan "
                 f"({self.ledger.storage.describe(self.ledger.plan_key(plan.batch_seq))}) but no participant of that "
-                f"name is configured (configured: {sorted(self.participants)}). Configure them: the batch cannot be "
-                "committed or aborted without them."
+                f"name is configured (configured: {sorted(self.participants)}). Configure them to commit it; without "
+                "them the next run's recovery aborts it, leaving what those sinks pre-committed uncleaned."
             )
-        return names
 
     def _votes(self, plan: Plan, attempt: int) -> tuple[dict[str, Vote], list[str], int]:
         votes: dict[str, Vote] = {}
@@ -385,6 +391,7 @@ class Coordinator:
                 reason = "no attempt was started" if attempt == 0 else f"attempt {attempt} has no vote from {missing}"
                 decision = self._decide(seq, state, DecisionOutcome.ABORT, attempt, {}, f"commit found {reason}")
             else:
+                self._require_configured(plan)
                 invalid = []
                 for name, vote in sorted(votes.items()):
                     result = self.participants[name].verify(vote)
@@ -408,7 +415,7 @@ class Coordinator:
 
     def _apply_commit(self, plan: Plan, decision: Decision) -> None:
         seq = plan.batch_seq
-        self._expected(plan)  # fail fast, naming any sink without a participant
+        self._require_configured(plan)
         for name in sorted(decision.votes):
             if self.ledger.read_done(seq, name) is not None:
                 continue
@@ -428,6 +435,15 @@ class Coordinator:
         latest = self.ledger.latest_attempt(seq)
         for name in self._expected(plan):
             if self.ledger.read_done(seq, name) is not None:
+                continue
+            if name not in self.participants:
+                # An output removed from the spec must not hold the abort (and the pipeline) for ever.
+                # Nothing of it became visible; what it pre-committed is left as it is, and said so.
+                detail = (f"not cleaned up: sink {name!r} is no longer configured; its staged files (if any) stay "
+                          "invisible under its staging directory, its open Kafka transactions (if any) end at the "
+                          "broker's transaction timeout")
+                log.warning("batch %s of %s: %s", plan.batch_id, self.pipeline, detail)
+                self.ledger.create_done(DoneMarker(seq, name, DecisionOutcome.ABORT, detail, self.identity, self._clock()))
                 continue
             # Every attempt's vote, zombies included: abort cleans all of them.
             votes = [rv.vote for n in range(1, latest + 1) if (rv := self.ledger.read_vote(seq, n, name)) is not None]

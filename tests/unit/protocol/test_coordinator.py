@@ -320,3 +320,30 @@ def test_stale_missing_or_torn_head_hint_never_hides_batches(local):
     coord.ledger.write_head(records.Head(latest_seq=50))  # ahead of the truth (a restored ledger)
     assert coord.latest_seq() == 5
     assert run_batch(coord, parts, src).batch_seq == 6
+
+
+def test_an_output_removed_from_the_spec_never_holds_a_batch_or_the_pipeline(local):
+    # Batch 2 was pre-committed by both outputs; then "events" left the spec. Its batches still read,
+    # commit refuses naming the fix, and recovery aborts the batch (saying what was left) so the
+    # pipeline moves on; it used to raise in abort too, leaving the batch ABORTING for ever.
+    import dataclasses
+
+    from onceflow.coordinator import Coordinator
+    from tests.doubles.helpers import SINKS
+
+    coord, world, parts = world_coordinator(local)
+    src = source(250, 40)
+    run_batch(coord, parts, src)
+    pending = coord.plan_next(src, config())
+    prepare_all(coord, parts, pending)
+    without_events = Coordinator(local, "pipe", {"files": parts["files"]})
+
+    assert without_events.describe(1).state is BatchState.COMMITTED  # status and the UI read old batches
+    with pytest.raises(ConfigurationError, match=r"has sinks \['events'\] in its plan .* Configure them to commit it"):
+        without_events.commit(pending.batch_seq)
+    status = without_events.recover()
+    assert status.state is BatchState.ABORTED
+    assert "sink 'events' is no longer configured" in status.done["events"].detail
+    assert ("files", pending.batch_seq) not in world.visible  # the configured output was rolled back
+    nxt = without_events.plan_next(src, dataclasses.replace(config(), sinks=(SINKS[0],)))
+    assert nxt.replay_of == pending.batch_seq and [s.name for s in nxt.sinks] == ["files"]

@@ -16,7 +16,8 @@ from arguments or, when omitted, from the environment at parse time:
 ``ONCEFLOW_WAREHOUSE`` (required), ``ONCEFLOW_SPARK_CONN`` (default
 ``onceflow_spark``), ``ONCEFLOW_KAFKA_CONN`` (``onceflow_kafka``),
 ``ONCEFLOW_S3_CONN`` (``onceflow_s3``), ``ONCEFLOW_SCHEDULE`` (a cron
-expression, or ``none`` for triggered runs only; default: the spec's).
+expression, ``none`` for triggered runs only, or ``input: records=N,
+max_age_s=T``; default: the spec's).
 ``schedule=when_input(records=N, max_age_s=T)`` (``onceflow.input_schedule``)
 starts a run when the input has waited long enough instead.
 
@@ -40,7 +41,7 @@ from .settings import ICEBERG_CATALOGS_VAR, ConfigurationError
 from .assets import alias, asset_uri, outputs  # noqa: F401  (outputs, asset_uri: where DAG files import them from)
 from .deployed import PLAN_TASK_ID, DeployedPipeline, catalog_conn_ids
 from .deployment import is_s3_uri
-from .input_schedule import ABORT_BACKOFF_S, InputSchedule
+from .input_schedule import ABORT_BACKOFF_S, InputSchedule, parse_schedule
 from .sinks import sink_kind
 from .spec import INTERVAL, OFFSETS, PipelineSpec
 
@@ -215,8 +216,7 @@ def pipeline_dag(
                   outlets=[alias(spec)])
 
     if schedule == "spec":
-        schedule = os.environ.get("ONCEFLOW_SCHEDULE") or spec.schedule
-        schedule = None if schedule.lower() == "none" else schedule
+        schedule = parse_schedule(os.environ.get("ONCEFLOW_SCHEDULE") or spec.schedule)
     if isinstance(schedule, InputSchedule):  # runs when data arrives: an Asset watched in the triggerer
         schedule = [input_asset(spec, schedule, dag_id or spec.name, warehouse, kafka_conn_id, aws_conn_id,
                                 spark_timeout or spark_timeout_of(spec))]

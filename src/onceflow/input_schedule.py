@@ -14,6 +14,9 @@ records not yet committed reach ``records``, or when the oldest of them is
 that run before it fires again, so runs do not pile up behind a slow batch.
 
 Offsets pipelines only: an interval pipeline's runs are its data intervals.
+
+A DAG file that takes its schedule from the environment spells it
+``ONCEFLOW_SCHEDULE="input: records=10000, max_age_s=60"`` (``parse_schedule``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,31 @@ class InputSchedule:
             if value is not None and value <= 0:
                 raise ConfigurationError(f"pipeline {pipeline!r}: when_input({name}={value}) must be positive")
         return self
+
+
+INPUT_PREFIX = "input:"
+
+
+def parse_schedule(text: str | None) -> "InputSchedule | str | None":
+    """``ONCEFLOW_SCHEDULE``: ``none`` (triggered runs only), ``input: records=N, max_age_s=T[, poll_s=P,
+    stall_s=S]`` (when_input), or anything else as it is (a cron expression or preset)."""
+    text = (text or "").strip()
+    if text.lower() in ("", "none"):
+        return None
+    if not text.lower().startswith(INPUT_PREFIX):
+        return text
+    fields = {"records": int, "max_age_s": float, "poll_s": float, "stall_s": float}
+    given: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text[len(INPUT_PREFIX):].split(","))):
+        name, _, value = (s.strip() for s in item.partition("="))
+        if name not in fields or not value:
+            raise ConfigurationError(f"ONCEFLOW_SCHEDULE={text!r}: {item!r} is not one of "
+                                     f"{', '.join(f + '=<number>' for f in fields)}")
+        try:
+            given[name] = fields[name](value)
+        except ValueError:
+            raise ConfigurationError(f"ONCEFLOW_SCHEDULE={text!r}: {name}={value!r} is not a number") from None
+    return when_input(**given)
 
 
 # After an aborted batch, the replay waits this long (from the aborted batch's plan), so a batch

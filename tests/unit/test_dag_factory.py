@@ -151,3 +151,24 @@ def test_an_interval_pipeline_gets_data_intervals_and_may_run_side_by_side():
 def test_an_offsets_pipeline_refuses_more_than_one_run_at_a_time_naming_interval_batches():
     with pytest.raises(ConfigurationError, match=r"max_active_runs=2 needs batches=.interval."):
         pipeline_dag(CLICKSTREAM, warehouse="file:///w", dag_id="two_at_once", max_active_runs=2)
+
+
+def test_the_input_schedule_from_the_environment_watches_the_dags_own_asset_with_a_trigger_that_survives_storage(monkeypatch):
+    # The triggerer rebuilds the trigger from what serialize() stored: the same trigger, with plain
+    # values only, and without the spec's free-form params.
+    from dataclasses import replace
+
+    import importlib
+
+    monkeypatch.setenv("ONCEFLOW_SCHEDULE", "input: records=1000, max_age_s=30")
+    spec = replace(CLICKSTREAM, params={"api_token": "not-for-the-trigger-table"})
+    dag = pipeline_dag(spec, warehouse="file:///w", dag_id="on_input_unit")
+    [asset] = dag.timetable.asset_condition.objects
+    assert asset.name == "onceflow.on_input_unit.input"
+    [watcher] = asset.watchers
+    classpath, kwargs = watcher.trigger.serialize()
+    assert json.loads(json.dumps(kwargs)) == kwargs
+    assert (kwargs["records"], kwargs["max_age_s"], kwargs["dag_id"]) == (1000, 30.0, "on_input_unit")
+    assert "not-for-the-trigger-table" not in json.dumps(kwargs)
+    module, _, name = classpath.rpartition(".")
+    assert getattr(importlib.import_module(module), name)(**kwargs).serialize() == (classpath, kwargs)

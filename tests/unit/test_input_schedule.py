@@ -47,3 +47,16 @@ def test_a_schedule_without_a_threshold_or_with_a_negative_one_is_refused():
         when_input().check("orders")
     with pytest.raises(ConfigurationError, match=r"when_input\(poll_s=0\) must be positive"):
         when_input(records=5, poll_s=0).check("orders")
+
+
+def test_the_environment_spells_the_input_schedule_and_a_misspelt_one_is_refused():
+    from onceflow.input_schedule import parse_schedule
+
+    assert parse_schedule("input: records=1000, max_age_s=30") == when_input(records=1000, max_age_s=30.0)
+    assert parse_schedule("INPUT:max_age_s=5,poll_s=1") == when_input(max_age_s=5.0, poll_s=1.0)
+    assert parse_schedule(" none ") is None
+    assert parse_schedule("@hourly") == "@hourly" and parse_schedule("*/5 * * * *") == "*/5 * * * *"
+    with pytest.raises(ConfigurationError, match="'record=10' is not one of records=<number>"):
+        parse_schedule("input: record=10")
+    with pytest.raises(ConfigurationError, match="max_age_s='soon' is not a number"):
+        parse_schedule("input: max_age_s=soon")

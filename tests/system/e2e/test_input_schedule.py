@@ -19,12 +19,14 @@ from onceflow_devkit.airflow_env import onceflow_airflow
 from tests.system.e2e.conftest import ClickstreamWorld, broker_with_topics
 
 DAG_ID = "clickstream_on_input"
-DAG_FILE = f'''# An Airflow DAG: the example pipeline, run when its input has waited long enough
+# The DAG file takes its schedule from the environment, spelt as pipeline_dag's
+# schedule=when_input(records=500, max_age_s=15, poll_s=1) would be.
+SCHEDULE = "input: records=500, max_age_s=15, poll_s=1"
+DAG_FILE = f'''# An Airflow DAG: the example pipeline, run when its input has waited long enough (ONCEFLOW_SCHEDULE)
 from onceflow.dag_factory import pipeline_dag
-from onceflow.input_schedule import when_input
 from onceflow_examples.clickstream import CLICKSTREAM
 
-dag = pipeline_dag(CLICKSTREAM, dag_id="{DAG_ID}", schedule=when_input(records=500, max_age_s=15, poll_s=1))
+dag = pipeline_dag(CLICKSTREAM, dag_id="{DAG_ID}")
 '''
 
 
@@ -51,7 +53,8 @@ def test_runs_start_when_enough_records_wait_or_the_oldest_is_old_enough_and_onl
     with broker_with_topics() as broker:
         warehouse = f"file://{tmp_path}/warehouse"
         airflow = onceflow_airflow(tmp_path / "airflow", broker, warehouse, dags_folder=dags, plugins_folder=None,
-                                   spark_connect=spark_connect_server, triggerer=True)
+                                   spark_connect=spark_connect_server, triggerer=True,
+                                   extra_env={"ONCEFLOW_SCHEDULE": SCHEDULE})
         world = ClickstreamWorld(broker, warehouse, airflow)
         with airflow, airflow.api() as api:
             api.wait_for_dag(DAG_ID, timeout=180)

@@ -36,8 +36,10 @@ test-chaos: venv
 # Airflow over both brokers and both warehouses, then the audit (hours).
 CHAOS_BATCHES ?= 220
 CHAOS_SEED ?= 2026
+CHAOS_SPARK ?= connect
 chaos: venv
-	$(VENV)/bin/onceflow chaos --batches $(CHAOS_BATCHES) --seed $(CHAOS_SEED) --broker all --warehouse all --json \
+	$(VENV)/bin/onceflow chaos --batches $(CHAOS_BATCHES) --seed $(CHAOS_SEED) --broker all --warehouse all \
+		--spark $(CHAOS_SPARK) --json \
 		> docs/chaos-runs/$$(date +%F)-seed$(CHAOS_SEED).json
 	$(VENV)/bin/onceflow chaos-report docs/chaos-runs/*.json
 

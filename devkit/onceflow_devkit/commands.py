@@ -80,7 +80,7 @@ def _chaos(args: argparse.Namespace) -> int:
     warehouses = WAREHOUSES if args.warehouse == "all" else (args.warehouse,)
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (lambda text: print(text, flush=True))
     results = run_matrix(args.batches, args.seed, brokers, warehouses, say=say,
-                         records_per_partition=args.records_per_partition, mode=args.mode)
+                         records_per_partition=args.records_per_partition, mode=args.mode, spark=args.spark)
     total = combined(results)
     if args.json:
         print(json.dumps(total, indent=2))
@@ -138,6 +138,9 @@ def add_commands(sub) -> None:
     chaos.add_argument("--mode", choices=["offsets", "backfill"], default="offsets",
                        help="offsets: the clickstream DAG, run after run; backfill: faulted runs of the hourly interval "
                        "pipeline, one hour each, then Airflow backfills of every hour, three at a time")
+    chaos.add_argument("--spark", choices=["submit", "connect"], default="submit",
+                       help="submit: spark-submit per batch; connect: the spark tasks are clients of one Spark Connect "
+                       "server, which the run also kills and restarts")
     chaos.add_argument("--json", action="store_true", help="figures as JSON on stdout (progress on stderr)")
     chaos.set_defaults(func=_chaos)
 

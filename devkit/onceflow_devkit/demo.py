@@ -28,7 +28,7 @@ import time
 from onceflow.protocol.batch_id import BatchId
 from onceflow.settings import ICEBERG_CATALOGS_VAR
 from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
-from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, table_history
+from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, forget_embedded_catalogs, table_history
 
 DAG_ID = "clickstream_exactly_once"
 EVENTS = 3000
@@ -90,6 +90,7 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
         s3 = info.s3 if is_s3_uri(warehouse) else None
         if s3 is not None:
             s3.client().create_bucket(Bucket=warehouse.split("://", 1)[1].split("/", 1)[0])
+        forget_embedded_catalogs(warehouse)  # the demo starts from nothing, its S3 store included
         runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, info.kafka, s3, embedded_catalogs(warehouse, s3)))
 
         # The hourly example's too: its DAG is there (paused) to be backfilled from the UI.

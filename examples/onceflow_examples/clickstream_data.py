@@ -97,13 +97,26 @@ def as_kafka_records(records: list[ClickRecord], topic: str = "clicks", partitio
     )
 
 
+# A producer setting that lets an oversized() input record through (Kafka's topics take 1,048,588 bytes).
+OVERSIZED_PRODUCER = {"message.max.bytes": 1_040_000}
+
+
+def oversized(record: ClickRecord) -> ClickRecord:
+    """A valid event (``record``'s, which must be valid) whose input record fits its topic but whose
+    enriched record (the event and a little more) is over a producer's default 1,000,000 bytes."""
+    event = json.loads(record.value)
+    event["page"] = "/" + "p" * 1_020_000
+    return ClickRecord(record.key, json.dumps(event).encode(), None)
+
+
 def produce(config: dict, topic: str, records: list[ClickRecord], partitions: int = 2, flush_timeout_s: float = 120.0,
-            timestamps: list[int] | None = None) -> int:
+            timestamps: list[int] | None = None, partition: int | None = None) -> int:
     """Send ``records`` to ``topic`` round-robin over ``partitions`` (record i to
-    partition i % partitions, as ``as_kafka_records`` lays them out), with a
-    plain producer: the demo's, tests' and benchmarks' upstream; record i is
-    stamped ``timestamps[i]`` (epoch ms) when given, else now. Returns the
-    count; raises if any record is still unsent after ``flush_timeout_s``."""
+    partition i % partitions, as ``as_kafka_records`` lays them out), or all to
+    ``partition``, with a plain producer: the demo's, tests' and benchmarks'
+    upstream; record i is stamped ``timestamps[i]`` (epoch ms) when given, else
+    now. Returns the count; raises if any record is still unsent after
+    ``flush_timeout_s``."""
     from confluent_kafka import Producer
 
     producer = Producer(dict(config))
@@ -111,7 +124,8 @@ def produce(config: dict, topic: str, records: list[ClickRecord], partitions: in
         stamp = {"timestamp": timestamps[i]} if timestamps is not None else {}
         while True:
             try:
-                producer.produce(topic, key=r.key, value=r.value, partition=i % partitions, **stamp)
+                producer.produce(topic, key=r.key, value=r.value, partition=i % partitions if partition is None else partition,
+                                 **stamp)
                 break
             except BufferError:  # local queue full: let deliveries drain
                 producer.poll(0.1)

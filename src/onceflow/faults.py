@@ -94,6 +94,7 @@ class _Armed:
 _lock = threading.Lock()
 _armed: dict[str, _Armed] = {}
 _env_loaded = False
+_job_run_param: str | None = None
 
 
 def declare(name: str, description: str) -> str:
@@ -195,20 +196,29 @@ def armed_for_job(run_param: str | None) -> Iterator[None]:
     ``ONCEFLOW_FAULTS`` and the run's ``faults`` param, nothing else; after it, as before.
     A Spark Connect job's driver is the spark task's own process, which may run other
     tasks or tries before and after it (``airflow dags test``)."""
+    global _job_run_param
     if run_param:
         _require_run_param_allowed(run_param)
     _load_env()
     parsed = parse(",".join(filter(None, [os.environ.get(ENV_VAR, ""), run_param or ""])))
     with _lock:
-        before = dict(_armed)
+        before = dict(_armed), _job_run_param
         _armed.clear()
         _armed.update({name: _Armed(action, hits) for name, (action, hits) in parsed.items()})
+        _job_run_param = run_param or None
     try:
         yield
     finally:
         with _lock:
             _armed.clear()
-            _armed.update(before)
+            _armed.update(before[0])
+            _job_run_param = before[1]
+
+
+def job_run_param() -> str | None:
+    """The run's ``faults`` param inside ``armed_for_job`` (None elsewhere): a Spark Connect
+    job passes it on to the server's Python workers, which its environment cannot reach."""
+    return _job_run_param
 
 
 def _load_env() -> None:

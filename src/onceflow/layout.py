@@ -3,6 +3,9 @@
     <warehouse>/_onceflow/<pipeline>/             the ledger (onceflow.ledger)
     <warehouse>/_onceflow/<pipeline>/kafka-staging/<sink>/<batch id>/
                                                   staged copies of Kafka output, for repair
+    <warehouse>/_onceflow/<pipeline>/withheld/<sink>/<batch id>/
+                                                  records of committed batches that Kafka
+                                                  refuses (too large), with the reason
 
 Readers of the warehouse skip names that start with ``_``. A file sink's
 own layout (staging, ``batch=<id>/``, manifests) is ``onceflow.files.layout``.
@@ -20,3 +23,7 @@ def pipeline_dir(pipeline: str) -> str:
 
 def kafka_staging_dir(warehouse: str, pipeline: str, sink: str, batch_id: str) -> str:
     return f"{warehouse.rstrip('/')}/{pipeline_dir(pipeline)}/kafka-staging/{sink}/{batch_id}"
+
+
+def withheld_dir(warehouse: str, pipeline: str, sink: str, batch_id: str) -> str:
+    return f"{warehouse.rstrip('/')}/{pipeline_dir(pipeline)}/withheld/{sink}/{batch_id}"

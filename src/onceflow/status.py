@@ -41,6 +41,7 @@ def batch_row(status) -> dict[str, Any]:
         "replanned": status.plan.params.get("replanned"),  # why a replay is smaller than the batch it replays
         "attempt": status.attempt,
         "votes": {name: vote.records for name, vote in status.votes.items()},
+        "withheld": {name: vote.withheld for name, vote in status.votes.items() if vote.withheld},
         "missing_votes": list(status.missing_votes),
         "decision": None if decision is None else decision.outcome.value,
         "decided_by": None if decision is None else decision.decided_by,
@@ -78,6 +79,9 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                          + (f"; replaces {BatchId(r['replaces'])}: {r['reprocessed']}" if r.get("replaces") else ""))
         lines.append(f"{'':<11} ranges: {ranges}" + (f"; replays {BatchId(r['replay_of'])}" if r["replay_of"] else "")
                      + (f" ({r['replanned']})" if r.get("replanned") else ""))
+        if r.get("withheld"):
+            lines.append(f"{'':<11} withheld (too large for the topic; in _onceflow/<pipeline>/withheld/): "
+                         + ", ".join(f"{name} {n}" for name, n in r["withheld"].items()))
         if r["votes"] or r["missing_votes"]:
             lines.append(f"{'':<11} votes: {r['votes']}" + (f"; missing {r['missing_votes']}" if r["missing_votes"] else ""))
     return "\n".join(lines)

@@ -145,3 +145,37 @@ def test_a_spark_connect_job_is_armed_as_a_fresh_driver_would_be(monkeypatch):
     with pytest.raises(ConfigurationError, match="ONCEFLOW_FAULT_INJECTION"):
         with faults.armed_for_job("commit.between_effects=raise"):
             pass
+
+
+def test_a_spark_connect_jobs_faults_reach_the_servers_workers_as_a_writer_option(monkeypatch):
+    # The server's Python workers do not inherit the task's environment: inside armed_for_job the
+    # run's param goes into the writers' options, and a writer method is armed with it for the call.
+    from dataclasses import dataclass
+
+    from onceflow.spark.writer_options import FAULTS_OPTION, armed_as_job, job_fault_options
+
+    monkeypatch.setenv(faults.RUN_PARAM_GUARD, faults.RUN_PARAM_GUARD_VALUE)
+    assert job_fault_options() == {}  # spark-submit: the workers read ONCEFLOW_FAULTS
+    with faults.armed_for_job(f"{POINT}=raise"):
+        options = job_fault_options()
+    assert options == {FAULTS_OPTION: f"{POINT}=raise"} and job_fault_options() == {}
+
+    @dataclass
+    class Options:
+        faults: str
+
+    class Writer:
+        def __init__(self, spec: str):
+            self.options = Options(spec)
+
+        @armed_as_job
+        def write(self) -> str:
+            faults.fault_point(POINT)
+            return "written"
+
+    with pytest.raises(faults.InjectedFault):
+        Writer(options[FAULTS_OPTION]).write()
+    assert Writer("").write() == "written" and faults.armed() == {}
+    monkeypatch.delenv(faults.RUN_PARAM_GUARD)  # a server that does not allow injection refuses the job
+    with pytest.raises(ConfigurationError, match="ONCEFLOW_FAULT_INJECTION"):
+        Writer(options[FAULTS_OPTION]).write()

@@ -51,6 +51,8 @@ class OutputAudit:
     unexpected: int = 0
     # Copies published again on purpose: a reprocessed interval into a republish=True sink.
     republished: int = 0
+    # Of ``records``: too large for the topic, published in the warehouse's withheld files instead.
+    withheld: int = 0
     examples: list[str] = field(default_factory=list)
 
     @property
@@ -109,6 +111,7 @@ class AuditReport:
             lines.append(
                 f"  {o.name:<20} {o.records:>8} records  duplicates {o.duplicates}  missing {o.missing}  unexpected {o.unexpected}"
                 + (f"  republished {o.republished}" if o.republished else "")
+                + (f"  (withheld, too large for the topic: {o.withheld})" if o.withheld else "")
                 + (f"  e.g. {'; '.join(o.examples)}" if o.examples else "")
             )
         lines += [f"  contiguity: {e}" for e in self.contiguity_errors]
@@ -182,7 +185,8 @@ def _copies(plans: list[Plan], source: Source) -> int:
     return sum(1 for p in plans for r in p.ranges if (r.topic, r.partition) == (topic, partition) and r.start <= offset < r.end)
 
 
-def _topic_ranges(config, topic: str) -> list[OffsetRange]:
+def topic_ranges(config, topic: str) -> list[OffsetRange]:
+    """Every partition of ``topic`` from its first record to its last stable offset."""
     from onceflow.kafka.offsets import KafkaOffsetSource
 
     with KafkaOffsetSource(config) as source:
@@ -226,22 +230,43 @@ def _source_of(value: dict, nested: bool) -> Source:
     return (str(src["topic"]), int(src["partition"]), int(src["offset"]))
 
 
+def _withheld_values(runtime, sink: str) -> Iterable[tuple[str, bytes]]:
+    """(file, value) of every record the commits published as withheld (too large for the topic)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from onceflow.layout import pipeline_dir
+
+    storage = runtime.storage
+    root = f"{runtime.deployment.warehouse.rstrip('/')}/{pipeline_dir(runtime.spec.name)}/withheld/{sink}"
+    for path in (f"{root}/{name}" for name in storage.list_tree(root)):
+        for value in pq.read_table(pa.BufferReader(storage.read_bytes(path)), columns=["value"]).column("value").to_pylist():
+            yield path, value
+
+
 def _audit_topic(
-    out: OutputAudit, config, topic: str, expected: Mapping[Source, int], nested_source: bool, committed: Written | None
+    out: OutputAudit, config, topic: str, expected: Mapping[Source, int], nested_source: bool, committed: Written | None,
+    withheld: Iterable[tuple[str, bytes]] = (),
 ) -> None:
-    """Each expected source ``expected[source]`` times in ``topic``: once, or once per
-    committed batch that read it when the sink re-publishes reprocessed intervals."""
+    """Each expected source ``expected[source]`` times in ``topic`` and its ``withheld`` records: once,
+    or once per committed batch that read it when the sink re-publishes reprocessed intervals."""
     seen: Counter[Source] = Counter()
-    for rng in _topic_ranges(config, topic):
+
+    def count(value: bytes, where: str) -> None:
+        out.records += 1
+        try:
+            seen[_source_of(json.loads(value), nested_source)] += 1
+        except (ValueError, KeyError, TypeError):
+            out.unexpected += 1
+            out.note(f"{where} is not an output record of this pipeline")
+
+    for rng in topic_ranges(config, topic):
         for rec in _read_records(config, rng):
-            if committed is not None and not _written_by(committed, rng.partition, rec):
-                continue
-            out.records += 1
-            try:
-                seen[_source_of(json.loads(rec["value"]), nested_source)] += 1
-            except (ValueError, KeyError, TypeError):
-                out.unexpected += 1
-                out.note(f"{topic}[{rng.partition}]@{rec['offset']} is not an output record of this pipeline")
+            if committed is None or _written_by(committed, rng.partition, rec):
+                count(rec["value"], f"{topic}[{rng.partition}]@{rec['offset']}")
+    for path, value in withheld:
+        out.withheld += 1
+        count(value, f"a withheld record in {path}")
     for source, count in seen.items():
         if source not in expected:
             out.unexpected += count
@@ -370,7 +395,8 @@ def audit_clickstream(runtime, hides_aborted: bool = True) -> AuditReport:
         audit = OutputAudit(sink_name)
         expected = {source: 1 + (_copies(retired, source) if spec.sink(sink_name).republish else 0) for source in sources}
         committed = None if hides_aborted else _committed_writes(statuses, sink_name)
-        _audit_topic(audit, config, spec.sink(sink_name).target, expected, nested, committed)
+        _audit_topic(audit, config, spec.sink(sink_name).target, expected, nested, committed,
+                     _withheld_values(runtime, sink_name))
         outputs[sink_name] = audit
 
     return AuditReport(

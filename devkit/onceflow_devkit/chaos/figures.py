@@ -54,12 +54,14 @@ class ChaosFigures:
     seed: int
     sequence: list[Fault]
     mode: str = "offsets"  # "backfill": faulted runs of the hourly interval pipeline, drained by a backfill
+    spark: str = "submit"  # "connect": the spark tasks were clients of a Spark Connect server
     runs: list[BatchRun] = field(default_factory=list)
     drain_runs: int = 0
     ledger: LedgerFigures = field(default_factory=LedgerFigures)
     records_in: int = 0               # produced to the input topic
     records_committed_in: int = 0     # input records in committed ranges (audited)
     records_out: dict[str, int] = field(default_factory=dict)
+    withheld: dict[str, int] = field(default_factory=dict)  # of records_out: too large for Kafka, published aside
     duplicates: int = 0
     missing: int = 0                  # audited missing + input never committed after the drain
     unexpected: int = 0
@@ -95,6 +97,7 @@ class ChaosFigures:
         return (
             f"onceflow chaos --batches {len(self.sequence)} --seed {self.seed} --broker {self.broker} "
             f"--warehouse {self.warehouse}" + (f" --mode {self.mode}" if self.mode != "offsets" else "")
+            + (f" --spark {self.spark}" if self.spark != "submit" else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,6 +106,7 @@ class ChaosFigures:
             "broker": self.broker,
             "warehouse": self.warehouse,
             "mode": self.mode,
+            "spark": self.spark,
             "seed": self.seed,
             "batches_run": len(self.runs),
             "faulted_batches": self.faulted_batches,
@@ -118,6 +122,7 @@ class ChaosFigures:
             "records_in": self.records_in,
             "records_committed_in": self.records_committed_in,
             "records_out": self.records_out,
+            "withheld": self.withheld,
             "duplicates": self.duplicates,
             "missing": self.missing,
             "unexpected": self.unexpected,
@@ -134,14 +139,15 @@ class ChaosFigures:
 
     def summary(self) -> str:
         lines = [
-            f"chaos {self.broker} / {self.warehouse} / {self.mode} (seed {self.seed}): {'OK' if self.ok else 'FAILED'} in {self.wall_time_s:.0f} s",
+            f"chaos {self.broker} / {self.warehouse} / {self.mode} / spark {self.spark} (seed {self.seed}): {'OK' if self.ok else 'FAILED'} in {self.wall_time_s:.0f} s",
             f"  batches run {len(self.runs)}, faulted {self.faulted_batches}; drain runs {self.drain_runs}",
             f"  faults injected {self.injected_by_kind}",
             f"  faults missed   {self.missed_by_kind}",
             f"  details         {self.detail_counts}",
             f"  ledger: {self.ledger.batches} batches, {self.ledger.committed} committed, {self.ledger.aborted} aborted, "
             f"{self.ledger.recovered} recovered by a later run, {self.ledger.unfinished} unfinished",
-            f"  records in {self.records_in} (committed {self.records_committed_in}); out {self.records_out}",
+            f"  records in {self.records_in} (committed {self.records_committed_in}); out {self.records_out}"
+            + (f", of them withheld as too large for Kafka {self.withheld}" if self.withheld else ""),
             f"  duplicates {self.duplicates}, missing {self.missing}, unexpected {self.unexpected}",
         ]
         lines += [f"  FAILURE: {f}" for f in self.failures]

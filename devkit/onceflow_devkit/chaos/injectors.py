@@ -7,8 +7,9 @@ fence cannot be fenced. Only injections that happened count as faults in the
 figures; the others are reported as missed.
 
 Processes are found among the Airflow home's own processes (its components
-and everything they forked, orphans included), never by name machine-wide:
-other Airflows and Spark jobs may run on the same machine.
+and everything they forked, orphans included) and, in Spark Connect mode, the
+run's own server and its Python workers, never by name machine-wide: other
+Airflows and Spark jobs may run on the same machine.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Injection:
     what: str
     at_s: float | None = None  # seconds after the run was triggered
     counts: dict[str, int] = field(default_factory=dict)  # per sub-kind (S3 faults, fault points)
+    records_added: int = 0  # input records the fault produced (the audit must find them too)
 
 
 @dataclass
@@ -52,9 +54,10 @@ class RunTarget:
     stack: Any                # services.stack.EmbeddedStack
     runtime: Any              # runtime.PipelineRuntime (harness view: direct S3, no proxy)
     proxy: Any | None         # s3_proxy.S3FaultProxy in front of the warehouse's S3, if any
-    fired_log: Path           # faults.FIRED_LOG_VAR of the Airflow processes
+    fired_log: Path           # faults.FIRED_LOG_VAR of the Airflow processes (and the Connect server)
     run_finished: threading.Event
     started: float = field(default_factory=time.monotonic)
+    spark_server: Any | None = None  # services.spark_connect.RestartableConnectServer in Spark Connect mode
     task_of: dict[str, str | None] = field(default_factory=dict)  # task instance id -> task id
 
     def elapsed(self) -> float:
@@ -83,6 +86,18 @@ def _airflow_processes(target: RunTarget) -> list[psutil.Process]:
     return procs
 
 
+def _spark_server_processes(target: RunTarget) -> list[psutil.Process]:
+    """The Spark Connect server's JVM and everything it started (its Python workers)."""
+    pid = target.spark_server.process.running_pid() if target.spark_server else None
+    if pid is None:
+        return []
+    try:
+        server = psutil.Process(pid)
+        return [server, *server.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def _is_spark_submit(cmd: str) -> bool:
     return "java" in cmd.split(" ", 1)[0] and "org.apache.spark.deploy.SparkSubmit" in cmd
 
@@ -93,7 +108,9 @@ def _is_python_worker(cmd: str) -> bool:
     return "pyspark" in cmd and "java" not in cmd.split(" ", 1)[0] and "SparkSubmit" not in cmd
 
 
-def _task_process(target: RunTarget, task_id: str) -> psutil.Process | None:
+def _run_task_processes(target: RunTarget) -> list[tuple[psutil.Process, str]]:
+    """The live task processes of the run, with their task ids (each try has a task instance id of its own)."""
+    procs = []
     for proc in _airflow_processes(target):
         match = _TASK_TITLE.match(_cmdline(proc))
         if not match:
@@ -102,9 +119,13 @@ def _task_process(target: RunTarget, task_id: str) -> psutil.Process | None:
         if ti_id not in target.task_of:  # a new try has a new id: ask the API once per id
             target.task_of.update({ti["id"]: ti["task_id"] for ti in target.api.task_instances(target.dag_id, target.run_id)})
             target.task_of.setdefault(ti_id, None)  # another run's: not asked about again
-        if target.task_of.get(ti_id) == task_id:
-            return proc
-    return None
+        if target.task_of.get(ti_id) is not None:
+            procs.append((proc, target.task_of[ti_id]))
+    return procs
+
+
+def _task_process(target: RunTarget, task_id: str) -> psutil.Process | None:
+    return next((proc for proc, task in _run_task_processes(target) if task == task_id), None)
 
 
 def _wait_for(target: RunTarget, find: Callable[[], Any]) -> Any:
@@ -138,10 +159,46 @@ def _kill_first(target: RunTarget, kind: str, what: str, find: Callable[[], psut
 
 def _find(target: RunTarget, predicate: Callable[[str], bool]) -> Callable[[], psutil.Process | None]:
     def find() -> psutil.Process | None:
-        alive = [p for p in _airflow_processes(target) if predicate(_cmdline(p))]
+        alive = [p for p in _airflow_processes(target) + _spark_server_processes(target) if predicate(_cmdline(p))]
         return alive[-1] if alive else None
 
     return find
+
+
+def _spark_task_started(target: RunTarget, kind: str, after_s: float) -> Injection | None:
+    """Wait for the spark task's process (a Spark Connect client), then ``after_s``: None when
+    that moment came while the run was still going, else the Injection saying why it never did."""
+    if _wait_for(target, lambda: _task_process(target, "spark")) is None:
+        return Injection(kind, False, "the spark task never ran")
+    if not target.wait(after_s):
+        return Injection(kind, False, f"the run ended within {after_s} s of the spark task starting")
+    return None
+
+
+def _kill_server_python_worker(target: RunTarget, fault: schedule.Fault) -> Injection:
+    # A Connect server's Python workers outlive jobs (idle daemons): the kill is timed from the
+    # spark task's start, so it meets the job's workers rather than yesterday's.
+    missed = _spark_task_started(target, fault.kind, fault.detail["after_s"])
+    if missed:
+        return missed
+    victim = _find(target, _is_python_worker)()
+    if victim is None or not _sigkill(victim):
+        return Injection(fault.kind, False, "no Python worker of the Spark Connect server was alive")
+    return Injection(fault.kind, True, f"SIGKILL Spark Connect Python worker pid {victim.pid} "
+                     f"{fault.detail['after_s']} s after the spark task started", target.elapsed())
+
+
+def _restart_connect_server(target: RunTarget, fault: schedule.Fault) -> Injection:
+    if target.spark_server is None:
+        return Injection(fault.kind, False, "not in Spark Connect mode")
+    missed = _spark_task_started(target, fault.kind, fault.detail["after_s"])
+    if missed:
+        return missed
+    at = target.elapsed()
+    if not target.spark_server.crash_and_restart():
+        return Injection(fault.kind, False, "the Spark Connect server was not running (started again)", at)
+    return Injection(fault.kind, True, f"Spark Connect server SIGKILLed (with its Python workers) {fault.detail['after_s']} s "
+                     f"after the spark task started, and started again ({target.elapsed() - at:.0f} s)", at)
 
 
 def _restart_broker(target: RunTarget, fault: schedule.Fault) -> Injection:
@@ -174,9 +231,97 @@ def _unreachable_broker(target: RunTarget, fault: schedule.Fault) -> Injection:
     return Injection(fault.kind, True, f"broker stopped answering (SIGSTOP) for {fault.detail['hold_s']} s while commit ran", at)
 
 
+def _kafka_ids(status, sinks_done=()) -> list[str]:
+    """The transactional ids the batch's Kafka outputs may use (its plan's: an interval batch's slot
+    has ids of its own), but those of ``sinks_done``."""
+    return [txn_id for sink in status.plan.sinks if sink.kind == "kafka" and sink.name not in sinks_done
+            for txn_id in sink.transactional_ids]
+
+
+def _abort_after_commit_decision(target: RunTarget, fault: schedule.Fault) -> Injection:
+    """The run's commit task crashes right after writing COMMIT (its faults param); before its retry,
+    abort the batch's open transactions at the broker, as a transaction timeout would."""
+    from onceflow.kafka.fencing import fence_transactional_ids
+    from onceflow.ledger.records import DecisionOutcome
+
+    coordinator = target.runtime.coordinator
+
+    def decided_not_applied():
+        status = coordinator.describe()
+        if status is None or status.plan.params.get("run_id") != target.run_id or status.decision is None:
+            return None
+        return status if status.decision.outcome is DecisionOutcome.COMMIT and not status.done else None
+
+    status = _wait_for(target, decided_not_applied)
+    if status is None:
+        return Injection(fault.kind, False, "no batch of this run was left with a COMMIT decision and nothing applied")
+    ids = _kafka_ids(status, sinks_done=coordinator.describe(status.batch_seq).done)
+    at = target.elapsed()
+    fence_transactional_ids(target.runtime.deployment.kafka.config(), ids)
+    kafka = {s.name for s in status.plan.sinks if s.kind == "kafka"}
+    applied = kafka & set(coordinator.describe(status.batch_seq).done)
+    if not ids or applied:  # the commit's retry got there first: nothing of it was aborted
+        return Injection(fault.kind, False, f"the commit applied {sorted(applied)} before the abort at the broker", at)
+    return Injection(fault.kind, True, f"aborted {len(ids)} transactions of batch {status.batch_id} at the broker "
+                     "after its COMMIT decision, before the commit applied it (the commit must repair them)", at)
+
+
+def _lose_worker(target: RunTarget, fault: schedule.Fault) -> Injection:
+    """SIGKILL, at once, every task process of the run and everything they started (spark-submit's
+    JVM and Python workers, a Spark Connect client): the machine running them is gone."""
+    if not target.wait(fault.detail["after_s"]):
+        return Injection(fault.kind, False, "the run ended before the moment of the loss")
+    tasks = _run_task_processes(target)
+    if not tasks:
+        return Injection(fault.kind, False, f"no task process of the run was alive {fault.detail['after_s']} s in")
+    victims = []
+    for proc, _ in tasks:
+        try:
+            victims += [proc, *proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    killed = [p for p in victims if _sigkill(p)]
+    return Injection(fault.kind, bool(killed), f"SIGKILL {len(killed)} processes at once (the task processes of "
+                     f"{', '.join(sorted({task for _, task in tasks}))} and all they started) "
+                     f"{fault.detail['after_s']} s into the run", target.elapsed())
+
+
+def _add_partition(target: RunTarget, fault: schedule.Fault) -> Injection:
+    """One more partition of the input topic, and records in it, while the run runs: planning must
+    read the new partition from its first record (whatever the start position)."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+    from onceflow_examples.clickstream_data import generate, produce
+
+    if not target.wait(fault.detail["after_s"]):
+        return Injection(fault.kind, False, "the run ended before the partition could be added")
+    config = target.runtime.deployment.kafka.config()
+    topic = target.runtime.spec.topics[0]
+    admin = AdminClient(dict(config))
+    partitions = len(admin.list_topics(topic, timeout=30).topics[topic].partitions)
+    at = target.elapsed()
+    admin.create_partitions([NewPartitions(topic, partitions + 1)])[topic].result(30)
+    records = generate(fault.detail["records"], seed=-1000 - partitions, malformed_ratio=0.1)
+    produced = produce(config, topic, records, partition=partitions)
+    return Injection(fault.kind, True, f"partition {partitions} added to {topic} with {produced} records", at,
+                     records_added=produced)
+
+
+def oversized_outcome(coordinator, fault: schedule.Fault, partition: int, offset: int) -> Injection:
+    """After the drain: which committed batch read the oversized input record the runner placed at
+    ``offset`` of ``partition``, and did it withhold its enriched record? (Aborts and replays shift
+    which run reads which offsets, so this is only known at the end.)"""
+    from onceflow_devkit.audit.clickstream_audit import committed_plans
+
+    for plan, status in committed_plans(coordinator):
+        if any(r.partition == partition and r.start <= offset < r.end for r in plan.ranges):
+            withheld = sum(vote.withheld for vote in status.decision.votes.values())
+            return Injection(fault.kind, withheld > 0, f"the oversized record at partition {partition} offset {offset} was "
+                             f"in batch {plan.batch_id}, which withheld {withheld} record(s) too large for Kafka")
+    return Injection(fault.kind, False, f"no committed batch read partition {partition} offset {offset}")
+
+
 def _fence_open_transactions(target: RunTarget, fault: schedule.Fault) -> Injection:
     from onceflow.kafka.fencing import fence_transactional_ids
-    from onceflow.kafka.ids import transactional_ids
 
     coordinator = target.runtime.coordinator
 
@@ -191,11 +336,7 @@ def _fence_open_transactions(target: RunTarget, fault: schedule.Fault) -> Inject
     status = _wait_for(target, voted_undecided)
     if status is None:
         return Injection(fault.kind, False, "no batch of this run had every vote and no decision")
-    ids = [
-        txn_id
-        for sink in status.plan.sinks if sink.kind == "kafka"
-        for txn_id in transactional_ids(status.plan.pipeline, sink.name, sink.splits)
-    ]
+    ids = _kafka_ids(status)
     at = target.elapsed()
     fence_transactional_ids(target.runtime.deployment.kafka.config(), ids)
     decision = target.runtime.coordinator.ledger.read_decision(status.batch_seq)
@@ -245,6 +386,8 @@ def inject(fault: schedule.Fault, target: RunTarget) -> Injection:
         return _fired_points(target, fault)
     if kind == schedule.KILL_SPARK_SUBMIT:
         return _kill_first(target, kind, "spark-submit JVM", _find(target, _is_spark_submit), fault.detail["after_s"])
+    if kind == schedule.KILL_PYTHON_WORKER and target.spark_server is not None:
+        return _kill_server_python_worker(target, fault)
     if kind == schedule.KILL_PYTHON_WORKER:
         return _kill_first(target, kind, "Spark Python worker", _find(target, _is_python_worker), fault.detail["after_s"])
     if kind == schedule.KILL_TASK_PROCESS:
@@ -256,6 +399,19 @@ def inject(fault: schedule.Fault, target: RunTarget) -> Injection:
         return _unreachable_broker(target, fault)
     if kind == schedule.BROKER_FENCE:
         return _fence_open_transactions(target, fault)
+    if kind == schedule.BROKER_ABORT_AFTER_COMMIT:
+        return _abort_after_commit_decision(target, fault)
+    if kind == schedule.LOSE_WORKER:
+        return _lose_worker(target, fault)
+    if kind == schedule.PARTITION_ADDED:
+        return _add_partition(target, fault)
+    if kind == schedule.OVERSIZED_RECORD:  # the runner placed the record; oversized_outcome says after the drain
+        return Injection(kind, False, "decided after the drain")
     if kind == schedule.S3_FAULTS:
         return _s3_faults(target, fault)
+    if kind == schedule.KILL_CONNECT_CLIENT:
+        return _kill_first(target, kind, "Spark Connect client (the spark task's process)",
+                           lambda: _task_process(target, "spark"), fault.detail["after_s"])
+    if kind == schedule.RESTART_CONNECT_SERVER:
+        return _restart_connect_server(target, fault)
     raise ValueError(f"unknown chaos fault kind {kind!r}")

@@ -3,6 +3,7 @@
 Runs in the caller's process (``onceflow chaos``, a test). Call sequence::
 
     stack up (own home) -> S3 fault proxy (S3 warehouse) -> produce input
+    -> Spark Connect server (--spark connect; fault injection enabled on its workers)
     -> Airflow up (api-server, scheduler, dag-processor; fault injection enabled)
     -> for each Fault of schedule.fault_sequence(seed): trigger a run, inject, wait
     -> drain: fault-free runs until every input record is in a committed batch
@@ -33,9 +34,9 @@ from onceflow import faults
 from onceflow.settings import ConfigurationError
 from onceflow_devkit.chaos import schedule
 from onceflow_devkit.services.stack import onceflow_home
-from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
+from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, forget_embedded_catalogs
 from onceflow_devkit.chaos.figures import BatchRun, ChaosFigures, LedgerFigures
-from onceflow_devkit.chaos.injectors import Injection, RunTarget, inject
+from onceflow_devkit.chaos.injectors import Injection, RunTarget, inject, oversized_outcome
 
 DAG_ID = "clickstream_exactly_once"
 HOURLY_DAG_ID = "clickstream_hourly"
@@ -59,6 +60,7 @@ class ChaosOptions:
     kinds: tuple[str, ...] | None = None  # default: every kind the warehouse allows
     home: Path | None = None
     mode: str = "offsets"              # or "backfill" (see the module doc)
+    spark: str = "submit"              # or "connect": the spark tasks are clients of one Spark Connect server
 
     def check(self) -> None:
         from onceflow_devkit.services.kafka_broker import BROKERS
@@ -69,6 +71,12 @@ class ChaosOptions:
             raise ConfigurationError(f"--broker {self.broker!r}: choose one of {', '.join(BROKERS)}")
         if self.mode not in MODES:
             raise ConfigurationError(f"--mode {self.mode!r}: choose one of {', '.join(MODES)}")
+        if self.spark not in schedule.SPARK_MODES:
+            raise ConfigurationError(f"--spark {self.spark!r}: choose one of {', '.join(schedule.SPARK_MODES)}")
+        impossible = set(self.kinds or ()) - set(schedule.kinds_for(True, self.spark, self.mode))
+        if impossible:
+            raise ConfigurationError(f"fault kinds {sorted(impossible)} cannot happen with --spark {self.spark} "
+                                     f"--mode {self.mode}")
         if self.warehouse not in WAREHOUSES:
             raise ConfigurationError(f"--warehouse {self.warehouse!r}: choose one of {', '.join(WAREHOUSES)}")
         unknown = set(self.kinds or ()) - set(schedule.ALL_KINDS)
@@ -99,6 +107,14 @@ def _ledger_figures(coordinator) -> LedgerFigures:
     return figures
 
 
+def _input_on_topic(world: "_Run") -> int:
+    """Records in the input topic (written without transactions: its offsets count them). The
+    input faults add records while runs run; counted here, none can go missing unnoticed."""
+    from onceflow_devkit.audit.clickstream_audit import topic_ranges
+
+    return sum(r.end - r.start for r in topic_ranges(world.info.kafka.config(), world.runtime.spec.topics[0]))
+
+
 def _committed_input(coordinator) -> int:
     from onceflow_devkit.audit.clickstream_audit import committed_plans
 
@@ -115,6 +131,8 @@ class _Run:
         self.proxy = None
         self.stack = None
         self.airflow = None
+        self.spark_server = None
+        self.oversized_at: dict[int, tuple[int, int]] = {}  # faulted run n -> where its oversized record is
         self.backfill = options.mode == "backfill"
         self.dag_id = HOURLY_DAG_ID if self.backfill else DAG_ID
         # Backfill mode: hour n of the input is [first_hour + n h, first_hour + (n + 1) h).
@@ -147,30 +165,47 @@ class _Run:
             clients_s3 = S3Endpoint(self.proxy.start(), info.s3.access_key, info.s3.secret_key, info.s3.region)
         else:
             self.warehouse = f"file://{self.home / 'warehouse'}"
+        forget_embedded_catalogs(self.warehouse)
         # The harness reads S3 directly: audits must not depend on the proxy's luck.
         spec = CLICKSTREAM_HOURLY if self.backfill else CLICKSTREAM
         direct_s3 = info.s3 if clients_s3 else None
         self.runtime = PipelineRuntime(spec, Deployment(self.warehouse, info.kafka, direct_s3, embedded_catalogs(self.warehouse, direct_s3)))
         ensure_topics(info.kafka.config(), ["clicks", *(s.target for s in spec.sinks if s.kind == "kafka")], partitions=2)
         self.fired_log = self.home / "faults-fired.log"
+        injection = {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE, faults.FIRED_LOG_VAR: str(self.fired_log)}
+        if options.spark == "connect":
+            from onceflow_devkit.services.process import ManagedProcess
+            from onceflow_devkit.services.spark_connect import RestartableConnectServer
+
+            # Its Python workers get the S3 keys (as a deployment sets them where its server runs) and
+            # may be armed with a run's faults, which reach them as a writer option.
+            self.spark_server = RestartableConnectServer(ManagedProcess("spark-connect", self.home / "spark-connect"),
+                                                         env={**info.s3.credentials_env(), **injection})
+            self.spark_server.start()
         self.airflow = onceflow_airflow(
             self.home / "airflow", info.kafka, self.warehouse, clients_s3,
-            extra_env={
-                "ONCEFLOW_SCHEDULE": "none",
-                faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE,
-                faults.FIRED_LOG_VAR: str(self.fired_log),
-            },
+            extra_env={"ONCEFLOW_SCHEDULE": "none", **injection},
+            spark_connect=self.spark_server.server if self.spark_server else None,
         )
         self.airflow.migrate()
         self.airflow.start(timeout=300)
 
-    def produce_input(self) -> int:
-        from onceflow_examples.clickstream_data import generate, produce
+    def produce_input(self, sequence: Sequence[schedule.Fault]) -> int:
+        from onceflow_examples.clickstream_data import OVERSIZED_PRODUCER, generate, oversized, produce
 
-        total = self.options.batches * 2 * self.options.records_per_partition
+        per_partition = self.options.records_per_partition
+        total = self.options.batches * 2 * per_partition
         events = generate(total, seed=self.options.seed, malformed_ratio=MALFORMED_RATIO)
         if not self.backfill:
-            return produce(self.info.kafka.config(), "clicks", events)
+            # Batch n reads offsets [(n-1) * per_partition, n * per_partition) of each partition (record i
+            # is at offset i // 2 of partition i % 2): an oversized_record fault puts one in its middle.
+            for n, fault in enumerate(sequence, 1):
+                if fault.kind == schedule.OVERSIZED_RECORD:
+                    i = 2 * ((n - 1) * per_partition + per_partition // 2)
+                    valid = next(j for j in range(i, total, 2) if events[j].reason is None)
+                    events[valid] = oversized(events[valid])
+                    self.oversized_at[n] = (0, valid // 2)  # partition, offset
+            return produce(self.info.kafka.config(**OVERSIZED_PRODUCER), "clicks", events)
         # Evenly over the hours, then two records stamped two days ahead: every hour of
         # the run is closed at once, and none the scheduler starts holds a record.
         stamps = [self.first_hour + i * (self.options.batches * HOUR_MS // total) for i in range(total)]
@@ -200,6 +235,8 @@ class _Run:
     def down(self) -> None:
         if self.airflow is not None:
             self.airflow.stop()
+        if self.spark_server is not None:
+            self.spark_server.stop()
         if self.proxy is not None:
             self.proxy.stop()
         if self.stack is not None:
@@ -216,7 +253,7 @@ class _Run:
         thread = None
         if fault is not None:
             target = RunTarget(api, self.dag_id, run_id, self.airflow, self.stack, self.runtime, self.proxy, self.fired_log,
-                               finished, started)
+                               finished, started, spark_server=self.spark_server)
 
             def work() -> None:
                 try:
@@ -237,6 +274,9 @@ class _Run:
         if self.stack.kafka_proc.running_pid() is None:  # a failed restart must not sink the next batch
             self.say(f"[chaos]   the broker was down after run {run_id}: starting it again")
             self.stack.restart_broker()
+        if self.spark_server is not None and self.spark_server.process.running_pid() is None:
+            self.say(f"[chaos]   the Spark Connect server was down after run {run_id}: starting it again")
+            self.spark_server.start()
         return run_id, state, (result[0] if result else None), time.monotonic() - started
 
 
@@ -247,14 +287,17 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
 
     options.check()
     began = time.monotonic()
-    kinds = options.kinds or schedule.kinds_for(options.warehouse == "s3")
+    from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, CAPABILITIES
+
+    kinds = options.kinds or schedule.kinds_for(options.warehouse == "s3", options.spark, options.mode,
+                                                ADDS_PARTITIONS in CAPABILITIES[options.broker])
     sequence = schedule.fault_sequence(options.seed, options.batches, kinds)
-    figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode)
+    figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark)
     world = _Run(options, say)
     try:
         world.up()
-        figures.records_in = world.produce_input()
-        say(f"[chaos]   {options.broker} / {world.warehouse}: {figures.records_in} input records, "
+        figures.records_in = world.produce_input(sequence)
+        say(f"[chaos]   {options.broker} / {world.warehouse} / spark {options.spark}: {figures.records_in} input records, "
             f"{options.batches} faulted batches, seed {options.seed}; state in {world.home}")
         with world.airflow.api() as api:
             api.wait_for_dag(world.dag_id, timeout=300)
@@ -264,6 +307,7 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
                 batch = world.runtime.batch_of_run(run_id)
                 record = BatchRun(n, fault, injection or Injection(fault.kind, False, "no report"), run_id, state,
                                   batch.batch_id if batch else None, seconds)
+                figures.records_in += record.injection.records_added
                 figures.runs.append(record)
                 say(record.line())
                 if state.startswith("stuck"):
@@ -271,6 +315,8 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
                     break
             # Drain: everything produced must end up committed, or it counts as missing.
             while not figures.failures and figures.drain_runs < MAX_DRAIN_RUNS:
+                if not world.backfill:  # (a backfill's input also holds two records ahead, never read)
+                    figures.records_in = max(figures.records_in, _input_on_topic(world))
                 # Backfill mode drains with at least one backfill: its committed hours must be no-ops.
                 if _committed_input(world.runtime.coordinator) >= figures.records_in and not (world.backfill and not figures.drain_runs):
                     break
@@ -282,11 +328,15 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
                     _, state, _, _ = world.run_batch(api, 0, None, DRAIN_RECORDS_PER_PARTITION)
                 say(f"[chaos]   drain {'backfill' if world.backfill else 'run'} {figures.drain_runs}: {state} "
                     f"in {time.monotonic() - started:.0f} s")
+        for run in figures.runs:
+            if run.fault.kind == schedule.OVERSIZED_RECORD and not figures.failures:
+                run.injection = oversized_outcome(world.runtime.coordinator, run.fault, *world.oversized_at[run.n])
         figures.ledger = _ledger_figures(world.runtime.coordinator)
         report = audit_clickstream(world.runtime, hides_aborted=HIDES_ABORTED_RECORDS in world.info.kafka.capabilities)
         figures.audit_summary = report.summary()
         figures.records_committed_in = report.input_records
         figures.records_out = {name: o.records for name, o in report.outputs.items()}
+        figures.withheld = {name: o.withheld for name, o in report.outputs.items() if o.withheld}
         figures.duplicates = report.duplicates
         figures.unexpected = sum(o.unexpected for o in report.outputs.values())
         figures.missing = report.missing + max(0, figures.records_in - report.input_records)

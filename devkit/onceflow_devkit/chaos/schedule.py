@@ -24,11 +24,24 @@ KILL_TASK_PROCESS = "kill_task_process"    # SIGKILL of an Airflow task process 
 BROKER_RESTART = "broker_restart"      # the Kafka broker restarts at a random moment
 BROKER_UNREACHABLE = "broker_unreachable"  # the broker stops answering (SIGSTOP) while commit runs
 BROKER_FENCE = "broker_fence"          # the batch's open transactions aborted between pre-commit and commit
+# The commit task crashes right after writing COMMIT, and the broker aborts the batch's transactions
+# before its retry: the commit finds them aborted and repairs them from the staged copies.
+BROKER_ABORT_AFTER_COMMIT = "broker_abort_after_commit"
+LOSE_WORKER = "lose_worker"            # every task process of the run and all it started, SIGKILLed at once
+PARTITION_ADDED = "partition_added"    # the input topic gets one more partition, with records, during the run
+OVERSIZED_RECORD = "oversized_record"  # the batch's input holds an event whose enriched record is too large for Kafka
 S3_FAULTS = "s3_faults"                # the S3 proxy fails a share of requests (5xx, SlowDown, resets, slow)
+# Spark Connect mode (the spark task is a client of a long-running server):
+KILL_CONNECT_CLIENT = "kill_connect_client"        # SIGKILL of the spark task's process while its job runs
+RESTART_CONNECT_SERVER = "restart_connect_server"  # the server and its Python workers SIGKILLed, started again
 
-PROCESS_KINDS = (KILL_SPARK_SUBMIT, KILL_PYTHON_WORKER, KILL_TASK_PROCESS)
-BROKER_KINDS = (BROKER_RESTART, BROKER_UNREACHABLE, BROKER_FENCE)
-ALL_KINDS = (POINT_CRASH, POINT_RAISE, *PROCESS_KINDS, *BROKER_KINDS, S3_FAULTS)
+PROCESS_KINDS = (KILL_SPARK_SUBMIT, KILL_PYTHON_WORKER, KILL_TASK_PROCESS, LOSE_WORKER)
+BROKER_KINDS = (BROKER_RESTART, BROKER_UNREACHABLE, BROKER_FENCE, BROKER_ABORT_AFTER_COMMIT)
+CONNECT_KINDS = (KILL_CONNECT_CLIENT, RESTART_CONNECT_SERVER)
+INPUT_KINDS = (PARTITION_ADDED, OVERSIZED_RECORD)  # offsets mode: a backfill's input is stamped per hour
+ALL_KINDS = (POINT_CRASH, POINT_RAISE, *PROCESS_KINDS, *BROKER_KINDS, S3_FAULTS, *CONNECT_KINDS, *INPUT_KINDS)
+# How the spark task runs its job: spark-submit (a driver JVM per batch) or Spark Connect.
+SPARK_MODES = ("submit", "connect")
 
 # Points on the abort path fire only when a batch is rolled back: the run
 # that asks for one also fails its Spark job right after the attempt starts.
@@ -36,9 +49,15 @@ _FORCE_ROLLBACK = "job.after_attempt=raise"
 _ANY_MAX_HITS = 12  # '*' fires at the n-th step reached; a run takes roughly 20-40
 
 
-def kinds_for(warehouse_on_s3: bool) -> tuple[str, ...]:
-    """S3 faults need an S3 warehouse; every other kind applies everywhere."""
-    return ALL_KINDS if warehouse_on_s3 else tuple(k for k in ALL_KINDS if k != S3_FAULTS)
+def kinds_for(warehouse_on_s3: bool, spark: str = "submit", mode: str = "offsets",
+              adds_partitions: bool = True) -> tuple[str, ...]:
+    """The kinds that can happen: S3 faults need an S3 warehouse, a spark-submit JVM exists only
+    in submit mode, a Spark Connect client and server only in connect mode; the input kinds
+    change the input of an offsets pipeline only, and a partition is added only on a broker
+    that can (``adds_partitions``)."""
+    absent = {*(() if warehouse_on_s3 else (S3_FAULTS,)), *(CONNECT_KINDS if spark == "submit" else (KILL_SPARK_SUBMIT,)),
+              *(() if mode == "offsets" else INPUT_KINDS), *(() if adds_partitions else (PARTITION_ADDED,))}
+    return tuple(k for k in ALL_KINDS if k not in absent)
 
 
 @dataclass(frozen=True)
@@ -87,6 +106,16 @@ def draw(rng: random.Random, kind: str, points: Sequence[str]) -> Fault:
         return Fault(kind, {"hold_s": round(rng.uniform(2.0, 25.0), 2)})
     if kind == BROKER_FENCE:
         return Fault(kind, {})
+    if kind == BROKER_ABORT_AFTER_COMMIT:
+        return Fault(kind, {"faults": "ledger.decision.after_write=crash"})
+    if kind == LOSE_WORKER:
+        return Fault(kind, {"after_s": round(rng.uniform(0.0, 10.0), 2)})
+    if kind == PARTITION_ADDED:
+        return Fault(kind, {"after_s": round(rng.uniform(0.0, 5.0), 2), "records": rng.randint(5, 40)})
+    if kind == OVERSIZED_RECORD:  # the runner puts the record among the batch's input when it produces it
+        return Fault(kind, {})
+    if kind in CONNECT_KINDS:  # seconds after the spark task's process (the client) starts; its job takes 2-4 s
+        return Fault(kind, {"after_s": round(rng.uniform(0.0, 4.0), 2)})
     if kind == S3_FAULTS:
         # Shares of S3 requests to fail in this batch, by S3 fault kind.
         return Fault(kind, {"error_share": round(rng.uniform(0.03, 0.12), 3)})

@@ -13,6 +13,7 @@ and the tests all open the same catalog.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -39,14 +40,23 @@ def catalog_properties(state_dir: Path, warehouse: str, s3: S3Connection | None 
     return properties
 
 
+def _state_dir(warehouse: str) -> Path:
+    # An S3 warehouse's catalog database lives on local disk, outside the bucket.
+    if warehouse.startswith("s3://"):
+        return Path(tempfile.gettempdir()) / "onceflow-iceberg" / hashlib.sha256(warehouse.encode()).hexdigest()[:16]
+    return local_path(warehouse) / "_iceberg"
+
+
 def embedded_catalogs(warehouse: str, s3: S3Connection | None = None) -> dict[str, dict[str, str]]:
     """{CONN_ID: properties} of the embedded catalog of onceflow warehouse ``warehouse``."""
     warehouse = warehouse.rstrip("/")
-    if warehouse.startswith("s3://"):
-        state_dir = Path(tempfile.gettempdir()) / "onceflow-iceberg" / hashlib.sha256(warehouse.encode()).hexdigest()[:16]
-    else:
-        state_dir = local_path(warehouse) / "_iceberg"
-    return {CONN_ID: catalog_properties(state_dir, f"{warehouse}/iceberg", s3)}
+    return {CONN_ID: catalog_properties(_state_dir(warehouse), f"{warehouse}/iceberg", s3)}
+
+
+def forget_embedded_catalogs(warehouse: str) -> None:
+    """Drop the catalog of ``warehouse`` (a run that starts from nothing: an S3 warehouse's catalog
+    database outlives the embedded S3 store, and would name tables whose files are gone)."""
+    shutil.rmtree(_state_dir(warehouse.rstrip("/")), ignore_errors=True)
 
 
 def table_of(runtime, sink_name: str):

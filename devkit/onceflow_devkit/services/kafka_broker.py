@@ -45,6 +45,8 @@ WRONG_PID_END_TXN_IS_HARMLESS = "EndTxn with a wrong producer id leaves the tran
 # - a transaction of a few hundred thousand records per partition commits and
 #   stays readable (noida stops serving fetches for such a partition).
 LARGE_TRANSACTIONS = "transactions of 250,000+ records per partition commit and stay readable"
+# - CreatePartitions (KIP-195): Tansu 0.6 answers UNSUPPORTED_FEATURE (measured: test_offsets.py).
+ADDS_PARTITIONS = "CreatePartitions (adding partitions to a topic)"
 
 APACHE_KAFKA = frozenset(
     {
@@ -59,11 +61,13 @@ APACHE_KAFKA = frozenset(
         FETCH_AFTER_ABORT_SEES_LATER_COMMITS,
         WRONG_PID_END_TXN_IS_HARMLESS,
         LARGE_TRANSACTIONS,
+        ADDS_PARTITIONS,
     }
 )
 CAPABILITIES: dict[str, frozenset[str]] = {
     "noida": frozenset(
-        {HIDES_ABORTED_RECORDS, LSO_FROM_LIST_OFFSETS, REINIT_HIDES_ABORTED, DESCRIBE_TRANSACTIONS, STALE_EPOCH_ERRORS}
+        {HIDES_ABORTED_RECORDS, LSO_FROM_LIST_OFFSETS, REINIT_HIDES_ABORTED, DESCRIBE_TRANSACTIONS, STALE_EPOCH_ERRORS,
+         ADDS_PARTITIONS}
     ),
     # Tansu: ENVIRONMENT.md's table; the three noida findings were not measured on it.
     "tansu": frozenset({KEEPS_OPEN_TXNS_ON_RESTART, SURVIVES_SIGKILL}),

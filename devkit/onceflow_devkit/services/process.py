@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+import psutil
+
 from onceflow.cli import CommandError
 
 MARKER_VAR = "ONCEFLOW_SERVICE_DIR"
@@ -223,6 +225,38 @@ class ManagedProcess:
         raise ServiceError(
             f"{self.name} was not ready after {timeout:.0f} s; log {self.log_file}:\n{self.log_tail()}"
         )
+
+    def kill(self, timeout: float = 30.0) -> bool:
+        """SIGKILL the process, its process group and every descendant at once (what a crash does;
+        a JVM's Python workers lead groups of their own), and wait until nobody listens on its port.
+
+        A killed JVM's main thread turns zombie while its other threads still hold the
+        listening socket (and /proc shows no owner for it); a new process started before
+        then would reach the old one."""
+        pid = self.running_pid()
+        if pid is None:
+            return False
+        port = self.port()
+        try:
+            descendants = psutil.Process(pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            descendants = []
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for child in descendants:
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
+        deadline = time.monotonic() + timeout
+        while _process_environ(pid) is not None or (port and held_by_session(port, pid) is not None):
+            if time.monotonic() > deadline:
+                raise ServiceError(f"{self.name} (pid {pid}) still holds port {port} {timeout:.0f} s after SIGKILL")
+            time.sleep(0.1)
+        self.pid_file.unlink(missing_ok=True)
+        return True
 
     def stop(self, grace: float = 10.0) -> bool:
         """SIGTERM the process group, SIGKILL after ``grace`` seconds.

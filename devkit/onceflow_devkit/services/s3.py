@@ -27,15 +27,18 @@ class S3Endpoint(S3Connection):
     secret_key: str | None = field(default=SECRET_KEY, repr=False)
     region: str | None = REGION
 
-    def env(self) -> dict[str, str]:
-        """Variables for tools that read AWS settings from the environment."""
+    def credentials_env(self) -> dict[str, str]:
+        """Keys and region, no endpoint: for processes told the endpoint otherwise (a Spark job's options)."""
         return {
             "AWS_ACCESS_KEY_ID": self.access_key,
             "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "AWS_DEFAULT_REGION": self.region,
             "AWS_REGION": self.region,
-            "AWS_ENDPOINT_URL": self.endpoint_url,
         }
+
+    def env(self) -> dict[str, str]:
+        """Variables for tools that read AWS settings from the environment."""
+        return {**self.credentials_env(), "AWS_ENDPOINT_URL": self.endpoint_url}
 
 
 def _moto_server() -> str:

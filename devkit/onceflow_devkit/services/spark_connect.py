@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from onceflow_devkit.services.process import ManagedProcess, pick_port
@@ -47,10 +47,12 @@ def start_connect_server(
     env: Mapping[str, str] | None = None,
     master: str = "local[2]",
     die_with_parent: bool = False,
+    port: int | None = None,
 ) -> SparkConnectServer:
     """Start the server; ready once its gRPC port answers (after the SparkContext is up).
-    ``env``: what its Python workers need beyond the basics (secrets, test switches)."""
-    port = pick_port(DEFAULT_PORT)
+    ``env``: what its Python workers need beyond the basics (secrets, test switches).
+    ``port``: this one (a restart, which clients must find where they were told), else a free one."""
+    port = port or pick_port(DEFAULT_PORT)
     server_env = {**daemon_env(), "PYSPARK_PYTHON": sys.executable, **(env or {})}
     conf = {**LOCAL_CONF, "spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port)}
     argv = [str(spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", "onceflow Spark Connect",
@@ -60,3 +62,27 @@ def start_connect_server(
     process.start(argv, port=port, env=server_env, ready=lambda: _answers(port), timeout=120,
                   die_with_parent=die_with_parent)
     return SparkConnectServer("127.0.0.1", port)
+
+
+@dataclass
+class RestartableConnectServer:
+    """A server that can crash and come back on the same address (chaos runs): its process,
+    the environment it was started with, and where it answers."""
+
+    process: ManagedProcess
+    env: Mapping[str, str] = field(default_factory=dict)
+    server: SparkConnectServer | None = None
+
+    def start(self) -> SparkConnectServer:
+        self.server = start_connect_server(self.process, env=self.env,
+                                           port=self.server.port if self.server else None)
+        return self.server
+
+    def crash_and_restart(self) -> bool:
+        """SIGKILL the server and its Python workers, start it again; False when it was not running."""
+        killed = self.process.kill()
+        self.start()
+        return killed
+
+    def stop(self) -> None:
+        self.process.stop(grace=5)

@@ -33,7 +33,7 @@ class StackInfo:
     def env(self) -> dict[str, str]:
         """The variables that point onceflow's CLI and Spark jobs at this stack."""
         return {"ONCEFLOW_KAFKA_BOOTSTRAP": self.kafka.bootstrap, "ONCEFLOW_S3_ENDPOINT": self.s3.endpoint_url,
-                **{k: v for k, v in self.s3.env().items() if k != "AWS_ENDPOINT_URL"}}
+                **self.s3.credentials_env()}
 
     def to_json(self) -> str:
         return json.dumps({"kafka": asdict(self.kafka), "s3": asdict(self.s3)}, indent=2)

@@ -43,7 +43,17 @@ def broker_setting(config: Mapping[str, Any], name: str, timeout_s: float = 30.0
 
     admin = AdminClient(dict(config))
     broker = next(iter(admin.list_topics(timeout=timeout_s).brokers))
-    (future,) = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, str(broker))],
-                                      request_timeout=timeout_s).values()
+    return _described(admin, ConfigResource(ConfigResource.Type.BROKER, str(broker)), name, timeout_s)
+
+
+def topic_setting(config: Mapping[str, Any], topic: str, name: str, timeout_s: float = 30.0) -> str | None:
+    """The topic's value of ``name`` (DescribeConfigs), or None when the broker reports none."""
+    from confluent_kafka.admin import ConfigResource
+
+    return _described(AdminClient(dict(config)), ConfigResource(ConfigResource.Type.TOPIC, topic), name, timeout_s)
+
+
+def _described(admin: AdminClient, resource, name: str, timeout_s: float) -> str | None:
+    (future,) = admin.describe_configs([resource], request_timeout=timeout_s).values()
     entry = future.result(timeout=timeout_s).get(name)
     return None if entry is None or entry.value is None else str(entry.value)

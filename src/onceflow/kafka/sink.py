@@ -11,7 +11,8 @@ puts the handles in the vote with ``vote_payload``. Then::
     commit(vote)          observe every handle -> EndTxn(commit) for the open
                           ones -> read until every split is visible (one
                           scan); repair from the staged copy any split the
-                          broker aborted
+                          broker aborted; then publish the records withheld
+                          as too large (writer), once, beside the ledger
     abort(plan, votes)    EndTxn(abort) for known handles, then fence every
                           transactional.id the plan allows, delete staging
 
@@ -25,6 +26,7 @@ data is observed again after that fence, so a repair is published once.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -38,7 +40,7 @@ from .fencing import FencingError, fence_transactional_ids
 from .ids import is_split_id, repair_id
 from .txn_protocol import Action, EndTxnReply, end_txns
 from .visibility import Observer, SplitView, State, confirm_aborted, observe
-from ..layout import kafka_staging_dir
+from ..layout import kafka_staging_dir, withheld_dir
 from ..storage import Storage, storage_for
 from .writer import REPAIR_HEADER, StagedCopyDamaged, TxnHandle, handle_headers, open_staged
 
@@ -51,6 +53,11 @@ DEFAULT_SAFETY_FRACTION = 0.5
 def vote_payload(handles: Iterable[TxnHandle]) -> dict[str, Any]:
     """The Kafka sink's vote payload (JSON-serialisable)."""
     return {"handles": [h.to_dict() for h in handles]}
+
+
+def withheld_file(warehouse: str, h: TxnHandle) -> str:
+    """Where a committed split's withheld records are published (one file per split)."""
+    return f"{withheld_dir(warehouse, h.pipeline, h.sink, h.batch_id)}/split-{h.split:05d}.parquet"
 
 
 def handles_of(vote: Vote) -> list[TxnHandle]:
@@ -115,6 +122,9 @@ class KafkaSinkParticipant:
             if (h.pipeline, h.sink) != (self.pipeline, self.name) or not is_split_id(h.transactional_id, h.pipeline, h.sink, h.split):
                 problems.append(f"{where}: handle does not belong to sink {self.name} of {self.pipeline}")
                 continue
+            if h.withheld and self.storage.size(h.withheld_uri) is None:
+                problems.append(f"{where}: the file of its {h.withheld} withheld records {h.withheld_uri} is missing")
+                continue
             if not h.partitions:
                 continue
             age = now_ms - h.first_write_ms
@@ -150,7 +160,8 @@ class KafkaSinkParticipant:
         (Tansu), a split's commit only becomes visible once its neighbours'
         are committed too. Then one scan waits for all of them.
         """
-        handles = [h for h in handles_of(vote) if h.partitions]
+        voted = handles_of(vote)
+        handles = [h for h in voted if h.partitions]
         with Observer(self.config, self.timeout_s) as obs:
             before = confirm_aborted(obs, handles, obs.observe(handles))
             still_open = [i for i, view in enumerate(before) if view.state is State.OPEN]
@@ -159,7 +170,28 @@ class KafkaSinkParticipant:
             ended = [i for i, reply in replies.items() if reply.action not in (Action.RETRY, Action.FAIL)]
             after = dict(zip(ended, confirm_aborted(obs, [handles[i] for i in ended], obs.settle([handles[i] for i in ended]))))
             results = [self._settle(obs, h, before[i], replies.get(i), after.get(i)) for i, h in enumerate(handles)]
+        if all(r.ok for r in results):  # the batch's records are in the topic: now the ones it could not take
+            results += [self._publish_withheld(h) for h in voted if h.withheld]
         return _worst(results) if results else Result(Outcome.ALREADY_DONE, "wrote nothing")
+
+    def _publish_withheld(self, h: TxnHandle) -> Result:
+        """Copy the split's withheld records to the batch's withheld directory, once (write-once target)."""
+        where, target = _where(h), withheld_file(self.staging_root, h)
+        published = self.storage.read_bytes(target)
+        if published is not None:  # a byte copy: the same digest, or another batch's file is in the way
+            if hashlib.sha256(published).hexdigest() == h.withheld_sha256:
+                return Result(Outcome.ALREADY_DONE, f"{where}: {h.withheld} withheld records published earlier")
+            return Result(Outcome.FAILED, f"{where}: {target} holds other records than the {h.withheld} this batch "
+                          "withheld (a file left from an earlier pipeline of the same name?); move it away and re-run commit")
+        data = self.storage.read_bytes(h.withheld_uri)
+        if data is None:
+            return Result(Outcome.FAILED, f"{where}: the file of its {h.withheld} withheld records {h.withheld_uri} is "
+                          "gone; they are NOT published. Restore it and re-run commit")
+        if hashlib.sha256(data).hexdigest() != h.withheld_sha256:
+            return Result(Outcome.FAILED, f"{where}: {h.withheld_uri} does not match the SHA-256 its vote recorded; "
+                          "restore the file the vote names and re-run commit")
+        self.storage.create_if_absent(target, data)  # a racing commit wrote the same bytes: either is fine
+        return Result(Outcome.DONE, f"{where}: {h.withheld} records too large for the topic withheld to {target}")
 
     def _settle(self, obs: Observer, h: TxnHandle, before: SplitView, reply: EndTxnReply | None, after: SplitView | None) -> Result:
         where = _where(h)
@@ -217,7 +249,8 @@ class KafkaSinkParticipant:
                 f"{h.records} records are NOT in the output. Restore the staged copy and re-run commit",
             )
         rid = repair_id(h.transactional_id)
-        producer = Producer(producer_config(self.config, rid, **{"linger.ms": 20}))
+        producer = Producer(producer_config(self.config, rid, **{"linger.ms": 20},
+                                            **({"message.max.bytes": h.max_record_bytes} if h.max_record_bytes else {})))
         try:
             producer.init_transactions(self.timeout_s)  # fences other repairers, aborts a half-done repair
             again = self._observe(obs, h)

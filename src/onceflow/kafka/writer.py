@@ -24,6 +24,13 @@ The staged copy (Arrow IPC stream at ``staged_uri``, written through the
 warehouse's ``onceflow.storage``: local, Hadoop FS or S3) holds the split's records
 exactly as produced; the commit task re-publishes it if the broker aborted
 the transaction (I7).
+
+A record larger than the topic takes (``max_record_bytes``: the producer's
+``message.max.bytes`` or the topic's ``max.message.bytes``, the smaller) is
+never produced: Kafka would refuse it on every replay and the batch could
+never commit. It is withheld instead, with its size and the reason, in a
+Parquet file beside the staged copy (``withheld_uri``), which the commit
+publishes with the batch (``KafkaSinkParticipant``) and an abort deletes.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from confluent_kafka import KafkaException, Producer
 
 from .. import faults
@@ -57,6 +66,16 @@ REPAIR_HEADER = "onceflow.repair"
 STAGED_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE)]
 )
+WITHHELD_SCHEMA = pa.schema(
+    [("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE), ("record_bytes", pa.int64()),
+     ("reason", pa.string())]
+)
+# librdkafka's default message.max.bytes: the largest record (and record batch) a producer sends.
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+# What a record adds on the wire to its key, value and header bytes, at most: a record batch of
+# one record has a 61-byte header, the record a few varints. Generous, so none slips through.
+RECORD_OVERHEAD_BYTES = 128
+HEADER_OVERHEAD_BYTES = 10  # a header's key and value lengths (varints), at most
 _WRITE_CHUNK = 50_000  # rows of write() calls produced together
 # A split is produced in bulk: batch for 20 ms, and queue a whole Arrow batch without blocking.
 THROUGHPUT_SETTINGS = {"linger.ms": 20, "queue.buffering.max.messages": 500_000}
@@ -91,6 +110,12 @@ class TxnHandle:
     staged_uri: str = ""
     # SHA-256 of the staged copy's bytes: a repair refuses a copy that changed ("" in older votes).
     staged_sha256: str = ""
+    # Records too large for the topic: not produced, kept with their reason (the commit publishes them).
+    withheld: int = 0
+    withheld_uri: str = ""
+    withheld_sha256: str = ""
+    # The producer's message.max.bytes (the topic's limit): a repair's producer must keep to it too.
+    max_record_bytes: int = 0
 
     @property
     def records(self) -> int:
@@ -122,6 +147,19 @@ def staged_uri(root: str, pipeline: str, sink: str, batch_id: str, split: int, a
     return f"{kafka_staging_dir(root, pipeline, sink, batch_id)}/split-{split:05d}-attempt-{attempt}.arrow"
 
 
+def withheld_uri_of(staged: str) -> str:
+    """Where the split's withheld records go: beside its staged copy, deleted with it by an abort."""
+    return f"{staged.removesuffix('.arrow')}.withheld.parquet"
+
+
+def max_record_bytes_of(config: Mapping[str, Any], overrides: Mapping[str, Any] | None = None,
+                        topic_limit: int | None = None) -> int:
+    """The largest record a producer of ``config`` (and ``overrides``) can put into a topic whose
+    ``max.message.bytes`` is ``topic_limit`` (None: the broker does not say): the smaller of the two."""
+    producer_limit = int({**config, **(overrides or {})}.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+    return min(producer_limit, topic_limit) if topic_limit else producer_limit
+
+
 def record_headers(batch_id: str, split: int, transactional_id: str) -> list[tuple[str, bytes]]:
     """The headers that tell one split's records (and their repair) from every other record."""
     return [(BATCH_HEADER, batch_id.encode()), (SPLIT_HEADER, str(split).encode()), (TXN_HEADER, transactional_id.encode())]
@@ -148,12 +186,17 @@ class _Digesting:
         self.target = target
         self.digest = hashlib.sha256()
         self.closed = False
+        self.written = 0
 
     def write(self, data) -> int:
         view = memoryview(data)
         self.digest.update(view)
         self.target.write(view)
+        self.written += view.nbytes
         return view.nbytes
+
+    def tell(self) -> int:
+        return self.written
 
     def flush(self) -> None:
         self.target.flush()
@@ -182,10 +225,12 @@ class TransactionalSplitWriter:
         timeout_s: float = 60.0,
         producer_overrides: Mapping[str, Any] | None = None,
         slot: int | None = None,
+        max_record_bytes: int | None = None,
     ):
         self.pipeline, self.sink, self.batch_id, self.split, self.topic = pipeline, sink, batch_id, split, topic
         self.txn_id = transactional_id(pipeline, sink, split, slot)
         self.staged_uri = staged_uri
+        self.withheld_uri = withheld_uri_of(staged_uri)
         self.timeout_s = timeout_s
         self._storage = storage or storage_for(staged_uri)
         self._stats: list[str] = []
@@ -196,6 +241,10 @@ class TransactionalSplitWriter:
             "transaction.timeout.ms": 60_000,
             **(producer_overrides or {}),
         }
+        configured = max_record_bytes_of(config, overrides)
+        self.max_record_bytes = min(max_record_bytes or configured, configured)
+        # Record batches are capped by message.max.bytes too: none may outgrow the topic's limit.
+        overrides["message.max.bytes"] = self.max_record_bytes
         self._producer = Producer(producer_config(config, self.txn_id, **overrides))
         self._headers = record_headers(batch_id, split, self.txn_id)
         self._first: dict[int, int] = {}
@@ -208,6 +257,13 @@ class TransactionalSplitWriter:
         self._stage_writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._stage_stream = ExitStack()
         self._delivery_errors: list[str] = []
+        # Bytes every record carries besides its key, value and own headers; a repair adds its header.
+        self._fixed_bytes = RECORD_OVERHEAD_BYTES + sum(
+            len(k.encode()) + len(v) + HEADER_OVERHEAD_BYTES for k, v in [*self._headers, (REPAIR_HEADER, b"1")])
+        self._withheld = 0
+        self._withheld_writer: pq.ParquetWriter | None = None
+        self._withheld_file: _Digesting | None = None
+        self._withheld_stream = ExitStack()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -257,6 +313,9 @@ class TransactionalSplitWriter:
         The fast path for Spark's Arrow writer: the batch goes to the staged
         copy as one Arrow batch, and the produce loop does nothing else.
         """
+        if batch.num_rows == 0:
+            return
+        batch = self._withhold_oversized(batch)
         names = batch.schema.names
         n = batch.num_rows
         if n == 0:
@@ -289,6 +348,43 @@ class TransactionalSplitWriter:
             self._produce_rows(values, keys, partitions, headers, cut, cut + 1, self._on_delivery)
             start = cut + 1
         self._produce_rows(values, keys, partitions, headers, start, n)
+
+    def _record_bytes(self, batch) -> pa.Array:
+        """Each row's size as a record of this split (an upper bound: see RECORD_OVERHEAD_BYTES)."""
+        names = batch.schema.names
+        sizes = pc.add(pc.fill_null(pc.binary_length(batch.column("value")), 0), self._fixed_bytes)
+        if "key" in names:
+            sizes = pc.add(sizes, pc.fill_null(pc.binary_length(batch.column("key")), 0))
+        if "headers" in names:  # rare: a Python pass only when the rows carry headers of their own
+            own = [sum(len(h["key"].encode()) + len(h["value"] or b"") + HEADER_OVERHEAD_BYTES for h in hs) if hs else 0
+                   for hs in batch.column("headers").to_pylist()]
+            sizes = pc.add(sizes, pa.array(own, pa.int64()))
+        return sizes
+
+    def _withhold_oversized(self, batch):
+        """``batch`` without the rows the topic would refuse; those go to the withheld file."""
+        sizes = self._record_bytes(batch)
+        if pc.max(sizes).as_py() <= self.max_record_bytes:
+            return batch
+        over = pc.greater(sizes, self.max_record_bytes)
+        rows, over_sizes = batch.filter(over), sizes.filter(over)
+        names, n = rows.schema.names, rows.num_rows
+        reasons = [f"record of {s} bytes is larger than the {self.max_record_bytes} bytes topic {self.topic!r} takes "
+                   "(the smaller of the producer's message.max.bytes and the topic's max.message.bytes)"
+                   for s in over_sizes.to_pylist()]
+        table = pa.table([
+            rows.column("key").cast(pa.binary()) if "key" in names else pa.nulls(n, pa.binary()),
+            rows.column("value").cast(pa.binary()),
+            rows.column("headers").cast(HEADERS_TYPE) if "headers" in names else pa.nulls(n, HEADERS_TYPE),
+            over_sizes.cast(pa.int64()),
+            pa.array(reasons, pa.string()),
+        ], schema=WITHHELD_SCHEMA)
+        if self._withheld_writer is None:
+            self._withheld_file = _Digesting(self._withheld_stream.enter_context(self._storage.open_write(self.withheld_uri)))
+            self._withheld_writer = pq.ParquetWriter(self._withheld_file, WITHHELD_SCHEMA)
+        self._withheld_writer.write_table(table)
+        self._withheld += n
+        return batch.filter(pc.invert(over))
 
     def _produce_rows(self, values, keys, partitions, headers, start: int, stop: int, on_delivery=None) -> None:
         produce, topic = self._producer.produce, self.topic
@@ -349,6 +445,9 @@ class TransactionalSplitWriter:
         faults.fault_point(AFTER_FLUSH)
         self._stage_writer.close()
         self._stage_stream.close()  # the staged copy is complete (on S3: uploaded) only now
+        if self._withheld_writer is not None:
+            self._withheld_writer.close()
+            self._withheld_stream.close()
         return TxnHandle(
             pipeline=self.pipeline,
             sink=self.sink,
@@ -362,6 +461,10 @@ class TransactionalSplitWriter:
             partitions={p: PartitionWrite(self._first[p], c, self._last[p]) for p, c in sorted(self._counts.items())},
             staged_uri=self.staged_uri,
             staged_sha256=self._stage_file.digest.hexdigest(),
+            withheld=self._withheld,
+            withheld_uri=self.withheld_uri if self._withheld else "",
+            withheld_sha256=self._withheld_file.digest.hexdigest() if self._withheld_file else "",
+            max_record_bytes=self.max_record_bytes,
         )
 
     def abandon(self) -> None:

@@ -62,6 +62,8 @@ class Vote:
     attempt: int
     payload: Mapping[str, Any] = field(default_factory=dict)
     records: int = 0
+    # Records the output cannot take (a Kafka topic's size limit): kept aside, published with the batch.
+    withheld: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +72,7 @@ class Vote:
             "attempt": self.attempt,
             "payload": dict(self.payload),
             "records": self.records,
+            **({"withheld": self.withheld} if self.withheld else {}),
         }
 
     @classmethod
@@ -80,6 +83,7 @@ class Vote:
             attempt=int(raw["attempt"]),
             payload=dict(raw.get("payload", {})),
             records=int(raw.get("records", 0)),
+            withheld=int(raw.get("withheld", 0)),
         )
 
 

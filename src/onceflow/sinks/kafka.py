@@ -16,6 +16,7 @@ from . import OpenTransaction
 # The Spark data source that pre-commits this kind (onceflow.spark.kafka_sink registers it).
 FORMAT = "onceflow_kafka"
 MAX_TIMEOUT_SETTING = "transaction.max.timeout.ms"
+TOPIC_LIMIT_SETTING = "max.message.bytes"
 log = logging.getLogger(__name__)
 
 
@@ -68,6 +69,22 @@ class KafkaKind:
             limit = None
         check_transaction_timeout(sink, limit)
 
+    def max_record_bytes(self, sink, deployment) -> int:
+        """The largest record the sink's topic takes from onceflow's producers; larger ones are withheld."""
+        from confluent_kafka import KafkaException
+
+        from ..kafka.admin import topic_setting
+        from ..kafka.writer import max_record_bytes_of
+
+        config = deployment.kafka.config()
+        try:
+            topic_limit = topic_setting(config, sink.target, TOPIC_LIMIT_SETTING)
+        except KafkaException as exc:  # no DescribeConfigs permission: the producer's own limit still holds
+            log.warning("sink %s: could not read topic %s's %s (%s); records over the producer's message.max.bytes "
+                        "are withheld, a lower topic limit fails the batch", sink.name, sink.target, TOPIC_LIMIT_SETTING, exc)
+            topic_limit = None
+        return max_record_bytes_of(config, topic_limit=int(topic_limit) if topic_limit else None)
+
     def open_transactions(self, sink, vote) -> list[OpenTransaction]:
         return [
             OpenTransaction(h.transactional_id, h.split, h.first_write_ms, sink.transaction_timeout_ms)
@@ -91,6 +108,7 @@ class KafkaKind:
             "topic": sink.target,
             "transactional_ids": json.dumps(list(sink_plan.transactional_ids)),
             "transaction_timeout_ms": str(sink.transaction_timeout_ms),
+            "max_record_bytes": str(self.max_record_bytes(sink, deployment)),
         }
         frame.write.format(FORMAT).mode("append").options(**options).save()
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from .. import faults
 from ..sinks import sink_kind
+from .writer_options import job_fault_options
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
             sink_plan = plan.sink(sink.name)
             frame = outputs[sink.name].repartition(sink_plan.splits)
             job_options = {"pipeline": spec.name, "deployment": deployment, "sink": sink.name, "batch_seq": str(seq),
-                           "planned_at_ms": str(plan.created_at_ms), "attempt": str(attempt)}
+                           "planned_at_ms": str(plan.created_at_ms), "attempt": str(attempt), **job_fault_options()}
             if plan.params.get("slot") is not None:  # an interval batch: its slot of transactional ids
                 job_options["slot"] = str(plan.params["slot"])
             if plan.params.get("replaces"):  # a reprocessed interval: the committed batch it replaces

@@ -46,7 +46,7 @@ from ..files.sink import FileSink
 from ..files.staged_writer import write_staged_parquet
 from ..sinks.files import FORMAT  # the name this data source registers under
 from .vote_handoff import VOTE_PATH_OPTION, record_vote
-from .writer_options import checked_options, int_option
+from .writer_options import FAULTS_OPTION, armed_as_job, checked_options, int_option
 
 REQUIRED = ("sink", "path", "batch_seq", "attempt")
 
@@ -68,6 +68,7 @@ class FilesWriteOptions:
     raw: Mapping[str, str]
     # The committed batch this one replaces (a reprocessed interval), if any.
     replaces: int | None = None
+    faults: str = ""  # the run's faults, for a Spark Connect server's workers (writer_options)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "FilesWriteOptions":
@@ -77,7 +78,7 @@ class FilesWriteOptions:
                              f"Deployment.to_option(): the vote goes to its ledger) or '{VOTE_PATH_OPTION}' (the vote is written there)")
         ints = {key: int_option(FORMAT, opts, key) for key in ("batch_seq", "attempt", "replaces")}
         return cls(opts["sink"], opts["path"], ints["batch_seq"], ints["attempt"], opts.get("storage") or None, opts,
-                   ints["replaces"])
+                   ints["replaces"], opts.get(FAULTS_OPTION, ""))
 
     def file_sink(self) -> FileSink:
         return FileSink(self.sink, self.path, storage_for(self.path, self.storage_kind, self.raw))
@@ -87,6 +88,7 @@ class StagedParquetWriter(DataSourceArrowWriter):
     def __init__(self, options: FilesWriteOptions):
         self.options = options
 
+    @armed_as_job
     def write(self, iterator: Iterator) -> StagedFileMessage:
         """Executor: stage this task attempt's partition as one Parquet file."""
         from pyspark import TaskContext
@@ -102,6 +104,7 @@ class StagedParquetWriter(DataSourceArrowWriter):
         )
         return StagedFileMessage(entry)
 
+    @armed_as_job
     def commit(self, messages: list[StagedFileMessage | None]) -> None:
         """Python worker, once per successful job: vote for exactly these attempts."""
         entries = [m.entry for m in messages if m is not None and m.entry is not None]
@@ -109,6 +112,7 @@ class StagedParquetWriter(DataSourceArrowWriter):
                                                  replaces=self.options.replaces)
         record_vote(self.options.raw, vote)
 
+    @armed_as_job
     def abort(self, messages: list[StagedFileMessage | None]) -> None:
         """Python worker, once per failed job: delete what the messages name.
         Failed tasks' files (``None`` messages) are left to FileSink.abort."""

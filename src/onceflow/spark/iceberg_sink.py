@@ -41,7 +41,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from ..iceberg import tables
 from ..sinks.iceberg import FORMAT  # the name this data source registers under
 from .vote_handoff import record_vote
-from .writer_options import checked_options, int_option
+from .writer_options import FAULTS_OPTION, armed_as_job, checked_options, int_option
 
 REQUIRED = ("pipeline", "deployment", "sink", "catalog", "table", "metadata_location", "batch_seq", "planned_at_ms",
             "attempt")
@@ -67,13 +67,15 @@ class IcebergWriteOptions:
     attempt: int
     raw: Mapping[str, str]
     replaces: int | None = None
+    faults: str = ""  # the run's faults, for a Spark Connect server's workers (writer_options)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "IcebergWriteOptions":
         opts = checked_options(FORMAT, options, REQUIRED)
         ints = {key: int_option(FORMAT, opts, key) for key in ("batch_seq", "planned_at_ms", "attempt", "replaces")}
         return cls(opts["pipeline"], opts["sink"], opts["catalog"], opts["table"], opts["metadata_location"],
-                   ints["batch_seq"], ints["planned_at_ms"], ints["attempt"], opts, ints["replaces"])
+                   ints["batch_seq"], ints["planned_at_ms"], ints["attempt"], opts, ints["replaces"],
+                   opts.get(FAULTS_OPTION, ""))
 
     def catalog_properties(self) -> dict[str, str]:
         from ..deployment import Deployment
@@ -95,6 +97,7 @@ class IcebergFilesWriter(DataSourceArrowWriter):
     def __init__(self, options: IcebergWriteOptions):
         self.options = options
 
+    @armed_as_job
     def write(self, iterator: Iterator) -> DataFilesMessage:
         """Executor: this task attempt's rows as data files under the attempt's directory."""
         from pyiceberg.table import StaticTable
@@ -105,6 +108,7 @@ class IcebergFilesWriter(DataSourceArrowWriter):
                                         iterator)
         return DataFilesMessage(tuple(files), table.location())
 
+    @armed_as_job
     def commit(self, messages: list[DataFilesMessage | None]) -> None:
         """Python worker, once per successful job: vote for exactly these attempts' files."""
         done = [m for m in messages if m is not None]

@@ -38,7 +38,7 @@ from pyspark.sql.datasource import (
 
 from ..protocol.batch_id import BatchId
 from ..sinks.kafka import FORMAT  # the name this data source registers under
-from .writer_options import checked_options, int_option
+from .writer_options import FAULTS_OPTION, armed_as_job, checked_options, int_option
 
 REQUIRED = ("pipeline", "deployment", "sink", "topic", "batch_seq", "attempt", "transactional_ids")
 
@@ -59,6 +59,8 @@ class KafkaWriteOptions:
     transactional_ids: tuple[str, ...]
     transaction_timeout_ms: int
     slot: int | None = None
+    max_record_bytes: int | None = None  # larger records are withheld (kafka.writer), not produced
+    faults: str = ""  # the run's faults, for a Spark Connect server's workers (writer_options)
 
     @property
     def batch_id(self) -> str:
@@ -67,12 +69,15 @@ class KafkaWriteOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "KafkaWriteOptions":
         opts = checked_options(FORMAT, options, REQUIRED)
-        ints = {key: int_option(FORMAT, opts, key) for key in ("batch_seq", "attempt", "transaction_timeout_ms", "slot")}
+        ints = {key: int_option(FORMAT, opts, key)
+                for key in ("batch_seq", "attempt", "transaction_timeout_ms", "slot", "max_record_bytes")}
         return cls(
             opts["deployment"], opts["pipeline"], opts["sink"], opts["topic"], ints["batch_seq"], ints["attempt"],
             tuple(json.loads(opts["transactional_ids"])),
             ints["transaction_timeout_ms"] or 900_000,
             ints["slot"],
+            ints["max_record_bytes"],
+            opts.get(FAULTS_OPTION, ""),
         )
 
 
@@ -80,6 +85,7 @@ class KafkaSplitWriter(DataSourceArrowWriter):
     def __init__(self, options: KafkaWriteOptions):
         self.options = options
 
+    @armed_as_job
     def write(self, iterator: Iterator) -> HandleMessage:
         """Executor: pre-commit this task attempt's split; the transaction stays open."""
         from pyspark import TaskContext
@@ -104,6 +110,7 @@ class KafkaSplitWriter(DataSourceArrowWriter):
             storage=deployment.storage(),
             producer_overrides={"transaction.timeout.ms": opts.transaction_timeout_ms},
             slot=opts.slot,
+            max_record_bytes=opts.max_record_bytes,
         )
         if writer.txn_id != opts.transactional_ids[split]:
             raise ValueError(
@@ -119,6 +126,7 @@ class KafkaSplitWriter(DataSourceArrowWriter):
             writer.abandon()
             raise
 
+    @armed_as_job
     def commit(self, messages: list[HandleMessage | None]) -> None:
         """Python worker, once per successful job: record the vote in the ledger."""
         from ..kafka.sink import vote_payload
@@ -128,9 +136,10 @@ class KafkaSplitWriter(DataSourceArrowWriter):
 
         handles = [TxnHandle.from_dict(m.handle) for m in messages if m is not None]
         vote = Vote(self.options.sink, self.options.batch_seq, self.options.attempt, vote_payload(handles),
-                    records=sum(h.records for h in handles))
+                    records=sum(h.records for h in handles), withheld=sum(h.withheld for h in handles))
         record_vote_in_ledger(self.options.pipeline, self.options.deployment, vote)
 
+    @armed_as_job
     def abort(self, messages: list[HandleMessage | None]) -> None:
         """Python worker, when the job fails: end what was opened, fence the rest."""
         from ..kafka.fencing import fence_transactional_ids

@@ -10,10 +10,11 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-def create_topic(config: Mapping[str, Any], partitions: int = 2, prefix: str = "t") -> str:
+def create_topic(config: Mapping[str, Any], partitions: int = 2, prefix: str = "t",
+                 topic_config: Mapping[str, str] | None = None) -> str:
     topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
     admin = AdminClient(dict(config))
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, 1, config=dict(topic_config or {}))])[topic].result(30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # metadata can lag the create on both brokers
         meta = admin.list_topics(topic, timeout=5).topics.get(topic)

@@ -88,3 +88,33 @@ def test_two_batches_commit_exactly_once(spark, pipeline, kafka_broker):
     assert report.valid + report.malformed == 1000 and report.malformed > 0
     assert report.outputs["clicks_enriched"].records == report.valid
     assert report.outputs["clicks_dead_letter"].records == report.malformed
+
+
+def test_records_too_large_for_their_topic_are_withheld_and_the_batch_commits(spark, one_kafka_broker, tmp_path):
+    # A valid event whose enriched record is over the producer's 1,000,000-byte limit, and a malformed
+    # one whose dead letter (the payload as text and base64) is: Kafka would refuse both on every
+    # replay. The batch commits; they are published in the withheld files, and the audit finds
+    # every input record exactly once in enriched + withheld and dead letters + withheld.
+    from onceflow_examples.clickstream_data import OVERSIZED_PRODUCER, ClickRecord, oversized
+    from onceflow.status import batch_row
+
+    pipeline = clickstream_runtime(one_kafka_broker, tmp_path)
+    records = generate(200, seed=9, malformed_ratio=0.1)
+    big_valid = oversized(next(r for r in records if r.reason is None))
+    big_malformed = ClickRecord(b"big-malformed", b"{" + b"m" * 500_000, "not JSON")
+    config = one_kafka_broker.config(**OVERSIZED_PRODUCER)
+    produced = produce_clicks(config, pipeline.spec.topics[0], [big_valid, *records, big_malformed])
+    with pipeline.offset_source() as source:
+        plan = pipeline.coordinator.plan_next(source, pipeline.plan_config(), run_id="run-big")
+    run_batch(spark, pipeline, plan.batch_seq)
+    status = pipeline.coordinator.commit(plan.batch_seq)
+    assert status.state.value == "committed"
+    assert batch_row(status)["withheld"] == {"clicks_enriched": 1, "clicks_dead_letter": 1}
+    pipeline.after_commit(plan)
+
+    report = audit_clickstream(pipeline)
+    assert report.ok, report.summary()
+    assert report.input_records == produced == 202
+    assert (report.outputs["clicks_enriched"].withheld, report.outputs["clicks_dead_letter"].withheld) == (1, 1)
+    assert report.outputs["clicks_enriched"].records == report.valid
+    assert report.outputs["clicks_dead_letter"].records == report.malformed

@@ -139,3 +139,39 @@ def test_a_restarted_server_is_joined_again_with_the_code_added_anew(pipeline, o
     report = audit_clickstream(pipeline)
     assert report.ok, report.summary()
     assert report.input_records == 600 + 400
+
+
+def test_a_runs_faults_reach_the_servers_python_workers_only_where_the_server_allows_them(
+        spark_connect_server, pipeline, one_kafka_broker, tmp_path, monkeypatch):
+    # The server's workers cannot inherit the task's ONCEFLOW_FAULTS (spark-submit's workers do): the
+    # run's faults reach them as a writer option, armed only on a server that enables injection.
+    from onceflow import faults
+
+    code = shipped_code(pipeline.spec)
+    produce(one_kafka_broker, pipeline.spec.topics[0], 500, seed=7)
+    plan = plan_next(pipeline)
+    monkeypatch.setenv(faults.RUN_PARAM_GUARD, faults.RUN_PARAM_GUARD_VALUE)
+    worker_point = "kafka.precommit.after_flush=raise"
+    with pytest.raises(Exception, match=faults.RUN_PARAM_GUARD):  # the session's server does not enable it
+        with faults.armed_for_job(worker_point):
+            run_connect_batch(spark_connect_server.url, pipeline, plan.batch_seq, code)
+
+    fired_log = tmp_path / "fired.log"
+    proc = ManagedProcess("spark-connect-injecting", tmp_path / "spark-connect").reset()
+    try:
+        server = start_connect_server(proc, env={faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE,
+                                                 faults.FIRED_LOG_VAR: str(fired_log)}, die_with_parent=True)
+        with pytest.raises(Exception, match="kafka.precommit.after_flush"):
+            with faults.armed_for_job(worker_point):
+                run_connect_batch(server.url, pipeline, plan.batch_seq, code)
+        fired = [line.split() for line in fired_log.read_text().splitlines()]
+        assert fired and all(point == "kafka.precommit.after_flush" for point, _, _ in fired), fired
+        assert all(int(pid) != os.getpid() for _, _, pid in fired)  # in the server's workers, not the client
+        result = run_connect_batch(server.url, pipeline, plan.batch_seq, code)  # the next attempt, unarmed
+    finally:
+        proc.stop(grace=2)
+    assert result.attempt == 3
+    assert commit(pipeline, plan) == "committed"
+    report = audit_clickstream(pipeline)
+    assert report.ok, report.summary()
+    assert report.input_records == 500

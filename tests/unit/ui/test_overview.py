@@ -98,3 +98,17 @@ def test_an_interval_batch_shows_its_data_interval_and_the_batch_it_replaces(tmp
     assert "1970-01-01T00:00:01Z/1970-01-01T01:00:01Z" in html and "replaces 0000000001" in html
     assert "interval: 1970-01-01T00:00:01Z/1970-01-01T01:00:01Z" in format_rows([row])
     assert "replaces 0000000001: {'events': 'republished', 'files': 'replaced'}" in format_rows([row])
+
+
+def test_records_withheld_as_too_large_for_their_topic_are_shown_beside_the_output():
+    from onceflow.status import batch_row, format_rows
+
+    status = SimpleNamespace(
+        batch_id="0000000004", batch_seq=4, plan=SimpleNamespace(params={}, records=12, ranges=(), replay_of=None),
+        state=BatchState.COMMITTED, attempt=1, missing_votes=(), decision=None, done={}, timings={},
+        votes={"out": Vote("out", 4, 1, {}, records=10, withheld=2), "files": Vote("files", 4, 1, {}, records=12)})
+    row = batch_row(status)
+    assert row["withheld"] == {"out": 2}
+    assert "withheld (too large for the topic; in _onceflow/<pipeline>/withheld/): out 2" in format_rows([row])
+    html = render("run.html", view={"dag_id": "p", "batch": {**row, "dead_letters": None, "stages_ms": {}}}, run_id="r")
+    assert "out: 10 <span class=\"warn withheld\"" in html and "+2 withheld" in html

@@ -33,15 +33,15 @@ def matrix(per_kind):
 
 
 def test_the_bar_is_met_by_enough_clean_faulted_batches_over_the_whole_matrix():
-    assert report.check(matrix(per_kind=6)).met  # 4 x 9 x 6 = 216 faulted, 24 per kind
+    assert report.check(matrix(per_kind=17)).met  # 4 x 15 x 17 = 1,020 faulted, 68 per kind
 
 
 def test_each_shortfall_is_named():
-    short = report.check(matrix(per_kind=2)).shortfalls  # 72 faulted, 8 per kind
-    assert "72 faulted batches, the bar is 200" in short
+    short = report.check(matrix(per_kind=2)).shortfalls  # 4 x 15 x 2 = 120 faulted, 8 per kind
+    assert "120 faulted batches, the bar is 1000" in short
     assert {s.split()[0] for s in short if "injected" in s} == set(schedule.ALL_KINDS)
 
-    only_noida_file = [run("noida", "file", per_kind=30)]
+    only_noida_file = [run("noida", "file", per_kind=70)]  # 1,050 faulted
     short = report.check(only_noida_file).shortfalls
     assert short == ("no run on broker tansu", "no run on a s3 warehouse")
 

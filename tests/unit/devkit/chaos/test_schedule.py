@@ -44,3 +44,15 @@ def test_an_unknown_kind_is_refused():
         schedule.fault_sequence(1, 1, ("no_such_kind",))
     with pytest.raises(ValueError, match="at least one"):
         schedule.fault_sequence(1, 1, ())
+
+
+def test_each_mode_draws_only_the_kinds_that_can_happen_in_it():
+    submit, connect = schedule.kinds_for(True, "submit"), schedule.kinds_for(True, "connect")
+    assert schedule.KILL_SPARK_SUBMIT in submit and not set(schedule.CONNECT_KINDS) & set(submit)
+    assert set(schedule.CONNECT_KINDS) <= set(connect) and schedule.KILL_SPARK_SUBMIT not in connect
+    assert set(schedule.INPUT_KINDS) <= set(submit)
+    assert not set(schedule.INPUT_KINDS) & set(schedule.kinds_for(True, "submit", mode="backfill"))
+    assert set(submit) | set(connect) == set(schedule.ALL_KINDS)
+    # The repair path: the commit task crashes right after COMMIT (the injector then aborts at the broker).
+    [fault] = schedule.fault_sequence(1, 1, (schedule.BROKER_ABORT_AFTER_COMMIT,))
+    assert faults.parse(fault.run_param) == {"ledger.decision.after_write": ("crash", 1)}

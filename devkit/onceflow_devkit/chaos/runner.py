@@ -331,6 +331,7 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
         for run in figures.runs:
             if run.fault.kind == schedule.OVERSIZED_RECORD and not figures.failures:
                 run.injection = oversized_outcome(world.runtime.coordinator, run.fault, *world.oversized_at[run.n])
+                say(run.line())
         figures.ledger = _ledger_figures(world.runtime.coordinator)
         report = audit_clickstream(world.runtime, hides_aborted=HIDES_ABORTED_RECORDS in world.info.kafka.capabilities)
         figures.audit_summary = report.summary()

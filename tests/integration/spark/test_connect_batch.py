@@ -120,6 +120,7 @@ def test_failed_and_killed_clients_are_fenced_by_the_next_attempt(spark_connect_
     assert report.input_records == 800
 
 
+@pytest.mark.slow  # 40 s; make test's bounded Spark Connect chaos run kills and restarts the server mid-job
 def test_a_restarted_server_is_joined_again_with_the_code_added_anew(pipeline, one_kafka_broker, tmp_path):
     code = shipped_code(pipeline.spec)
     produce(one_kafka_broker, pipeline.spec.topics[0], 600, seed=5)

@@ -379,39 +379,55 @@ def _fired_points(target: RunTarget, fault: schedule.Fault) -> Injection:
     return Injection(fault.kind, True, f"{asked}: fired {', '.join(counts)}", None, counts)
 
 
+def _kill_spark_submit(target: RunTarget, fault: schedule.Fault) -> Injection:
+    return _kill_first(target, fault.kind, "spark-submit JVM", _find(target, _is_spark_submit), fault.detail["after_s"])
+
+
+def _kill_python_worker(target: RunTarget, fault: schedule.Fault) -> Injection:
+    if target.spark_server is not None:
+        return _kill_server_python_worker(target, fault)
+    return _kill_first(target, fault.kind, "Spark Python worker", _find(target, _is_python_worker), fault.detail["after_s"])
+
+
+def _kill_task_process(target: RunTarget, fault: schedule.Fault) -> Injection:
+    task = fault.detail["task"]
+    return _kill_first(target, fault.kind, f"Airflow task process of {task!r}", lambda: _task_process(target, task),
+                       fault.detail["after_s"])
+
+
+def _kill_connect_client(target: RunTarget, fault: schedule.Fault) -> Injection:
+    return _kill_first(target, fault.kind, "Spark Connect client (the spark task's process)",
+                       lambda: _task_process(target, "spark"), fault.detail["after_s"])
+
+
+def _decided_after_the_drain(target: RunTarget, fault: schedule.Fault) -> Injection:
+    # The runner placed the record among the input; oversized_outcome finds the batch that read it.
+    return Injection(fault.kind, False, "decided after the drain")
+
+
+# What injects each kind (blocks until done or the run ends).
+INJECTORS: dict[str, Callable[[RunTarget, schedule.Fault], Injection]] = {
+    schedule.POINT_CRASH: _fired_points,
+    schedule.POINT_RAISE: _fired_points,
+    schedule.KILL_SPARK_SUBMIT: _kill_spark_submit,
+    schedule.KILL_PYTHON_WORKER: _kill_python_worker,
+    schedule.KILL_TASK_PROCESS: _kill_task_process,
+    schedule.LOSE_WORKER: _lose_worker,
+    schedule.BROKER_RESTART: _restart_broker,
+    schedule.BROKER_UNREACHABLE: _unreachable_broker,
+    schedule.BROKER_FENCE: _fence_open_transactions,
+    schedule.BROKER_ABORT_AFTER_COMMIT: _abort_after_commit_decision,
+    schedule.S3_FAULTS: _s3_faults,
+    schedule.KILL_CONNECT_CLIENT: _kill_connect_client,
+    schedule.RESTART_CONNECT_SERVER: _restart_connect_server,
+    schedule.PARTITION_ADDED: _add_partition,
+    schedule.OVERSIZED_RECORD: _decided_after_the_drain,
+}
+
+
 def inject(fault: schedule.Fault, target: RunTarget) -> Injection:
     """Apply ``fault`` to the run ``target`` (blocks until done or the run ends)."""
-    kind = fault.kind
-    if kind in (schedule.POINT_CRASH, schedule.POINT_RAISE):
-        return _fired_points(target, fault)
-    if kind == schedule.KILL_SPARK_SUBMIT:
-        return _kill_first(target, kind, "spark-submit JVM", _find(target, _is_spark_submit), fault.detail["after_s"])
-    if kind == schedule.KILL_PYTHON_WORKER and target.spark_server is not None:
-        return _kill_server_python_worker(target, fault)
-    if kind == schedule.KILL_PYTHON_WORKER:
-        return _kill_first(target, kind, "Spark Python worker", _find(target, _is_python_worker), fault.detail["after_s"])
-    if kind == schedule.KILL_TASK_PROCESS:
-        task = fault.detail["task"]
-        return _kill_first(target, kind, f"Airflow task process of {task!r}", lambda: _task_process(target, task), fault.detail["after_s"])
-    if kind == schedule.BROKER_RESTART:
-        return _restart_broker(target, fault)
-    if kind == schedule.BROKER_UNREACHABLE:
-        return _unreachable_broker(target, fault)
-    if kind == schedule.BROKER_FENCE:
-        return _fence_open_transactions(target, fault)
-    if kind == schedule.BROKER_ABORT_AFTER_COMMIT:
-        return _abort_after_commit_decision(target, fault)
-    if kind == schedule.LOSE_WORKER:
-        return _lose_worker(target, fault)
-    if kind == schedule.PARTITION_ADDED:
-        return _add_partition(target, fault)
-    if kind == schedule.OVERSIZED_RECORD:  # the runner placed the record; oversized_outcome says after the drain
-        return Injection(kind, False, "decided after the drain")
-    if kind == schedule.S3_FAULTS:
-        return _s3_faults(target, fault)
-    if kind == schedule.KILL_CONNECT_CLIENT:
-        return _kill_first(target, kind, "Spark Connect client (the spark task's process)",
-                           lambda: _task_process(target, "spark"), fault.detail["after_s"])
-    if kind == schedule.RESTART_CONNECT_SERVER:
-        return _restart_connect_server(target, fault)
-    raise ValueError(f"unknown chaos fault kind {kind!r}")
+    injector = INJECTORS.get(fault.kind)
+    if injector is None:
+        raise ValueError(f"unknown chaos fault kind {fault.kind!r}")
+    return injector(target, fault)

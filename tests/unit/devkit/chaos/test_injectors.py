@@ -32,3 +32,10 @@ def test_a_task_process_title_gives_its_task_instance_id_and_executor_workers_do
     assert match and match.group(1) == "01a20216-3eda-771f-9484-52509be30a68"
     assert _TASK_TITLE.match(EXECUTOR_WORKER) is None
     assert _TASK_TITLE.match("airflow worker -- LocalExecutor: <idle>") is None
+
+
+def test_every_fault_kind_the_schedule_draws_has_an_injector():
+    from onceflow_devkit.chaos import schedule
+    from onceflow_devkit.chaos.injectors import INJECTORS
+
+    assert set(INJECTORS) == set(schedule.ALL_KINDS)

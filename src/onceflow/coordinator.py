@@ -135,12 +135,9 @@ class Coordinator:
         """The batch's outputs, as its plan names them (configured or not: status reads any batch)."""
         return [s.name for s in plan.sinks] if plan.sinks else sorted(self.participants)
 
-    def _unconfigured(self, plan: Plan) -> list[str]:
-        return [n for n in self._expected(plan) if n not in self.participants]
-
     def _require_configured(self, plan: Plan) -> None:
         """Verifying or committing needs every output's participant: fail fast, naming the fix."""
-        missing = self._unconfigured(plan)
+        missing = [n for n in self._expected(plan) if n not in self.participants]
         if missing:
             from .settings import ConfigurationError
 

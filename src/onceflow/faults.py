@@ -202,7 +202,7 @@ def armed_for_job(run_param: str | None) -> Iterator[None]:
     _load_env()
     parsed = parse(",".join(filter(None, [os.environ.get(ENV_VAR, ""), run_param or ""])))
     with _lock:
-        before = dict(_armed), _job_run_param
+        armed_before, run_param_before = dict(_armed), _job_run_param
         _armed.clear()
         _armed.update({name: _Armed(action, hits) for name, (action, hits) in parsed.items()})
         _job_run_param = run_param or None
@@ -211,8 +211,8 @@ def armed_for_job(run_param: str | None) -> Iterator[None]:
     finally:
         with _lock:
             _armed.clear()
-            _armed.update(before[0])
-            _job_run_param = before[1]
+            _armed.update(armed_before)
+            _job_run_param = run_param_before
 
 
 def job_run_param() -> str | None:

@@ -101,18 +101,19 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
         if missing:
             raise ValueError(f"transform {spec.transform} returned no DataFrame for sink(s) {missing} of pipeline {spec.name!r}")
 
+        batch_options = {"pipeline": spec.name, "deployment": deployment, "batch_seq": str(seq),
+                         "planned_at_ms": str(plan.created_at_ms), "attempt": str(attempt), **job_fault_options()}
+        if plan.params.get("slot") is not None:  # an interval batch: its slot of transactional ids
+            batch_options["slot"] = str(plan.params["slot"])
+        if plan.params.get("replaces"):  # a reprocessed interval: the committed batch it replaces
+            batch_options["replaces"] = str(plan.params["replaces"])
         for i, sink in enumerate(spec.sinks):
             if i:
                 faults.fault_point(JOB_BETWEEN_OUTPUTS)
             started = time.perf_counter()
             sink_plan = plan.sink(sink.name)
             frame = outputs[sink.name].repartition(sink_plan.splits)
-            job_options = {"pipeline": spec.name, "deployment": deployment, "sink": sink.name, "batch_seq": str(seq),
-                           "planned_at_ms": str(plan.created_at_ms), "attempt": str(attempt), **job_fault_options()}
-            if plan.params.get("slot") is not None:  # an interval batch: its slot of transactional ids
-                job_options["slot"] = str(plan.params["slot"])
-            if plan.params.get("replaces"):  # a reprocessed interval: the committed batch it replaces
-                job_options["replaces"] = str(plan.params["replaces"])
+            job_options = {**batch_options, "sink": sink.name}
             sink_kind(sink.kind).pre_commit(frame, sink, sink_plan, runtime.deployment, job_options)
             seconds[sink.name] = time.perf_counter() - started
             log.info("batch %s: %s pre-committed and voted in %.1f s", plan.batch_id, sink.name, seconds[sink.name])

@@ -4,7 +4,8 @@
     onceflow services down                        stop it
     onceflow services status [--json]             what runs, where
     onceflow demo [--warehouse URI]               the end-to-end demo through Airflow
-    onceflow audit --pipeline clickstream ...     count every input record in every output
+    onceflow oracle-audit --pipeline clickstream  count every input record in every output, by an oracle
+                                                  independent of the transform (``onceflow audit`` replays it)
     onceflow chaos --batches N --seed S [--broker B|all] [--warehouse file|s3|all] [--json]
     onceflow chaos-report FILE...                 saved chaos runs added up and checked against the bar
 
@@ -63,7 +64,8 @@ def _audit(args: argparse.Namespace) -> int:
 
     if args.pipeline != "clickstream":
         raise ConfigurationError(
-            f"no audit is defined for pipeline {args.pipeline!r}: onceflow audit knows the clickstream example"
+            f"no oracle is defined for pipeline {args.pipeline!r}: onceflow oracle-audit knows the clickstream "
+            f"example; `onceflow audit` replays any pipeline"
         )
     runtime = runtime_from_args(args)
     broker = environment_broker()  # the runtime's cluster, known by name when it is the embedded one
@@ -123,8 +125,9 @@ def add_commands(sub) -> None:
                       "s3://bucket/prefix uses the embedded S3 endpoint)")
     demo.set_defaults(func=_demo)
 
-    audit = sub.add_parser("audit", help="check every output against the input, exit 0 only when exactly once "
-                           "(dev kit: the clickstream example's oracle)")
+    audit = sub.add_parser("oracle-audit", help="count every input record in every output of the clickstream "
+                           "example, classified by an oracle independent of its transform; exit 0 only when "
+                           "exactly once (dev kit)")
     add_pipeline_arguments(audit)
     audit.set_defaults(func=_audit)
 

@@ -4,6 +4,10 @@
                                                   batches, newest first
     onceflow recover --pipeline P [--batch N] [...same options]
                                                   finish a batch (default: the latest) now
+    onceflow audit --pipeline P [--batches 3-7 | --sample N] [--ignore-columns C,...]
+                   [--master local[4] | --remote sc://host:15002] [...same options]
+                                                  replay committed batches, compare every output
+                                                  (exit 0: all equal, 1: a difference)
 
 The deployment comes from the environment: ``ONCEFLOW_WAREHOUSE`` (or
 --warehouse), Kafka and S3 as ``onceflow.settings`` says. The pipeline is
@@ -72,6 +76,37 @@ def _recover(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit_spark(args: argparse.Namespace):
+    """Spark Connect (--remote), the session of spark-submit when this runs under it, or a local one."""
+    import os
+
+    if args.remote:
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.remote(args.remote).getOrCreate()
+    if os.environ.get("PYSPARK_GATEWAY_PORT") and not args.master:  # launched by spark-submit
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.getOrCreate()
+    from .spark_session import local_spark
+
+    return local_spark("onceflow-audit", master=args.master or "local[2]")
+
+
+def _audit(args: argparse.Namespace) -> int:
+    """Replay committed batches from their plans and compare every output (``onceflow.audit.replay``)."""
+    from .audit.replay import replay_audit
+
+    runtime = runtime_from_args(args)
+    if args.batches and args.sample is not None:
+        raise CommandError("give --batches or --sample, not both")
+    ignore = [c.strip() for c in (args.ignore_columns or "").split(",") if c.strip()]
+    report = replay_audit(_audit_spark(args), runtime, batches=args.batches, sample=args.sample, seed=args.seed,
+                          ignore_columns=ignore, shows_aborted=args.kafka_shows_aborted)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onceflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -83,6 +118,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_pipeline_arguments(recover)
     recover.add_argument("--batch", type=int, help="the batch's seq (default: the latest)")
     recover.set_defaults(func=_recover)
+    audit = sub.add_parser("audit", help="replay committed batches from their plans and compare every output "
+                           "with what it holds; exit 1 on any difference")
+    add_pipeline_arguments(audit)
+    audit.add_argument("--batches", help="the batches to replay, e.g. 3-7,9 (default: every committed batch, and "
+                       "rows of batches that never committed are looked for too)")
+    audit.add_argument("--sample", type=int, help="replay N committed batches drawn at random")
+    audit.add_argument("--seed", type=int, default=0, help="the draw of --sample (default 0)")
+    audit.add_argument("--ignore-columns", help="columns the transform does not reproduce (processing times, "
+                       "random ids), comma-separated")
+    audit.add_argument("--kafka-shows-aborted", action="store_true", help="the Kafka cluster shows aborted records "
+                       "to read_committed consumers (Tansu): count only the offsets the committed votes name")
+    audit.add_argument("--master", help="Spark master of a local session (default local[2]; under spark-submit, "
+                       "its session)")
+    audit.add_argument("--remote", help="a Spark Connect server, sc://host:port (onceflow and the pipeline's "
+                       "package installed there)")
+    audit.set_defaults(func=_audit)
     for entry_point in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         entry_point.load()(sub)
     return parser

@@ -114,6 +114,12 @@ class KafkaOffsetSource:
                 found[topic] = topic_id
         return found
 
+    def topic_ranges(self, topic: str) -> list[OffsetRange]:
+        """Every partition of ``topic`` from its first record to its last stable offset: all a reader sees."""
+        partitions = self.partitions([topic])
+        earliest, stable = self.earliest_offsets(partitions), self.last_stable_offsets(partitions)
+        return [OffsetRange(topic, tp.partition, earliest[tp], stable[tp]) for tp in partitions]
+
     def earliest_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return {
             tp: self._consumer.get_watermark_offsets(

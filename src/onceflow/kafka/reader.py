@@ -34,6 +34,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from ..protocol.plan import OffsetRange
 from .config import consumer_config
 
+# The Spark data source that reads ranges with this module (onceflow.spark.kafka_source registers it).
+RANGE_FORMAT = "onceflow_kafka_range"
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 SCHEMA = pa.schema(
     [

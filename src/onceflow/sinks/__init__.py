@@ -11,6 +11,7 @@ one line below.
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 import importlib
 from importlib.metadata import entry_points
@@ -31,6 +32,23 @@ BUILT_IN: dict[str, str] = {
     "kafka": "onceflow.sinks.kafka:KAFKA",
     "iceberg": "onceflow.sinks.iceberg:ICEBERG",
 }
+
+
+@dataclass(frozen=True)
+class AuditScope:
+    """Which batches an audit compares, and what it may rely on to find their rows."""
+
+    # The audited batches' ids; None: every batch (rows of batches never committed are then found too).
+    batches: frozenset[str] | None
+    # The replayed output's schema (a Spark StructType): the columns to read back.
+    schema: Any
+    # The committed batches' statuses by batch id: only for a Kafka broker that shows aborted
+    # records to read_committed consumers (Tansu), where the decided votes say which records count.
+    committed: Mapping[str, Any]
+    shows_aborted: bool = False
+
+    def covers(self, batch_id: str) -> bool:
+        return self.batches is None or batch_id in self.batches
 
 
 @dataclass(frozen=True)
@@ -96,6 +114,12 @@ class SinkKind(Protocol):
         """Write ``frame`` so that nothing is visible, and vote [Spark driver; the writes run on executors].
         ``job_options`` (pipeline spec, deployment, batch, attempt) go to the data source unchanged."""
 
+    def committed_output(self, spark: Any, sink: SinkSpec, pipeline: PipelineSpec, deployment: Deployment,
+                         scope: AuditScope) -> CommittedOutput:
+        """What any reader of the output sees of the batches in ``scope``, each row with the batch that
+        wrote it, told apart by the output's own marks, never by the ledger's votes (but see
+        ``AuditScope.shows_aborted``) [``onceflow audit``: Spark driver; the reads run on executors]."""
+
 
 def _table() -> dict[str, str]:
     table = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -140,3 +164,35 @@ def open_transactions_of(spec: PipelineSpec, votes: Mapping[str, Vote]) -> list[
         for name, vote in sorted(votes.items())
         for txn in sink_kind(spec.sink(name).kind).open_transactions(spec.sink(name), vote)
     ]
+
+
+# The Spark data source that reads committed Parquet back for the audit (onceflow.spark.committed_parquet).
+COMMITTED_PARQUET = "onceflow_committed_parquet"
+
+
+def committed_parquet(spark, files: list[list[str]], schema, options: Mapping[str, str]):
+    """``files`` ([uri, batch id], ...) read back as ``schema`` plus a ``batch`` column (an audit's read)."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    with_batch = StructType([*schema.fields, StructField("batch", StringType())])
+    return (spark.read.format(COMMITTED_PARQUET).schema(with_batch).option("files", json.dumps(files))
+            .options(**options).load())
+
+
+@dataclass(frozen=True)
+class CommittedOutput:
+    """What readers of an output see of the audited batches (``SinkKind.committed_output``).
+
+    ``frame``: a Spark DataFrame of the output's rows with column ``batch`` (the batch id
+    that wrote each row, by the output's own marks: its directory, snapshot, record
+    header), None when nothing is there. ``findings``: what is wrong with the output
+    apart from its rows (a manifest naming a file that is gone, a file no manifest
+    lists); each one fails the audit. ``reading``: how the rows were told apart.
+    ``set_aside``: rows readers see that the output cannot attribute to a committed
+    batch without the votes (``AuditScope.shows_aborted``), left out of the comparison.
+    """
+
+    frame: Any
+    findings: tuple[str, ...] = ()
+    reading: str = ""
+    set_aside: int = 0

@@ -44,5 +44,37 @@ class FilesKind:
         options = {**job_options, "path": self.location(sink, deployment.warehouse), **deployment.storage_options()}
         frame.write.format(FORMAT).mode("append").options(**options).save()
 
+    def committed_output(self, spark, sink, pipeline, deployment, scope):
+        """Every Parquet file a reader of the output's directory sees, by ``batch=`` directory, and
+        each directory checked against its ``_SUCCESS`` manifest."""
+        from . import CommittedOutput, committed_parquet
+        from ..files import layout
+        from ..files.entries import Manifest
+
+        storage, root = deployment.storage(), self.location(sink, deployment.warehouse)
+        files, findings = [], []
+        for name in sorted(storage.list_dir(root)):
+            seq = layout.seq_of_batch_dir(name)
+            if seq is None or not scope.covers(layout.batch_id(seq)):
+                continue
+            directory = layout.batch_dir(root, seq)
+            # Hidden names (_SUCCESS, .crc) are skipped by Spark, Hive and pyarrow readers alike.
+            present = {n: size for n, size in storage.list_dir(directory).items()
+                       if size is not None and not n.startswith(("_", "."))}
+            manifest = storage.read_bytes(layout.manifest_path(root, seq))
+            if manifest is None:
+                if present:
+                    findings.append(f"{directory}: {len(present)} file(s) and no {layout.MANIFEST_NAME} manifest: "
+                                    "the batch is not committed, yet readers of the directory see its rows")
+            else:
+                listed = {f["name"]: f["size"] for f in Manifest.from_bytes(manifest).files}
+                findings += [f"{directory}/{n}: listed in the batch's manifest and gone" for n in sorted(listed.keys() - present.keys())]
+                findings += [f"{directory}/{n}: in the batch's directory and not in its manifest" for n in sorted(present.keys() - listed.keys())]
+                findings += [f"{directory}/{n}: {present[n]} bytes, the manifest says {listed[n]}: changed since its commit"
+                             for n in sorted(present.keys() & listed.keys()) if present[n] != listed[n]]
+            files += [[layout.join(directory, n), layout.batch_id(seq)] for n in sorted(present)]
+        frame = committed_parquet(spark, files, scope.schema, deployment.storage_options()) if files else None
+        return CommittedOutput(frame, tuple(findings), f"the Parquet files in {root}/batch=<id>/, as any reader sees them")
+
 
 FILES = FilesKind()

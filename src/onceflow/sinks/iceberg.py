@@ -74,5 +74,44 @@ class IcebergKind:
                    "io_properties": json.dumps(public_properties(table.io.properties))}
         frame.write.format(FORMAT).mode("append").options(**options).save()
 
+    def committed_output(self, spark, sink, pipeline, deployment, scope):
+        """The table's current snapshot as any engine reads it: each live data file by the batch
+        the summary of the snapshot that added it names."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        from . import CommittedOutput, committed_parquet
+        from ..iceberg.properties import public_properties
+        from ..iceberg.sink import BATCH_KEY, PIPELINE_KEY, SINK_KEY
+        from ..iceberg.tables import open_catalog
+
+        what = f"sink {sink.name!r} (iceberg table {sink.target!r})"
+        catalog = open_catalog(sink.catalog, deployment.catalog_properties(sink.catalog, what))
+        reading = f"table {sink.target}'s current snapshot, each data file by the snapshot that added it"
+        try:
+            table = catalog.load_table(sink.target)
+        except NoSuchTableError:
+            return CommittedOutput(None, (), reading + " (there is no table yet)")
+        summaries = {s.snapshot_id: s.summary for s in table.metadata.snapshots}
+        files, foreign, deletes = [], 0, 0
+        entries = table.inspect.entries().to_pylist() if table.current_snapshot() is not None else []
+        for entry in (e for e in entries if e["status"] != 2):  # 2: DELETED, no longer in the table
+            if entry["data_file"]["content"] != 0:  # row-level deletes would hide rows the files still hold
+                deletes += 1
+                continue
+            summary = summaries.get(entry["snapshot_id"])
+            if summary is None or (summary[PIPELINE_KEY], summary[SINK_KEY]) != (pipeline.name, sink.name):
+                foreign += 1
+                continue
+            if scope.covers(summary[BATCH_KEY]):
+                files.append([entry["data_file"]["file_path"], summary[BATCH_KEY]])
+        findings = [f"table {sink.target}: {foreign} data file(s) added by snapshots of no batch of this output "
+                    "(another writer, or a rewrite such as compaction): their rows cannot be told apart"] if foreign else []
+        findings += [f"table {sink.target}: {deletes} delete file(s): rows were deleted or updated "
+                     "after their batches committed"] if deletes else []
+        options = {"io_properties": json.dumps(public_properties(table.io.properties)), "catalog": sink.catalog or "",
+                   "table": sink.target, "deployment": deployment.to_option()}
+        frame = committed_parquet(spark, files, scope.schema, options) if files else None
+        return CommittedOutput(frame, tuple(findings), reading)
+
 
 ICEBERG = IcebergKind()

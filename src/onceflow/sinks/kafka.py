@@ -112,5 +112,57 @@ class KafkaKind:
         }
         frame.write.format(FORMAT).mode("append").options(**options).save()
 
+    def committed_output(self, spark, sink, pipeline, deployment, scope):
+        """The whole topic as a read_committed consumer sees it, each record by its ``onceflow.batch``
+        header, plus the records the commits published in the withheld files."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
+
+        from . import CommittedOutput, committed_parquet
+        from ..kafka.offsets import KafkaOffsetSource
+        from ..kafka.reader import RANGE_FORMAT
+        from ..kafka.writer import BATCH_HEADER, SPLIT_HEADER
+        from ..layout import withheld_dir
+
+        def header(name: str):
+            return F.expr(f"try_element_at(filter(headers, h -> h.key = '{name}'), 1).value").cast("string")
+
+        with KafkaOffsetSource(deployment.kafka.config()) as source:
+            ranges = source.topic_ranges(sink.target)
+        records = (spark.read.format(RANGE_FORMAT).option("ranges", json.dumps([r.to_dict() for r in ranges]))
+                   .option("deployment", deployment.to_option()).option("columns", "key,value,headers,partition,offset")
+                   .load().withColumn("batch", header(BATCH_HEADER)).withColumn("split", header(SPLIT_HEADER)))
+        set_aside = 0
+        foreign = records.filter(F.col("batch").isNull()).count()
+        findings = [f"topic {sink.target}: {foreign} record(s) without an {BATCH_HEADER} header: not written by onceflow"] if foreign else []
+        if scope.batches is not None:
+            records = records.filter(F.col("batch").isin(sorted(scope.batches)))
+        reading = f"topic {sink.target} as a read_committed consumer sees it, records by their {BATCH_HEADER} header"
+        if scope.shows_aborted:  # aborted attempts are visible: keep each committed split's records, by its vote
+            written = [(batch, str(h.split), int(p), w.first_offset, w.last_offset)
+                       for batch, status in scope.committed.items() if sink.name in status.decision.votes
+                       for h in handles_of(status.decision.votes[sink.name]) for p, w in h.partitions.items()]
+            ranges_of = spark.createDataFrame(written or [("", "", 0, 0, -1)],
+                                              "w_batch string, w_split string, w_partition int, first long, last long")
+            voted = ((records["batch"] == ranges_of["w_batch"]) & (records["split"] == ranges_of["w_split"])
+                     & (records["partition"] == ranges_of["w_partition"])
+                     & records["offset"].between(ranges_of["first"], ranges_of["last"]))
+            set_aside = records.join(F.broadcast(ranges_of), voted, "left_anti").count()
+            records = records.join(F.broadcast(ranges_of), voted, "left_semi")
+            reading += (", restricted to the offsets the committed votes name (this broker shows aborted records "
+                        "to read_committed consumers: the topic alone cannot tell them apart); the records outside "
+                        "them (aborted attempts, or copies produced since) are set aside")
+        # A record keeps only its key and value of the transform's columns.
+        stored = StructType([f for f in scope.schema.fields if f.name in ("key", "value")])
+        frame = records.select(*(F.col(f.name).cast(f.dataType) for f in stored.fields), "batch")
+        root = withheld_dir(deployment.warehouse, pipeline.name, sink.name, "").rstrip("/")
+        storage = deployment.storage()
+        withheld = [[f"{root}/{path}", path.split("/", 1)[0]] for path in storage.list_tree(root)
+                    if path.endswith(".parquet") and scope.covers(path.split("/", 1)[0])]
+        if withheld:
+            frame = frame.unionByName(committed_parquet(spark, withheld, stored, deployment.storage_options()))
+            reading += f", and the records withheld as too large for the topic, from {root}"
+        return CommittedOutput(frame, tuple(findings), reading, set_aside)
+
 
 KAFKA = KafkaKind()

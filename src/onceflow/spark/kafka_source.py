@@ -37,10 +37,10 @@ from typing import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from ..kafka.reader import RANGE_FORMAT as FORMAT  # the name this data source registers under
 from ..protocol.plan import OffsetRange
 from ..spec import INPUT_COLUMNS, check_input_columns
 
-FORMAT = "onceflow_kafka_range"
 _DDL = {
     "key": "binary",
     "value": "binary",

@@ -54,6 +54,7 @@ def pipeline(kafka_broker, tmp_path):
     return clickstream_runtime(kafka_broker, tmp_path)
 
 
+@pytest.mark.slow  # make test's replay audit test (test_replay_audit) commits, mirrors and audits two batches on noida
 def test_two_batches_commit_exactly_once(spark, pipeline, kafka_broker):
     produced = produce(kafka_broker, pipeline.spec.topics[0], 1000, seed=1)
     coordinator = pipeline.coordinator

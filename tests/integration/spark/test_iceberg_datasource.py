@@ -51,7 +51,11 @@ def iceberg_pipeline(broker, tmp_path, warehouse_kind: str, request):
     return PipelineRuntime(spec, Deployment(warehouse, broker, s3, catalogs))
 
 
-@pytest.mark.parametrize("warehouse_kind", ["local", "s3"])
+@pytest.mark.parametrize("warehouse_kind", [
+    # On a local warehouse, make test's replay audit (test_replay_audit) checks the table batch by batch.
+    pytest.param("local", marks=pytest.mark.slow),
+    "s3",
+])
 def test_batches_commit_to_the_table_as_one_snapshot_each(spark, one_kafka_broker, tmp_path, request, warehouse_kind):
     runtime = iceberg_pipeline(one_kafka_broker, tmp_path, warehouse_kind, request)
     produce(one_kafka_broker, runtime.spec.topics[0], 1000, seed=3)
@@ -79,6 +83,13 @@ def test_batches_commit_to_the_table_as_one_snapshot_each(spark, one_kafka_broke
     scanned = table.scan().to_arrow()
     assert scanned.num_rows > 0 and rows(scanned) == rows(parquet)
     assert sum(int(s["added-records"]) for s in snapshots) == parquet.num_rows
+
+    # The replay audit reads every output back from the warehouse (and the lake) on executors.
+    from onceflow.audit.replay import replay_audit
+
+    report = replay_audit(spark, runtime)
+    assert report.ok, report.summary()
+    assert report.outputs["page_minute_table"].total("found") == parquet.num_rows
 
 
 def test_a_job_that_dies_after_writing_the_table_is_rolled_back_and_its_replay_commits_once(spark, one_kafka_broker,

@@ -17,7 +17,7 @@ from onceflow.protocol.intervals import Interval, IntervalNotClosed, OffsetsLost
 from onceflow.protocol.planning import PlanningError, TopicPartition
 from onceflow.protocol.states import BatchState
 
-from onceflow_devkit.audit.clickstream_audit import tiling_errors
+from onceflow.audit.ranges import tiling_errors
 from tests.doubles.helpers import config, prepare_all, world_coordinator
 
 H = 3_600_000

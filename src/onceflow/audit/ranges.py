@@ -1,0 +1,66 @@
+"""Which batches are committed, and whether their ranges tile the input (I1, I8).
+
+Reads the ledger only for *which* plans are committed; tooling, not the
+protocol (a full scan of the ledger).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..protocol.intervals import interval_of
+from ..protocol.plan import Plan
+from ..protocol.states import BatchState
+
+
+def committed_plans(coordinator) -> list[tuple[Plan, Any]]:
+    """(plan, status) of every committed batch, oldest first (a full scan: tooling only)."""
+    out = []
+    for seq in range(1, coordinator.latest_seq() + 1):
+        status = coordinator.describe(seq)
+        if status is not None and status.state is BatchState.COMMITTED:
+            out.append((status.plan, status))
+    return out
+
+
+def contiguity_errors(plans: Iterable[Plan]) -> list[str]:
+    """I1: per partition, committed ranges follow each other without gap or
+    overlap; for an interval pipeline, I8 (tiling): intervals that meet in time
+    meet in every partition, and no two overlap anywhere."""
+    plans = list(plans)
+    if plans and all(interval_of(p) is not None for p in plans):
+        return tiling_errors(plans)
+    errors = []
+    last_end: dict[tuple[str, int], tuple[int, str]] = {}
+    for plan in plans:
+        for rng in plan.ranges:
+            key = (rng.topic, rng.partition)
+            if key in last_end and last_end[key][0] != rng.start:
+                prev_end, prev_batch = last_end[key]
+                kind = "gap" if rng.start > prev_end else "overlap"
+                errors.append(
+                    f"{kind} in {rng.topic}[{rng.partition}]: batch {prev_batch} ended at {prev_end}, "
+                    f"batch {plan.batch_id} starts at {rng.start}"
+                )
+            if rng.size or key not in last_end:
+                last_end[key] = (rng.end, plan.batch_id)
+    return errors
+
+
+def tiling_errors(plans: list[Plan]) -> list[str]:
+    """I8 over committed interval batches (any order): per partition, sorted by
+    interval, adjacent intervals share their boundary and none overlaps the next."""
+    errors = []
+    ordered = sorted(plans, key=lambda p: interval_of(p).start_ms)
+    for before, after in zip(ordered, ordered[1:]):
+        first, second = interval_of(before), interval_of(after)
+        ends = {(r.topic, r.partition): r.end for r in before.ranges}
+        for rng in after.ranges:
+            end = ends.get((rng.topic, rng.partition))
+            if end is None:
+                continue
+            if rng.start < end or (first.end_ms == second.start_ms and rng.start != end):
+                kind = "overlap" if rng.start < end else "gap"
+                errors.append(f"{kind} in {rng.topic}[{rng.partition}]: interval {first} (batch {before.batch_id}) ends at "
+                              f"{end}, interval {second} (batch {after.batch_id}) starts at {rng.start}")
+    return errors

@@ -68,7 +68,10 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
     from onceflow.kafka.admin import ensure_topics
     from onceflow.runtime import Deployment, PipelineRuntime, is_s3_uri
     from onceflow_devkit.airflow_env import DAGS_FOLDER, onceflow_airflow
+    from onceflow.audit.replay import replay_audit
+    from onceflow.cli import audit_session
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
+    from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
     from onceflow_devkit.local_airflow.metadata import MetadataDb
     from onceflow_devkit.services.spark_connect import start_connect_server
 
@@ -127,18 +130,24 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
                 _say(f"[run {n}]   unexpected outcome: {result.describe()}")
                 return 1
 
-        report = audit_clickstream(runtime)
+        shows_aborted = HIDES_ABORTED_RECORDS not in info.kafka.capabilities
+        report = audit_clickstream(runtime, hides_aborted=not shows_aborted)
         _say(report.summary())
+        with audit_session(remote=server.url) as spark:  # `onceflow audit --remote`: replayed on the server
+            replayed = replay_audit(spark, runtime, shows_aborted=shows_aborted)
+        _say(replayed.summary())
         for line in table_history(runtime, "page_minute_table"):
             _say(line)
-        _say(f"[demo]    {'exactly once: every input record counted once in every output' if report.ok else 'EXACTLY-ONCE VIOLATED'}"
+        ok = report.ok and replayed.ok
+        _say(f"[demo]    {'exactly once: every input record counted once in every output, every batch replayed equal' if ok else 'EXACTLY-ONCE VIOLATED'}"
              f" ({time.monotonic() - started:.0f} s).")
-        # ONCEFLOW_HOME lets `onceflow audit` know the broker (Tansu's deviations) by the stack's name.
+        # ONCEFLOW_HOME lets `onceflow oracle-audit` know the broker (Tansu's deviations) by the stack's name.
         catalogs_env = home / "iceberg.env"  # the catalog's properties (the S3 keys, on an S3 warehouse): not printed
         catalogs_env.write_text(f"{ICEBERG_CATALOGS_VAR}={shlex.quote(json.dumps(runtime.deployment.catalogs))}\n")
         recheck = (f"set -a; . {stack.env_file}; . {catalogs_env}; set +a; export ONCEFLOW_HOME={home / 'stack'} "
                    f"ONCEFLOW_WAREHOUSE={warehouse} ONCEFLOW_DAGS_FOLDER={DAGS_FOLDER}\n"
-                   "          .venv/bin/onceflow status --pipeline clickstream; .venv/bin/onceflow audit --pipeline clickstream")
+                   "          .venv/bin/onceflow status --pipeline clickstream; .venv/bin/onceflow audit --pipeline clickstream"
+                   + (" --kafka-shows-aborted" if shows_aborted else "") + "; .venv/bin/onceflow oracle-audit --pipeline clickstream")
         if keep_running:
             airflow.start(timeout=180, detach=True)
             _say(f"[ui]      the onceflow page: {airflow.api_url}/plugin/onceflow (Airflow's UI, Plugins > onceflow);"
@@ -146,7 +155,7 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
             _say(f"[demo]    the stack and Airflow are still up (`onceflow demo --stop` ends them); look again with:\n          {recheck}")
         else:
             _say("[demo]    run `onceflow demo --keep-running` to look at the batches, outputs and the onceflow page afterwards")
-        return 0 if report.ok else 1
+        return 0 if ok else 1
     finally:
         if not keep_running:
             spark_connect.stop(grace=10)

@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 from importlib.metadata import entry_points
+from typing import Any, Iterator
 
 from .settings import ConfigurationError
 
@@ -76,21 +78,29 @@ def _recover(args: argparse.Namespace) -> int:
     return 0
 
 
-def _audit_spark(args: argparse.Namespace):
-    """Spark Connect (--remote), the session of spark-submit when this runs under it, or a local one."""
+@contextmanager
+def audit_session(remote: str | None = None, master: str | None = None) -> Iterator[Any]:
+    """A session on a Spark Connect server (``remote``), spark-submit's when this runs under it,
+    or a local one (``master``, default local[2])."""
     import os
 
-    if args.remote:
-        from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession
 
-        return SparkSession.builder.remote(args.remote).getOrCreate()
-    if os.environ.get("PYSPARK_GATEWAY_PORT") and not args.master:  # launched by spark-submit
-        from pyspark.sql import SparkSession
+    if remote:
+        from .spark.connect import close_client, connect_mode
 
-        return SparkSession.builder.getOrCreate()
-    from .spark_session import local_spark
+        with connect_mode():
+            spark = SparkSession.builder.remote(remote).create()
+            try:
+                yield spark
+            finally:
+                close_client(spark)
+    elif os.environ.get("PYSPARK_GATEWAY_PORT") and not master:  # launched by spark-submit
+        yield SparkSession.builder.getOrCreate()
+    else:
+        from .spark_session import local_spark
 
-    return local_spark("onceflow-audit", master=args.master or "local[2]")
+        yield local_spark("onceflow-audit", master=master or "local[2]")
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -101,8 +111,9 @@ def _audit(args: argparse.Namespace) -> int:
     if args.batches and args.sample is not None:
         raise CommandError("give --batches or --sample, not both")
     ignore = [c.strip() for c in (args.ignore_columns or "").split(",") if c.strip()]
-    report = replay_audit(_audit_spark(args), runtime, batches=args.batches, sample=args.sample, seed=args.seed,
-                          ignore_columns=ignore, shows_aborted=args.kafka_shows_aborted)
+    with audit_session(args.remote, args.master) as spark:
+        report = replay_audit(spark, runtime, batches=args.batches, sample=args.sample, seed=args.seed,
+                              ignore_columns=ignore, shows_aborted=args.kafka_shows_aborted)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
     return 0 if report.ok else 1
 

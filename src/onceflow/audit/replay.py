@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import random
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
@@ -84,6 +85,7 @@ class ReplayReport:
     ignored_columns: list[str]
     outputs: dict[str, OutputReport]
     contiguity_errors: list[str]
+    seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -97,6 +99,7 @@ class ReplayReport:
             "audited_batches": self.audited,
             "ignored_columns": self.ignored_columns,
             "contiguity_errors": self.contiguity_errors,
+            "seconds": round(self.seconds, 1),
             "outputs": {
                 name: {"ok": o.ok, "reading": o.reading, "findings": o.findings, "examples": o.examples,
                        "set_aside": o.set_aside,
@@ -108,7 +111,7 @@ class ReplayReport:
 
     def summary(self) -> str:
         lines = [f"audit of {self.pipeline} by replay: {'OK' if self.ok else 'FAILED'} — {len(self.audited)} of "
-                 f"{self.committed_batches} committed batches replayed"
+                 f"{self.committed_batches} committed batches replayed in {self.seconds:.0f} s"
                  + (f", ignoring columns {', '.join(self.ignored_columns)}" if self.ignored_columns else "")]
         for o in self.outputs.values():
             lines.append(f"  {o.name:<20} {o.total('found'):>8} rows found, {o.total('expected')} replayed  "
@@ -193,6 +196,7 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
     from ..spark import committed_parquet
     from ..spark.batch_job import read_input, register_data_sources, release
 
+    started = time.monotonic()
     spec, deployment = runtime.spec, runtime.deployment
     committed = committed_plans(runtime.coordinator)
     chosen = select(committed, batches, sample, seed)
@@ -244,4 +248,5 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
         for records in inputs:
             release(records)
     return ReplayReport(spec.name, len(committed), audited, list(ignore_columns), reports,
-                        contiguity_errors([p for p, _ in committed if p.batch_seq not in replaced]))
+                        contiguity_errors([p for p, _ in committed if p.batch_seq not in replaced]),
+                        time.monotonic() - started)

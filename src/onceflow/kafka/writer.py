@@ -15,10 +15,10 @@ sink), which let the commit task count this split's records when it verifies
 the commit, and find an already published repair, even in a topic that other
 pipelines (or other sinks of this one) write with the same batch ids.
 
-The writer picks each record's partition itself (CRC32 of the key modulo the
-partition count, as librdkafka's default partitioner does for keyed records;
-round-robin for null keys), so the staged copy knows where every record went
-and a repair can put it back in the same partition.
+The writer picks each record's partition itself (``partitioners``: CRC32 of
+the key as librdkafka does, or murmur2 as Java producers do; round-robin for
+null keys), so the staged copy knows where every record went and a repair can
+put it back in the same partition.
 
 The staged copy (Arrow IPC stream at ``staged_uri``, written through the
 warehouse's ``onceflow.storage``: local, Hadoop FS or S3) holds the split's records
@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-import zlib
 from collections import Counter
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, fields
@@ -54,6 +53,7 @@ from ..layout import kafka_staging_dir
 from ..storage import Storage, storage_for
 from .config import producer_config
 from .ids import transactional_id
+from .partitioners import DEFAULT as DEFAULT_PARTITIONER, partition_function
 from .reader import HEADERS_TYPE
 
 BATCH_HEADER = "onceflow.batch"
@@ -226,6 +226,7 @@ class TransactionalSplitWriter:
         producer_overrides: Mapping[str, Any] | None = None,
         slot: int | None = None,
         max_record_bytes: int | None = None,
+        partitioner: str = DEFAULT_PARTITIONER,
     ):
         self.pipeline, self.sink, self.batch_id, self.split, self.topic = pipeline, sink, batch_id, split, topic
         self.txn_id = transactional_id(pipeline, sink, split, slot)
@@ -251,6 +252,7 @@ class TransactionalSplitWriter:
         self._last: dict[int, int] = {}
         self._counts: dict[int, int] = {}
         self._partition_count = 0
+        self._partition_of = partition_function(partitioner, f"sink {sink!r}: partitioner")
         self._round_robin = 0
         self._first_write_ms = 0
         self._rows: dict[str, list] = {name: [] for name in STAGED_SCHEMA.names}  # of write() calls, not produced yet
@@ -399,9 +401,9 @@ class TransactionalSplitWriter:
                 self._producer.poll(0.05)
 
     def _partitions_for(self, keys: list) -> list[int]:
-        n, crc32 = self._partition_count, zlib.crc32
+        n, partition_of = self._partition_count, self._partition_of
         if None not in keys:
-            return [crc32(k) % n for k in keys]
+            return [partition_of(k, n) for k in keys]
         return [self._partition_for(k) for k in keys]
 
     def _stage_rows(self, partitions: list, batch, keys: list, n: int) -> None:
@@ -475,7 +477,7 @@ class TransactionalSplitWriter:
 
     def _partition_for(self, key: bytes | None) -> int:
         if key is not None:
-            return zlib.crc32(key) % self._partition_count
+            return self._partition_of(key, self._partition_count)
         self._round_robin = (self._round_robin + 1) % self._partition_count
         return self._round_robin
 

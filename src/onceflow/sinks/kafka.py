@@ -109,6 +109,7 @@ class KafkaKind:
             "transactional_ids": json.dumps(list(sink_plan.transactional_ids)),
             "transaction_timeout_ms": str(sink.transaction_timeout_ms),
             "max_record_bytes": str(self.max_record_bytes(sink, deployment)),
+            "partitioner": sink.partitioner,
         }
         frame.write.format(FORMAT).mode("append").options(**options).save()
 

@@ -60,6 +60,7 @@ class KafkaWriteOptions:
     transaction_timeout_ms: int
     slot: int | None = None
     max_record_bytes: int | None = None  # larger records are withheld (kafka.writer), not produced
+    partitioner: str = "crc32"  # kafka.partitioners: where a keyed record goes
     faults: str = ""  # the run's faults, for a Spark Connect server's workers (writer_options)
 
     @property
@@ -78,6 +79,7 @@ class KafkaWriteOptions:
             ints["slot"],
             ints["max_record_bytes"],
             opts.get(FAULTS_OPTION, ""),
+            opts.get("partitioner") or "crc32",
         )
 
 
@@ -111,6 +113,7 @@ class KafkaSplitWriter(DataSourceArrowWriter):
             producer_overrides={"transaction.timeout.ms": opts.transaction_timeout_ms},
             slot=opts.slot,
             max_record_bytes=opts.max_record_bytes,
+            partitioner=opts.partitioner,
         )
         if writer.txn_id != opts.transactional_ids[split]:
             raise ValueError(

@@ -319,3 +319,22 @@ def test_another_pipelines_records_with_the_same_batch_and_split_never_pass_for_
     assert result.outcome is Outcome.DONE and "repaired" in result.detail, result.detail
     seen = Counter(value for _, value, _ in read_committed(config, topic, PARTITIONS))
     assert seen == Counter([f"{n}-{BATCH}-0-{i}".encode() for n in (pipeline, other) for i in range(40)])
+
+
+def test_keyed_records_go_where_a_java_producer_puts_them_with_the_murmur2_partitioner(kafka_broker, pipeline, tmp_path):
+    from onceflow.kafka.partitioners import partition_function
+
+    config = kafka_broker.config()
+    topic = create_topic(config, partitions=3)
+    writer = TransactionalSplitWriter(config, pipeline, "out", BATCH, 0, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0),
+                                      partitioner="murmur2")
+    writer.begin()
+    keys = [f"user-{i}".encode() for i in range(60)]
+    writer.write_batch(pa.RecordBatch.from_pydict({"key": keys, "value": keys}))
+    handle = writer.precommit()
+    assert _participant(kafka_broker, pipeline, tmp_path).commit(_vote(handle)).outcome is Outcome.DONE
+
+    placed = {value: partition for partition, value, _ in read_committed(config, topic, 3)}
+    murmur2 = partition_function("murmur2")
+    assert placed == {key: murmur2(key, 3) for key in keys}
+    assert len(set(placed.values())) == 3

@@ -209,38 +209,38 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
     expected: dict[str, list] = {s.name: [] for s in spec.sinks}
     schemas: dict[str, Any] = {}
     inputs = []
-    for plan, _ in chosen:
-        records = read_input(spark, spec, plan.ranges, deployment.to_option()).cache()
-        inputs.append(records)
-        outputs = transform(records, plan.batch_id)
-        for sink in spec.sinks:
-            schemas.setdefault(sink.name, outputs[sink.name].schema)
-            if plan.batch_seq in replaced and sink_kind(sink.kind).reprocess(sink) == "replaced":
-                continue
-            expected[sink.name].append(outputs[sink.name].withColumn("batch", F.lit(plan.batch_id)))
-
-    audited = [p.batch_id for p, _ in chosen]
-    unknown = sorted(set(ignore_columns) - {name for schema in schemas.values() for name in schema.names})
-    if unknown and schemas:
-        for records in inputs:
-            release(records)
-        raise ConfigurationError(f"--ignore-columns names {unknown}, which no output of pipeline {spec.name!r} has: "
-                                 "name columns of the transform's outputs")
-    scope_batches = frozenset(audited) if (batches or sample is not None) else None
     reports: dict[str, OutputReport] = {}
+    audited = [p.batch_id for p, _ in chosen]
+    scope_batches = frozenset(audited) if (batches or sample is not None) else None
     try:
+        for plan, _ in chosen:
+            records = read_input(spark, spec, plan.ranges, deployment.to_option()).cache()
+            inputs.append(records)
+            outputs = transform(records, plan.batch_id)
+            for sink in spec.sinks:
+                schemas.setdefault(sink.name, outputs[sink.name].schema)
+                if plan.batch_seq in replaced and sink_kind(sink.kind).reprocess(sink) == "replaced":
+                    continue
+                expected[sink.name].append(outputs[sink.name].withColumn("batch", F.lit(plan.batch_id)))
+        unknown = sorted(set(ignore_columns) - {name for schema in schemas.values() for name in schema.names})
+        if unknown and schemas:
+            raise ConfigurationError(f"--ignore-columns names {unknown}, which no output of pipeline {spec.name!r} "
+                                     "has: name columns of the transform's outputs")
         for sink in spec.sinks:
-            schema = schemas.get(sink.name)
-            if schema is None:  # nothing to replay: nothing committed yet
+            if sink.name not in schemas:  # nothing to replay: nothing committed yet
                 reports[sink.name] = OutputReport(sink.name, "no committed batch selected")
                 continue
+            # A column added between batches (schema change) is null in the earlier batches' replay.
+            want = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), expected[sink.name]) \
+                if expected[sink.name] else None
+            schema = StructType([f for f in want.schema.fields if f.name != "batch"]) if want is not None \
+                else schemas[sink.name]
+            with_batch = StructType([*schema.fields, StructField("batch", StringType())])
+            want = want if want is not None else spark.createDataFrame([], with_batch)
             scope = AuditScope(scope_batches, schema, {p.batch_id: s for p, s in committed}, shows_aborted)
             output = sink_kind(sink.kind).committed_output(spark, sink, spec, deployment, scope)
-            with_batch = StructType([*schema.fields, StructField("batch", StringType())])
             found = output.frame if output.frame is not None else spark.createDataFrame([], with_batch)
             columns = [c for c in found.columns if c != "batch" and c not in ignore_columns]
-            want = functools.reduce(lambda a, b: a.unionByName(b), expected[sink.name]) if expected[sink.name] \
-                else spark.createDataFrame([], with_batch)
             report = OutputReport(sink.name, output.reading, findings=list(output.findings), set_aside=output.set_aside)
             _compare(want.select(*columns, "batch"), found.select(*columns, "batch"), columns, audited, report, examples)
             reports[sink.name] = report

@@ -40,7 +40,8 @@ def committed_files(sink_uri: str, storage: Storage | None = None) -> list[str]:
 
 
 def read_committed(sink_uri: str, storage: Storage | None = None) -> pa.Table:
-    """All committed rows as one table (meant for audits of modest size)."""
+    """All committed rows as one table (meant for audits of modest size), in the union of the
+    batches' schemas."""
     storage = storage or storage_for(sink_uri)
     tables = []
     for path in committed_files(sink_uri, storage):
@@ -48,4 +49,5 @@ def read_committed(sink_uri: str, storage: Storage | None = None) -> pa.Table:
         if data is None:
             raise FileNotFoundError(f"{path} is listed in its batch's _SUCCESS manifest but is gone")
         tables.append(pq.read_table(pa.BufferReader(data)))
-    return pa.concat_tables(tables) if tables else pa.table({})
+    # A column added between batches (a nullable one, the usual schema change) is null in earlier batches.
+    return pa.concat_tables(tables, promote_options="default") if tables else pa.table({})

@@ -198,3 +198,20 @@ def test_a_replacing_batch_takes_the_place_of_the_one_it_names_and_readers_never
     assert again.outcome is Outcome.ALREADY_DONE, again.detail
     assert storage.list_dir(layout.batch_dir(uri, SEQ)) == {}  # the replaced batch is gone, manifest and files
     assert [m.replaces for m in committed_manifests(uri, storage)] == [SEQ]
+
+
+def test_a_column_added_between_batches_reads_as_null_in_the_earlier_ones(tmp_path):
+    from onceflow.storage.local import LocalStorage
+
+    uri, storage = str(tmp_path / "sink"), LocalStorage()
+    sink = FileSink("counts", uri, storage)
+    before = write_staged_parquet(pa.table({"page": ["a", "b"], "views": [1, 2]}), sink.staging_uri(1, 1), 0, storage)
+    after = write_staged_parquet(pa.table({"page": ["c"], "views": [3], "country": ["fr"]}), sink.staging_uri(2, 1), 0,
+                                 storage)
+    for seq, entry in ((1, before), (2, after)):
+        assert sink.commit(sink.vote_for(seq, 1, [entry])).outcome is Outcome.DONE
+
+    table = read_committed(uri, storage)
+    assert table.column_names == ["page", "views", "country"]
+    assert table.to_pylist() == [{"page": "a", "views": 1, "country": None}, {"page": "b", "views": 2, "country": None},
+                                 {"page": "c", "views": 3, "country": "fr"}]

@@ -133,7 +133,7 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
         shows_aborted = HIDES_ABORTED_RECORDS not in info.kafka.capabilities
         report = audit_clickstream(runtime, hides_aborted=not shows_aborted)
         _say(report.summary())
-        with audit_session(remote=server.url) as spark:  # `onceflow audit --remote`: replayed on the server
+        with audit_session(runtime.spec, remote=server.url) as spark:  # `onceflow audit --remote`: replayed on the server
             replayed = replay_audit(spark, runtime, shows_aborted=shows_aborted)
         _say(replayed.summary())
         for line in table_history(runtime, "page_minute_table"):

@@ -79,28 +79,36 @@ def _recover(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def audit_session(remote: str | None = None, master: str | None = None) -> Iterator[Any]:
-    """A session on a Spark Connect server (``remote``), spark-submit's when this runs under it,
-    or a local one (``master``, default local[2])."""
+def audit_session(spec, remote: str | None = None, master: str | None = None) -> Iterator[Any]:
+    """A session for replaying ``spec``'s batches, with the pipeline's code shipped as its spark
+    task ships it: on a Spark Connect server (``remote``: the session of that code), spark-submit's
+    when this runs under it, or a local one (``master``, default local[2])."""
     import os
 
     from pyspark.sql import SparkSession
 
+    from .dag_factory import shipped_code
+
+    code = shipped_code(spec)
     if remote:
-        from .spark.connect import close_client, connect_mode
+        from .spark.connect import close_client, connect_mode, join_session
 
         with connect_mode():
-            spark = SparkSession.builder.remote(remote).create()
+            spark = join_session(remote, code)
             try:
                 yield spark
             finally:
                 close_client(spark)
-    elif os.environ.get("PYSPARK_GATEWAY_PORT") and not master:  # launched by spark-submit
-        yield SparkSession.builder.getOrCreate()
+        return
+    if os.environ.get("PYSPARK_GATEWAY_PORT") and not master:  # launched by spark-submit
+        spark = SparkSession.builder.getOrCreate()
     else:
         from .spark_session import local_spark
 
-        yield local_spark("onceflow-audit", master=master or "local[2]")
+        spark = local_spark("onceflow-audit", master=master or "local[2]")
+    for zip_path in code[1:]:  # the transform's package, for Python UDFs on executors (onceflow is installed)
+        spark.sparkContext.addPyFile(zip_path)
+    yield spark
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -111,7 +119,7 @@ def _audit(args: argparse.Namespace) -> int:
     if args.batches and args.sample is not None:
         raise CommandError("give --batches or --sample, not both")
     ignore = [c.strip() for c in (args.ignore_columns or "").split(",") if c.strip()]
-    with audit_session(args.remote, args.master) as spark:
+    with audit_session(runtime.spec, args.remote, args.master) as spark:
         report = replay_audit(spark, runtime, batches=args.batches, sample=args.sample, seed=args.seed,
                               ignore_columns=ignore, shows_aborted=args.kafka_shows_aborted)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())

@@ -106,8 +106,12 @@ def join_session(connection_url: str, code_zips: Sequence[str]):
 
 def close_client(spark) -> None:
     """Close the connection, never the session (the next batch joins it). Now rather than at
-    interpreter exit, where gRPC's channel close can wait forever (seen after a failed job)."""
-    spark.client.close()
+    interpreter exit, where gRPC's channel close can wait forever (seen after a failed job).
+    ``stop()`` without releasing also forgets it as the process's active and default session:
+    otherwise the next session this process joins is neither, and a transform's
+    ``F.udf(f, "string")`` (its DDL is parsed with the active session) fails."""
+    spark.release_session_on_close = False
+    spark.stop()
 
 
 def job_tag(pipeline: str, seq: int) -> str:

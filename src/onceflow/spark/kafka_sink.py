@@ -78,8 +78,8 @@ class KafkaWriteOptions:
             ints["transaction_timeout_ms"] or 900_000,
             ints["slot"],
             ints["max_record_bytes"],
-            opts.get(FAULTS_OPTION, ""),
-            opts.get("partitioner") or "crc32",
+            partitioner=opts.get("partitioner") or "crc32",
+            faults=opts.get(FAULTS_OPTION, ""),
         )
 
 

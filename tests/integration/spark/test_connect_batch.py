@@ -18,7 +18,8 @@ import uuid
 import pytest
 
 from onceflow.dag_factory import shipped_code
-from onceflow.spark.connect import CONNECT_MODE_VAR, close_client, code_session_id, join_session, run_connect_batch
+from onceflow.spark.connect import (CONNECT_MODE_VAR, close_client, code_session_id, connect_mode, join_session,
+                                    run_connect_batch)
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow_devkit.services.process import ManagedProcess
 from onceflow_devkit.services.spark_connect import start_connect_server
@@ -84,6 +85,16 @@ def test_batches_of_the_same_code_share_one_session_and_commit_exactly_once(spar
     joined = join_session(spark_connect_server.url, code)
     assert joined.session_id == code_session_id(code, 0)
     close_client(joined)
+    # A session joined after another one closed is the process's active one: a transform's
+    # F.udf(f, "int") parses its DDL with it (a spark task retried in the same process).
+    again = join_session(spark_connect_server.url, code)
+    try:
+        with connect_mode():
+            from pyspark.sql import functions as F
+
+            assert F.udf(len, "int").returnType.simpleString() == "int"
+    finally:
+        close_client(again)
     # The second and third batches reuse the first one's Python workers.
     assert workers[2] <= workers[1], workers
     report = audit_clickstream(pipeline)

@@ -1,0 +1,22 @@
+"""The Kafka data source's options, as the driver hands them to executors (pure parsing)."""
+
+from __future__ import annotations
+
+import json
+
+from onceflow.spark.kafka_sink import KafkaWriteOptions
+from onceflow.spark.writer_options import FAULTS_OPTION
+
+BASE = {"pipeline": "p", "deployment": "{}", "sink": "out", "topic": "t", "batch_seq": "3", "attempt": "2",
+        "transactional_ids": json.dumps(["a", "b"]), "transaction_timeout_ms": "60000"}
+
+
+def test_every_option_lands_in_its_own_field():
+    opts = KafkaWriteOptions.parse({**BASE, "max_record_bytes": "1000", "partitioner": "murmur2",
+                                    FAULTS_OPTION: "kafka.precommit.after_flush=raise"})
+    assert (opts.partitioner, opts.faults, opts.max_record_bytes) == ("murmur2", "kafka.precommit.after_flush=raise", 1000)
+    assert (opts.batch_seq, opts.attempt, opts.transactional_ids) == (3, 2, ("a", "b"))
+
+
+def test_without_a_partitioner_keys_go_as_librdkafka_puts_them():
+    assert KafkaWriteOptions.parse(BASE).partitioner == "crc32"

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT
-DEV_KIT_PARTS = ("onceflow_devkit", "onceflow_examples", "services/", "local_airflow/", "chaos/", "audit/", "demo.py", "tests/")
+DEV_KIT_PARTS = ("onceflow_devkit", "onceflow_examples", "services/", "local_airflow/", "chaos/", "clickstream_audit",
+                 "clickstream_oracle", "demo.py", "tests/")
 
 
 def build_wheel(source: Path, out: Path, parts: tuple[str, ...]) -> Path:
@@ -99,8 +100,8 @@ def test_the_fresh_venv_imports_onceflow_from_the_wheel_and_not_the_dev_kit(fres
     assert library.startswith(venv) and example.startswith(venv), out.stdout
     assert checkout_paths == "[]" and devkit == "no dev kit", out.stdout
     onceflow_cli = subprocess.run([str(fresh_venv.parent / "onceflow"), "--help"], capture_output=True, text=True, timeout=120)
-    # The library's own commands only: the dev kit's (services, demo, chaos...) come with the dev kit.
-    assert onceflow_cli.returncode == 0 and onceflow_cli.stdout.startswith("usage: onceflow [-h] {status,recover} ..."), onceflow_cli.stdout
+    # The library's own commands only: the dev kit's (services, demo, chaos, oracle-audit...) come with the dev kit.
+    assert onceflow_cli.returncode == 0 and onceflow_cli.stdout.startswith("usage: onceflow [-h] {status,recover,audit} ..."), onceflow_cli.stdout
 
 
 # Not marked slow (about 90 s): it is the suite's only proof that the installed wheel works on its own.

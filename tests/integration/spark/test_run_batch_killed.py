@@ -83,8 +83,8 @@ READING = Kill("attempt", (1.0, 8.0), seed=23, then="rollback")  # attempt claim
 WRITING = Kill("txn", (0.0, 0.3), seed=37, then="rollback")     # files voted, a Kafka transaction open
 
 CASES = [
-    # All slow: `make test`'s bounded spark-submit chaos run kills spark-submit and audits, and the
-    # suite needs the time (it stays under 20 minutes); `make test-all` runs these.
+    # All slow, as is the bounded spark-submit chaos run that kills it through Airflow: make test
+    # stays under 20 minutes; `make test-all` runs these.
     pytest.param("file", (WRITING,), id="file-one-kill", marks=pytest.mark.slow),
     pytest.param("file", (EARLY, READING, Kill("txn", (0.0, 0.3), seed=41, then="recover")),
                  id="file-three-kills", marks=pytest.mark.slow),

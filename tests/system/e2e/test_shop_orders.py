@@ -12,26 +12,27 @@ factory ships; a new nullable column in an output between batches. Judged by
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import uuid
 from datetime import date, timedelta
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from kafka.partitioner.default import murmur2
 
-from onceflow.audit.replay import replay_audit
-from onceflow.cli import audit_session
+from onceflow.cli import main
 from onceflow.files import read_committed
 from onceflow.kafka.admin import ensure_topics
+from onceflow.deployment import WAREHOUSE_VAR
 from onceflow.runtime import Deployment, PipelineRuntime
+from onceflow.settings import ICEBERG_CATALOGS_VAR, KAFKA_BOOTSTRAP_VAR
 from onceflow.sinks import sink_kind
 from onceflow_devkit.airflow_env import onceflow_airflow
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, table_of
-from onceflow_devkit.services.kafka_broker import start_broker
-from onceflow_devkit.services.process import ManagedProcess
-from tests.conftest import TEST_HOME
+from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.support import ROOT
 from tests.system.e2e.shop_data import generate, produce
 
@@ -72,71 +73,39 @@ def keyed_partitions(config, topic: str) -> list[tuple[int, bytes]]:
     return seen
 
 
-def test_two_topics_a_release_between_batches_and_every_output_replays_equal(tmp_path, spark_connect_server):
-    proc = ManagedProcess(f"e2e-kafka-{uuid.uuid4().hex[:6]}", TEST_HOME / f"e2e-{uuid.uuid4().hex[:6]}").reset()
-    broker = start_broker("noida", proc, die_with_parent=True)
+@pytest.mark.parametrize("broker_name", ["noida", pytest.param("tansu", marks=pytest.mark.slow)])
+def test_two_topics_a_release_between_batches_and_every_output_replays_equal(broker_name, _brokers, tmp_path,
+                                                                           spark_connect_server, monkeypatch, capsys):
+    broker = _brokers.get(broker_name)  # the shop's topics are its own: no other test writes them
+    config = broker.config()
+    ensure_topics(config, ["shop_orders", "shop_payments", "shop_dead_letter"], partitions=2)
+    ensure_topics(config, ["shop_customer_events"], partitions=3)
+    dags, warehouse = tmp_path / "dags", f"file://{tmp_path}/warehouse"
+    deploy(dags, release=1)
+    airflow = onceflow_airflow(tmp_path / "airflow", broker, warehouse, dags_folder=dags,
+                               spark_connect=spark_connect_server, extra_env={"ONCEFLOW_SCHEDULE": "none"})
+    airflow.migrate()
+
+    first = generate(120, seed=1, coupons=False)
+    produce(config, first)
+    run = airflow.dags_test(DAG_ID, timeout=900)
+    assert run.succeeded and run.tasks == COMMITTED_RUN, run.describe()
+
+    second = generate(90, seed=2, coupons=True, start_id=1000)
+    deploy(dags, release=2)
+    produce(config, second)
+    run = airflow.dags_test(DAG_ID, timeout=900)
+    assert run.succeeded and run.tasks == COMMITTED_RUN, run.describe()
+
+    sys.path.insert(0, str(dags))  # the user's package, as the DAG processor imports it
     try:
-        config = broker.config()
-        ensure_topics(config, ["shop_orders", "shop_payments", "shop_dead_letter"], partitions=2)
-        ensure_topics(config, ["shop_customer_events"], partitions=3)
-        dags, warehouse = tmp_path / "dags", f"file://{tmp_path}/warehouse"
-        deploy(dags, release=1)
-        airflow = onceflow_airflow(tmp_path / "airflow", broker, warehouse, dags_folder=dags,
-                                   spark_connect=spark_connect_server, extra_env={"ONCEFLOW_SCHEDULE": "none"})
-        airflow.migrate()
+        from shop_pipelines.orders import ORDERS
 
-        first = generate(120, seed=1, coupons=False)
-        produce(config, first)
-        run = airflow.dags_test(DAG_ID, timeout=900)
-        assert run.succeeded and run.tasks == COMMITTED_RUN, run.describe()
-
-        second = generate(90, seed=2, coupons=True, start_id=1000)
-        deploy(dags, release=2)
-        produce(config, second)
-        run = airflow.dags_test(DAG_ID, timeout=900)
-        assert run.succeeded and run.tasks == COMMITTED_RUN, run.describe()
-
-        sys.path.insert(0, str(dags))  # the user's package, as the DAG processor imports it
-        try:
-            from shop_pipelines.orders import ORDERS
-
-            runtime = PipelineRuntime(ORDERS, Deployment(warehouse, broker, None, embedded_catalogs(warehouse, None)))
-            batches = [runtime.coordinator.describe(seq) for seq in (1, 2)]
-            assert [b.state.value for b in batches] == ["committed", "committed"]
-            assert [b.plan.records for b in batches] == [len(first), len(second)]
-            assert {r.topic for r in batches[0].plan.ranges} == {"shop_orders", "shop_payments"}
-
-            # Every batch computed again from its plan, with the code of release 2, equals every output.
-            with audit_session(ORDERS, remote=spark_connect_server.url) as spark:
-                report = replay_audit(spark, runtime)
-        finally:
-            sys.path.remove(str(dags))
-        assert report.ok, report.summary()
-        for output in report.outputs.values():
-            assert [b.batch for b in output.batches] == ["0000000001", "0000000002"], report.summary()
-            assert all(b.found == b.expected > 0 for b in output.batches), report.summary()
-        malformed = sum(r.malformed for r in first + second)
-        assert report.outputs["shop_dead_letter"].total("found") == malformed
-        assert report.outputs["customer_events"].total("found") == len(first) + len(second) - malformed
-
-        # Keyed as a Java producer keys: toPositive(murmur2(key)) % partitions, over all three partitions.
-        placed = keyed_partitions(config, "shop_customer_events")
-        assert len(placed) == len(first) + len(second) - malformed
-        assert all(p == (murmur2(key) & 0x7FFFFFFF) % 3 for p, key in placed)
-        assert {p for p, _ in placed} == {0, 1, 2}
-
-        # The table is partitioned by the date column; a reader's filter on it reads only that day's files.
-        table = table_of(runtime, "daily_sales")
-        assert [(f.name, str(f.transform)) for f in table.spec().fields] == [("order_date", "identity")]
-        files = list(table.scan().plan_files())
-        days = {task.file.partition[0] for task in files}
-        assert len(days) >= 3
-        day = min(days)
-        day = date(1970, 1, 1) + timedelta(days=day) if isinstance(day, int) else day  # Iceberg keeps days
-        one_day = list(table.scan(row_filter=f"order_date = '{day.isoformat()}'").plan_files())
-        assert 0 < len(one_day) < len(files)
-        assert sum(table.scan().to_arrow()["orders"].to_pylist()) == sum(
-            1 for r in first + second if r.topic == "shop_orders" and not r.malformed)
+        runtime = PipelineRuntime(ORDERS, Deployment(warehouse, broker, None, embedded_catalogs(warehouse, None)))
+        batches = [runtime.coordinator.describe(seq) for seq in (1, 2)]
+        assert [b.state.value for b in batches] == ["committed", "committed"]
+        assert [b.plan.records for b in batches] == [len(first), len(second)]
+        assert {r.topic for r in batches[0].plan.ranges} == {"shop_orders", "shop_payments"}
 
         # The column of release 2: null in batch 1, normalized codes in batch 2, to a plain reader.
         lines = read_committed(sink_kind("files").location(ORDERS.sink("order_lines"), warehouse))
@@ -145,5 +114,56 @@ def test_two_topics_a_release_between_batches_and_every_output_replays_equal(tmp
             by_batch.setdefault(row["batch_id"], set()).add(row["coupon"])
         assert by_batch["0000000001"] == {None}
         assert by_batch["0000000002"] == {None, "SPRING10", "WELCOME5"}
+
+        # `onceflow audit`: every batch computed again from its plan, with the code of release 2,
+        # on the Spark Connect server; the deployment from the environment, as a user runs it.
+        monkeypatch.setenv(WAREHOUSE_VAR, warehouse)
+        monkeypatch.setenv(KAFKA_BOOTSTRAP_VAR, broker.bootstrap)
+        monkeypatch.setenv(ICEBERG_CATALOGS_VAR, json.dumps(runtime.deployment.catalogs))
+        audit = ["audit", "--pipeline", "shop_orders", "--spec", "shop_pipelines.orders:ORDERS",
+                 "--remote", spark_connect_server.url, "--json"]
+        if not broker.has(HIDES_ABORTED_RECORDS):  # Tansu: the votes say which records count
+            audit.append("--kafka-shows-aborted")
+        capsys.readouterr()
+        assert main(audit) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["ok"] and report["audited_batches"] == ["0000000001", "0000000002"], report
+        for output in report["outputs"].values():
+            assert [b["batch"] for b in output["batches"]] == ["0000000001", "0000000002"], output
+            assert all(b["found"] == b["expected"] > 0 for b in output["batches"]), output
+        malformed = sum(r.malformed for r in first + second)
+        assert report["outputs"]["shop_dead_letter"]["found"] == malformed
+        assert report["outputs"]["customer_events"]["found"] == len(first) + len(second) - malformed
+
+        # A lost Parquet file of batch 1: exit code 1, the output and the batch named.
+        lost = next((tmp_path / "warehouse" / "shop" / "order_lines" / "batch=0000000001").glob("part-*.parquet"))
+        lost.unlink()
+        assert main([*audit, "--batches", "1"]) == 1
+        report = json.loads(capsys.readouterr().out)
+        (lines,) = report["outputs"]["order_lines"]["batches"]
+        assert lines["missing"] > 0 and not report["outputs"]["order_lines"]["ok"], report
+        assert all(o["ok"] for name, o in report["outputs"].items() if name != "order_lines"), report
     finally:
-        proc.stop(grace=2)
+        sys.path.remove(str(dags))
+        for name in [m for m in sys.modules if m.split(".")[0] == "shop_pipelines"]:
+            del sys.modules[name]
+
+    # Keyed as a Java producer keys: toPositive(murmur2(key)) % partitions, over all three partitions.
+    placed = keyed_partitions(config, "shop_customer_events")
+    assert len(placed) == len(first) + len(second) - malformed
+    assert all(p == (murmur2(key) & 0x7FFFFFFF) % 3 for p, key in placed)
+    assert {p for p, _ in placed} == {0, 1, 2}
+
+    # The table is partitioned by the date column; a reader's filter on it reads only that day's files.
+    table = table_of(runtime, "daily_sales")
+    assert [(f.name, str(f.transform)) for f in table.spec().fields] == [("order_date", "identity")]
+    files = list(table.scan().plan_files())
+    days = {task.file.partition[0] for task in files}
+    assert len(days) >= 3
+    day = min(days)
+    day = date(1970, 1, 1) + timedelta(days=day) if isinstance(day, int) else day  # Iceberg keeps days
+    one_day = list(table.scan(row_filter=f"order_date = '{day.isoformat()}'").plan_files())
+    assert 0 < len(one_day) < len(files)
+    assert sum(table.scan().to_arrow()["orders"].to_pylist()) == sum(
+        1 for r in first + second if r.topic == "shop_orders" and not r.malformed)
+

@@ -1,7 +1,8 @@
 """Chaos runs through a real Airflow, Spark and broker, judged by the audit of
 the real outputs (every input record exactly once in every output).
 
-The bounded Spark Connect run is in the default suite (about 2 minutes); the
+The bounded Spark Connect run (three faulted batches, about 2 minutes) is in the
+default suite; the
 bounded spark-submit run (about 3 minutes), the runs on Tansu
 and on the S3 warehouse behind the fault proxy are slow. The long run is
 `make chaos` (docs/chaos.md has its figures)."""
@@ -38,12 +39,12 @@ def test_a_bounded_chaos_run_on_noida_and_files_loses_and_duplicates_nothing(tmp
 @pytest.mark.timeout(1800)  # ~2 min on 2 idle cores
 def test_a_bounded_chaos_run_in_spark_connect_mode_loses_and_duplicates_nothing(tmp_path):
     # The spark tasks are clients of one Spark Connect server: a killed client, a server killed with
-    # its Python workers and started again, a killed worker and a crashed fault point (the abort path).
-    kinds = (schedule.KILL_CONNECT_CLIENT, schedule.RESTART_CONNECT_SERVER, schedule.KILL_PYTHON_WORKER,
-             schedule.POINT_CRASH)
-    figures = run_chaos(ChaosOptions(4, seed=8, broker="noida", warehouse="file", kinds=kinds, spark="connect",
+    # its Python workers and started again, and a killed worker. Three kinds keep make test under 20
+    # minutes; the abort path of a crashed fault point is the interval backfill test's faulted hour.
+    kinds = (schedule.KILL_CONNECT_CLIENT, schedule.RESTART_CONNECT_SERVER, schedule.KILL_PYTHON_WORKER)
+    figures = run_chaos(ChaosOptions(3, seed=8, broker="noida", warehouse="file", kinds=kinds, spark="connect",
                                      records_per_partition=50, home=tmp_path / "chaos"))
-    _assert_exactly_once(figures, min_faulted=3)
+    _assert_exactly_once(figures, min_faulted=2)
     assert {schedule.KILL_CONNECT_CLIENT, schedule.RESTART_CONNECT_SERVER} <= set(figures.injected_by_kind), figures.summary()
 
 

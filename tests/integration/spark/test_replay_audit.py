@@ -128,8 +128,4 @@ def test_replay_matches_every_output_then_finds_each_tampering(spark, _brokers, 
     assert f"{lost.name}: listed in the batch's manifest and gone" in findings
     assert "part-00099-copy.parquet: in the batch's directory and not in its manifest" in findings
     assert report.outputs["clicks_dead_letter"].ok and report.outputs["page_minute_table"].ok, report.summary()
-
-    # A sample replays only the batches it draws, and still finds the lost file.
-    report = replay_audit(spark, runtime, batches=str(first.batch_seq), shows_aborted=shows_aborted)
-    assert report.audited == [first.batch_id] and not report.outputs["page_minute_counts"].ok
-    assert report.outputs["clicks_enriched"].ok, report.summary()
+    # (--batches: the shop_orders e2e test audits one batch of a tampered output through the CLI.)

@@ -3,7 +3,7 @@ in a running Airflow with its scheduler and triggerer; nobody triggers a run.
 
 1. 600 records arrive (the threshold is 500): a run starts and commits them;
 2. 100 more arrive, under the threshold: the run starts once the oldest of
-   them is 15 s old, not before;
+   them is 8 s old, not before;
 3. nothing more arrives: no other run starts, however often the trigger looks.
 
 Audited on the real outputs. Freshness (produce to read_committed visibility
@@ -20,8 +20,8 @@ from tests.system.e2e.conftest import ClickstreamWorld, broker_with_topics
 
 DAG_ID = "clickstream_on_input"
 # The DAG file takes its schedule from the environment, spelt as pipeline_dag's
-# schedule=when_input(records=500, max_age_s=15, poll_s=1) would be.
-SCHEDULE = "input: records=500, max_age_s=15, poll_s=1"
+# schedule=when_input(records=500, max_age_s=8, poll_s=1) would be.
+SCHEDULE = "input: records=500, max_age_s=8, poll_s=1"
 DAG_FILE = f'''# An Airflow DAG: the example pipeline, run when its input has waited long enough (ONCEFLOW_SCHEDULE)
 from onceflow.dag_factory import pipeline_dag
 from onceflow_examples.clickstream import CLICKSTREAM
@@ -59,7 +59,7 @@ def test_runs_start_when_enough_records_wait_or_the_oldest_is_old_enough_and_onl
         with airflow, airflow.api() as api:
             api.wait_for_dag(DAG_ID, timeout=180)
             api.unpause(DAG_ID)
-            time.sleep(5)  # the triggerer picks the watcher up; with no input, nothing starts
+            time.sleep(3)  # the triggerer picks the watcher up; with no input, nothing starts
             assert runs_started(api) == []
 
             produced = time.time()
@@ -75,9 +75,9 @@ def test_runs_start_when_enough_records_wait_or_the_oldest_is_old_enough_and_onl
             world.produce(100, seed=32)
             second = wait_for_runs(api, 2, timeout=180)[1]
             assert second["state"] == "success", api.explain(DAG_ID, second["dag_run_id"])
-            assert started_at(second) - produced >= 15 - 1, "100 records are under the threshold: the age rule starts the run"
+            assert started_at(second) - produced >= 8 - 1, "100 records are under the threshold: the age rule starts the run"
 
-            time.sleep(10)  # ten more looks at an input with nothing waiting
+            time.sleep(6)  # six more looks at an input with nothing waiting
             assert len(runs_started(api)) == 2
 
 

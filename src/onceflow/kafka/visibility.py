@@ -332,17 +332,21 @@ def _state(views: tuple[PartitionView, ...]) -> State:
 
 
 def confirm_aborted(observer: Observer, handles: Sequence[TxnHandle], views: Sequence[SplitView]) -> list[SplitView]:
-    """Re-observe ABORTED views from each partition's start before anyone repairs on them.
+    """Re-observe ABORTED and INCONSISTENT views from each partition's start before anyone
+    repairs on them or fails the commit.
 
     noida-db includes in a read_committed fetch the aborted transactions of a
     producer id that ended *before* the fetch offset; a client that starts
     after that abort marker then drops the same producer id's later
     committed records (measured: the records of a fenced zombie's successor
     become invisible to a reader starting at the successor's first offset).
-    Reading from the start sees the marker and counts every record. Only the
-    rare ABORTED path pays for the longer scan.
+    The scan starts each partition at its lowest probe, so a split can look
+    aborted, or aborted in one partition and visible in another where another
+    split's probe starts the read before the marker (INCONSISTENT). Reading
+    from the start sees the marker and counts every record. Only these rare
+    paths pay for the longer scan.
     """
-    aborted = [i for i, v in enumerate(views) if v.state is State.ABORTED]
+    aborted = [i for i, v in enumerate(views) if v.state in (State.ABORTED, State.INCONSISTENT)]
     if not aborted:
         return list(views)
     again = observer.observe([handles[i] for i in aborted], from_start=True)

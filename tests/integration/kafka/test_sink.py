@@ -338,3 +338,38 @@ def test_keyed_records_go_where_a_java_producer_puts_them_with_the_murmur2_parti
     murmur2 = partition_function("murmur2")
     assert placed == {key: murmur2(key, 3) for key in keys}
     assert len(set(placed.values())) == 3
+
+
+def test_a_fenced_attempts_successor_commits_though_the_scan_starts_past_the_abort_marker_in_one_partition(
+    kafka_broker, topic, pipeline, tmp_path
+):
+    # noida-db hides a producer id's committed records from a read_committed fetch that starts past
+    # that producer id's earlier abort marker. The commit's scan starts each partition at its lowest
+    # probe: here split 1's probe starts partition 1 before the marker and split 0's own probe starts
+    # partition 0 after it, so split 0 looks visible in one partition and not in the other.
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    config = kafka_broker.config()
+
+    def rows(prefix: str, partitions: list[int]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict({"partition": pa.array(partitions, pa.int32()),
+                                           "value": [f"{prefix}-{i}".encode() for i in range(len(partitions))]})
+
+    other = TransactionalSplitWriter(config, pipeline, "out", BATCH, 1, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 1, 0))
+    other.begin()
+    other.write_batch(rows("other", [1] * 10))
+    other_handle = other.precommit()
+    zombie = TransactionalSplitWriter(config, pipeline, "out", BATCH, 0, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0))
+    zombie.begin()
+    zombie.write_batch(rows("zombie", [0, 1] * 10))
+    zombie.precommit()
+    # The next attempt of split 0 fences the zombie (an abort marker in both partitions), then writes.
+    winner = TransactionalSplitWriter(config, pipeline, "out", BATCH, 0, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 1))
+    winner.begin()
+    winner.write_batch(rows("winner", [0, 1] * 10))
+    winner_handle = winner.precommit()
+
+    result = _participant(kafka_broker, pipeline, tmp_path).commit(_vote(other_handle, winner_handle))
+
+    assert result.outcome is Outcome.DONE, result.detail
+    values = _audit(kafka_broker, topic)
+    assert sorted(values) == sorted([f"other-{i}".encode() for i in range(10)] + [f"winner-{i}".encode() for i in range(20)])

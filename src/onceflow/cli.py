@@ -150,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "to read_committed consumers (Tansu): count only the offsets the committed votes name")
     audit.add_argument("--master", help="Spark master of a local session (default local[2]; under spark-submit, "
                        "its session)")
-    audit.add_argument("--remote", help="a Spark Connect server, sc://host:port (onceflow and the pipeline's "
-                       "package installed there)")
+    audit.add_argument("--remote", help="a Spark Connect server, sc://host:port (the pipeline's code joins the "
+                       "session its spark tasks use)")
     audit.set_defaults(func=_audit)
     for entry_point in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         entry_point.load()(sub)

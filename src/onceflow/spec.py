@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 from .names import check_name
 from .settings import ConfigurationError
-from .kafka.partitioners import PARTITIONERS
+from .kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, PARTITIONERS
 from .sinks import kinds
 
 # The built-in sink kinds (onceflow.sinks has what each does).
@@ -69,7 +69,7 @@ class SinkSpec:
     partition_by: tuple[str, ...] = ()
     # Kafka sinks: where a keyed record goes (onceflow.kafka.partitioners): "crc32" as librdkafka
     # places keys, or "murmur2" as Java producers do (co-partitioned with topics they write).
-    partitioner: str = "crc32"
+    partitioner: str = DEFAULT_PARTITIONER
 
     def __post_init__(self) -> None:
         check_name("sink name", self.name)
@@ -80,7 +80,7 @@ class SinkSpec:
             raise ConfigurationError(f"sink {self.name!r}: splits must be >= 1, got {self.splits}")
         if not self.target:
             raise ConfigurationError(f"sink {self.name!r}: target is empty: give a warehouse path or a topic")
-        if self.partitioner not in PARTITIONERS or (self.partitioner != "crc32" and self.kind != "kafka"):
+        if self.partitioner not in PARTITIONERS or (self.partitioner != DEFAULT_PARTITIONER and self.kind != "kafka"):
             raise ConfigurationError(f"sink {self.name!r}: partitioner={self.partitioner!r}: a kafka sink takes one of "
                                      f"{', '.join(sorted(PARTITIONERS))}; other kinds take none")
 

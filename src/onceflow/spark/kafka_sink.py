@@ -36,6 +36,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from ..kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER
 from ..protocol.batch_id import BatchId
 from ..sinks.kafka import FORMAT  # the name this data source registers under
 from .writer_options import FAULTS_OPTION, armed_as_job, checked_options, int_option
@@ -60,7 +61,7 @@ class KafkaWriteOptions:
     transaction_timeout_ms: int
     slot: int | None = None
     max_record_bytes: int | None = None  # larger records are withheld (kafka.writer), not produced
-    partitioner: str = "crc32"  # kafka.partitioners: where a keyed record goes
+    partitioner: str = DEFAULT_PARTITIONER  # where a keyed record goes
     faults: str = ""  # the run's faults, for a Spark Connect server's workers (writer_options)
 
     @property
@@ -78,7 +79,7 @@ class KafkaWriteOptions:
             ints["transaction_timeout_ms"] or 900_000,
             ints["slot"],
             ints["max_record_bytes"],
-            partitioner=opts.get("partitioner") or "crc32",
+            partitioner=opts.get("partitioner") or DEFAULT_PARTITIONER,
             faults=opts.get(FAULTS_OPTION, ""),
         )
 

@@ -212,6 +212,7 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
     reports: dict[str, OutputReport] = {}
     audited = [p.batch_id for p, _ in chosen]
     scope_batches = frozenset(audited) if (batches or sample is not None) else None
+    statuses = {p.batch_id: s for p, s in committed}
     try:
         for plan, _ in chosen:
             records = read_input(spark, spec, plan.ranges, deployment.to_option()).cache()
@@ -237,7 +238,7 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
                 else schemas[sink.name]
             with_batch = StructType([*schema.fields, StructField("batch", StringType())])
             want = want if want is not None else spark.createDataFrame([], with_batch)
-            scope = AuditScope(scope_batches, schema, {p.batch_id: s for p, s in committed}, shows_aborted)
+            scope = AuditScope(scope_batches, schema, statuses, shows_aborted)
             output = sink_kind(sink.kind).committed_output(spark, sink, spec, deployment, scope)
             found = output.frame if output.frame is not None else spark.createDataFrame([], with_batch)
             columns = [c for c in found.columns if c != "batch" and c not in ignore_columns]

@@ -4,6 +4,12 @@
                                                   batches, newest first
     onceflow recover --pipeline P [--batch N] [...same options]
                                                   finish a batch (default: the latest) now
+    onceflow split --pipeline P --records N --reason R [--batch N] [--by WHO]
+                                                  the next batch replays at most N records per
+                                                  partition of an aborted batch that keeps failing
+    onceflow skip --pipeline P --reason R [--batch N] [--by WHO]
+                                                  quarantine an aborted batch's input records, and
+                                                  let the next batch start after them
     onceflow audit --pipeline P [--batches 3-7 | --sample N] [--ignore-columns C,...]
                    [--master local[4] | --remote sc://host:15002] [...same options]
                                                   replay committed batches, compare every output
@@ -20,6 +26,7 @@ chaos-report and audit).
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
 from contextlib import contextmanager
@@ -75,6 +82,33 @@ def _recover(args: argparse.Namespace) -> int:
         runtime.after_commit(status.plan)  # idempotent: the offsets mirror and staged copies too
     row = batch_row(status)
     print(json.dumps(row, indent=2) if args.json else format_rows([row]))
+    return 0
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
+def _intervene(args: argparse.Namespace) -> int:
+    """Split or skip the latest batch, aborted (``onceflow.interventions``)."""
+    from .interventions import skip_batch, split_batch
+    from .protocol.errors import InterventionRefused
+    from .status import batch_row, format_rows
+
+    runtime = runtime_from_args(args)
+    seq = args.batch or runtime.coordinator.latest_seq()
+    try:
+        if args.command == "split":
+            split_batch(runtime, seq, args.records, args.by, args.reason)
+        else:
+            skip_batch(runtime, seq, args.by, args.reason)
+    except InterventionRefused as exc:
+        raise CommandError(str(exc)) from None
+    row = batch_row(runtime.coordinator.describe(seq))
+    print(json.dumps(row, indent=2) if args.json else format_rows([row]) + "\nThe pipeline's next run plans the next batch "
+          "accordingly (unpause its DAG if you paused it).")
     return 0
 
 
@@ -137,6 +171,24 @@ def build_parser() -> argparse.ArgumentParser:
     add_pipeline_arguments(recover)
     recover.add_argument("--batch", type=int, help="the batch's seq (default: the latest)")
     recover.set_defaults(func=_recover)
+    try:
+        who = getpass.getuser()
+    except (OSError, KeyError):  # no login name in this environment: --by must say
+        who = None
+    for name, what in (("split", "the next batch replays at most --records records per partition of an aborted "
+                                 "batch that keeps failing"),
+                       ("skip", "copy an aborted batch's input records to the pipeline's quarantine, and let the next "
+                                "batch start after them")):
+        command = sub.add_parser(name, help=what)
+        add_pipeline_arguments(command)
+        command.add_argument("--batch", type=int, help="the batch's seq (default: the latest); it must be the latest, "
+                             "and aborted")
+        if name == "split":
+            command.add_argument("--records", type=_positive, required=True, help="at most this many records per partition")
+        command.add_argument("--reason", required=True, help="why, recorded in the ledger with the batch")
+        command.add_argument("--by", default=who, required=who is None,
+                             help=f"who decided, recorded with the reason (default: {who or 'none: give it'})")
+        command.set_defaults(func=_intervene)
     audit = sub.add_parser("audit", help="replay committed batches from their plans and compare every output "
                            "with what it holds; exit 1 on any difference")
     add_pipeline_arguments(audit)

@@ -9,6 +9,8 @@ Call sequence of one batch (DESIGN.md §1), and where each step runs::
                                                               apply each effect, mark done
     rollback(seq, reason)              Airflow rollback task  write ABORT, abort each effect
     recover()                          any of the above, first: finish the latest batch
+    intervene(intervention)            an operator (CLI)      split or skip the latest batch,
+                                                              aborted; the next plan follows it
 
 Every step is idempotent and may be re-run after a crash at any point:
 decisions are created once (I2) and followed by every later caller, effects
@@ -38,9 +40,11 @@ from .protocol.errors import (
     BatchAborted,
     CommitFailed,
     ConcurrentPlanError,
+    InterventionRefused,
     RetryLater,
     StaleAttempt,
 )
+from .protocol.interventions import Intervention
 from .protocol.participant import Outcome, Participant, Result, Vote
 from .protocol.plan import Plan
 from .protocol.planning import OffsetSource, PlanConfig, PlanningError, next_plan
@@ -79,6 +83,7 @@ class BatchStatus:
     decision: Decision | None
     done: Mapping[str, DoneMarker]
     timings: Mapping[str, int] = field(default_factory=dict)
+    intervention: Intervention | None = None  # an aborted batch an operator split or skipped
 
     @property
     def batch_id(self) -> str:
@@ -202,7 +207,9 @@ class Coordinator:
             timings["decided"] = decision.decided_at_ms
         if BATCH_EFFECT in done:
             timings["done"] = done[BATCH_EFFECT].done_at_ms
-        return BatchStatus(self.pipeline, seq, state, plan, attempt, votes, tuple(missing), decision, done, timings)
+        intervention = self.ledger.read_intervention(seq) if state is BatchState.ABORTED else None
+        return BatchStatus(self.pipeline, seq, state, plan, attempt, votes, tuple(missing), decision, done, timings,
+                           intervention)
 
     # -- planning --------------------------------------------------------------
     def plan_next(self, source: OffsetSource, config: PlanConfig, *, run_id: str | None = None) -> Plan:
@@ -239,6 +246,7 @@ class Coordinator:
             config=config,
             now_ms=self._clock(),
             run_id=run_id,
+            intervention=self.ledger.read_intervention(latest) if state is BatchState.ABORTED else None,
         )
         created, winner = self.ledger.create_plan(plan)
         if not created and (run_id is None or winner.params.get("run_id") != run_id):
@@ -509,6 +517,53 @@ class Coordinator:
         apply = {DecisionOutcome.COMMIT: self._apply_commit, DecisionOutcome.ABORT: self._apply_abort}[decision.outcome]
         apply(plan, decision)
         return self.describe(seq)
+
+    # -- operator interventions --------------------------------------------------------
+    def check_intervention(self, seq: int) -> Plan:
+        """Refuse, saying why and what to do, unless batch ``seq`` may be split or
+        skipped now: the latest batch of an offsets pipeline, ABORTED, not yet
+        intervened on. Returns its plan (a skip quarantines its ranges first)."""
+        from .protocol.intervals import interval_of
+
+        latest = self.latest_seq()
+        where = f"batch {BatchId(seq)} of pipeline {self.pipeline!r}"
+        if seq < 1 or seq > latest:
+            raise InterventionRefused(f"pipeline {self.pipeline!r} has no batch {BatchId(seq)} (latest: {BatchId(latest)})")
+        plan = self.plan(seq)
+        if interval_of(plan) is not None:
+            raise InterventionRefused(f"{where} reads the data interval {interval_of(plan)}: an interval pipeline's batches "
+                                "cannot be split or skipped (reprocess the interval instead)")
+        if seq != latest:
+            raise InterventionRefused(f"{where} is not the latest batch ({BatchId(latest)} is): only the latest can be split "
+                                "or skipped, before the next batch is planned")
+        state = self.describe(seq).state
+        if state is not BatchState.ABORTED:
+            fix = ("finish it first with `onceflow recover` (an undecided batch is aborted; pause the DAG so that no "
+                   "run starts it again)" if not state.terminal else "a committed batch is never changed")
+            raise InterventionRefused(f"{where} is {state.value}, not aborted: {fix}")
+        existing = self.ledger.read_intervention(seq)
+        if existing is not None:
+            raise InterventionRefused(f"{where} was already intervened on ({existing.note()}); intervene on the next "
+                                    "batch if it fails too")
+        return plan
+
+    def intervene(self, intervention: Intervention) -> Intervention:
+        """Record an operator's split or skip of the latest batch (``protocol.interventions``).
+        Raises if it cannot take effect: the batch is not the latest aborted one, another
+        intervention won, or the next batch was planned meanwhile (then nothing changes)."""
+        seq = intervention.batch_seq
+        self.check_intervention(seq)
+        created, winner = self.ledger.create_intervention(intervention)
+        if not created:
+            raise InterventionRefused(f"batch {BatchId(seq)} of pipeline {self.pipeline!r}: another intervention was "
+                                    f"recorded first ({winner.note()}); it stands")
+        following = self.ledger.read_plan(seq + 1)
+        if following is not None and following.params.get("intervention") != intervention.note():
+            raise InterventionRefused(
+                f"batch {BatchId(seq + 1)} of pipeline {self.pipeline!r} was planned while this intervention was "
+                f"recorded and does not follow it ({intervention.note()} is void). Pause the DAG, let that batch "
+                "finish, and intervene on it if it fails too.")
+        return intervention
 
     def votes_of_all_attempts(self, seq: int) -> Sequence[Vote]:
         """Tooling: every vote recorded for ``seq`` across attempts."""

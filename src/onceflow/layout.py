@@ -6,6 +6,8 @@
     <warehouse>/_onceflow/<pipeline>/withheld/<sink>/<batch id>/
                                                   records of committed batches that Kafka
                                                   refuses (too large), with the reason
+    <warehouse>/_onceflow/<pipeline>/quarantine/<batch id>/
+                                                  the input records of a batch an operator skipped
 
 Readers of the warehouse skip names that start with ``_``. A file sink's
 own layout (staging, ``batch=<id>/``, manifests) is ``onceflow.files.layout``.
@@ -27,3 +29,7 @@ def kafka_staging_dir(warehouse: str, pipeline: str, sink: str, batch_id: str) -
 
 def withheld_dir(warehouse: str, pipeline: str, sink: str, batch_id: str) -> str:
     return f"{warehouse.rstrip('/')}/{pipeline_dir(pipeline)}/withheld/{sink}/{batch_id}"
+
+
+def quarantine_dir(warehouse: str, pipeline: str, batch_id: str) -> str:
+    return f"{warehouse.rstrip('/')}/{pipeline_dir(pipeline)}/quarantine/{batch_id}"

@@ -39,6 +39,9 @@ def batch_row(status) -> dict[str, Any]:
         "replaces": status.plan.params.get("replaces"),  # a reprocessed interval: the committed batch it replaces
         "reprocessed": status.plan.params.get("reprocessed"),  # ...and what that did to each output
         "replanned": status.plan.params.get("replanned"),  # why a replay is smaller than the batch it replays
+        # An operator's split or skip of this (aborted) batch, and the one the batch's plan followed.
+        "intervention": None if status.intervention is None else status.intervention.to_dict(),
+        "follows_intervention": status.plan.params.get("intervention"),
         "attempt": status.attempt,
         "votes": {name: vote.records for name, vote in status.votes.items()},
         "withheld": {name: vote.withheld for name, vote in status.votes.items() if vote.withheld},
@@ -79,6 +82,13 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                          + (f"; replaces {BatchId(r['replaces'])}: {r['reprocessed']}" if r.get("replaces") else ""))
         lines.append(f"{'':<11} ranges: {ranges}" + (f"; replays {BatchId(r['replay_of'])}" if r["replay_of"] else "")
                      + (f" ({r['replanned']})" if r.get("replanned") else ""))
+        if r.get("intervention"):
+            i = r["intervention"]
+            what = (f"split to {i['max_records_per_partition']} records per partition" if i["action"] == "split"
+                    else "skipped; quarantined: " + ", ".join(f"{q['records']} in {q['path']}" for q in i["quarantine"]))
+            lines.append(f"{'':<11} {what}, by {i['by']} at {_when(i['at_ms'])}: {i['reason']}")
+        if r.get("follows_intervention") and r["follows_intervention"] != r.get("replanned"):
+            lines.append(f"{'':<11} follows: {r['follows_intervention']}")
         if r.get("withheld"):
             lines.append(f"{'':<11} withheld (too large for the topic; in _onceflow/<pipeline>/withheld/): "
                          + ", ".join(f"{name} {n}" for name, n in r["withheld"].items()))

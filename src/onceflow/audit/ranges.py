@@ -9,18 +9,24 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..protocol.intervals import interval_of
+from ..protocol.interventions import Action
 from ..protocol.plan import Plan
 from ..protocol.states import BatchState
 
 
-def committed_plans(coordinator) -> list[tuple[Plan, Any]]:
-    """(plan, status) of every committed batch, oldest first (a full scan: tooling only)."""
-    out = []
-    for seq in range(1, coordinator.latest_seq() + 1):
-        status = coordinator.describe(seq)
-        if status is not None and status.state is BatchState.COMMITTED:
-            out.append((status.plan, status))
-    return out
+def accounted_plans(coordinator) -> tuple[list[tuple[Plan, Any]], list[Plan]]:
+    """(plan, status) of every committed batch, and the plans of the batches an operator
+    skipped (their records are in the quarantine; only skips the next plan followed),
+    oldest first: together they tile the input (I1). A full scan: tooling only."""
+    statuses = [coordinator.describe(seq) for seq in range(1, coordinator.latest_seq() + 1)]
+    committed, skipped = [], []
+    for status, following in zip(statuses, [*statuses[1:], None]):
+        if status.state is BatchState.COMMITTED:
+            committed.append((status.plan, status))
+        elif (status.intervention is not None and status.intervention.action is Action.SKIP and following is not None
+              and following.plan.params.get("intervention") == status.intervention.note()):
+            skipped.append(status.plan)
+    return committed, skipped
 
 
 def contiguity_errors(plans: Iterable[Plan]) -> list[str]:

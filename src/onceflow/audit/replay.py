@@ -40,7 +40,7 @@ from typing import Any, Sequence
 
 from ..settings import ConfigurationError
 from ..sinks import AuditScope, sink_kind
-from .ranges import committed_plans, contiguity_errors
+from .ranges import accounted_plans, contiguity_errors
 
 
 @dataclass
@@ -86,6 +86,7 @@ class ReplayReport:
     outputs: dict[str, OutputReport]
     contiguity_errors: list[str]
     seconds: float = 0.0
+    skipped: list[str] = field(default_factory=list)  # batches an operator skipped: their input is in the quarantine
 
     @property
     def ok(self) -> bool:
@@ -99,6 +100,7 @@ class ReplayReport:
             "audited_batches": self.audited,
             "ignored_columns": self.ignored_columns,
             "contiguity_errors": self.contiguity_errors,
+            "skipped_batches": self.skipped,
             "seconds": round(self.seconds, 1),
             "outputs": {
                 name: {"ok": o.ok, "reading": o.reading, "findings": o.findings, "examples": o.examples,
@@ -124,6 +126,8 @@ class ReplayReport:
             lines += [f"    e.g. {e}" for e in o.examples]
             lines.append(f"    read: {o.reading}")
         lines += [f"  contiguity: {e}" for e in self.contiguity_errors]
+        lines += [f"  skipped by an operator (input in the quarantine, not replayed): {', '.join(self.skipped)}"] \
+            if self.skipped else []
         return "\n".join(lines)
 
 
@@ -198,7 +202,7 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
 
     started = time.monotonic()
     spec, deployment = runtime.spec, runtime.deployment
-    committed = committed_plans(runtime.coordinator)
+    committed, skipped = accounted_plans(runtime.coordinator)
     chosen = select(committed, batches, sample, seed)
     register_data_sources(spark, spec)
     committed_parquet.register(spark)
@@ -248,6 +252,6 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
     finally:
         for records in inputs:
             release(records)
-    return ReplayReport(spec.name, len(committed), audited, list(ignore_columns), reports,
-                        contiguity_errors([p for p, _ in committed if p.batch_seq not in replaced]),
-                        time.monotonic() - started)
+    tiles = sorted([*(p for p, _ in committed if p.batch_seq not in replaced), *skipped], key=lambda p: p.batch_seq)
+    return ReplayReport(spec.name, len(committed), audited, list(ignore_columns), reports, contiguity_errors(tiles),
+                        time.monotonic() - started, skipped=[p.batch_id for p in skipped])

@@ -9,6 +9,7 @@ Layout under ``<root>/_onceflow/<pipeline>/``::
     batches/<seq>/decision.json                 COMMIT or ABORT, once (I2)
     batches/<seq>/done/<p>.json                 participant p applied the decision
     batches/<seq>/done/_batch.json              every effect applied: batch finished
+    batches/<seq>/intervention.json             an operator split or skipped the aborted batch
     boundaries/<instant ms>.json                interval pipelines: where an instant falls in the log
     intervals/<start ms>-<end ms>/<n:04d>.json  interval pipelines: the interval's n-th batch
     _prefix.json                                interval pipelines: hint, end of the committed prefix (overwritten)
@@ -32,6 +33,7 @@ from .. import faults
 from ..layout import pipeline_dir
 from ..protocol.batch_id import BatchId
 from ..protocol.intervals import Boundary, Interval
+from ..protocol.interventions import Intervention
 from ..protocol.participant import Vote
 from ..protocol.plan import Plan
 from .errors import LedgerCorruptError
@@ -221,6 +223,17 @@ class BatchLedger:
 
     def create_done(self, marker: DoneMarker) -> tuple[bool, DoneMarker]:
         return self._create(Kind.DONE, self.done_key(marker.batch_seq, marker.effect), marker.batch_seq, marker)
+
+    # -- operator interventions -------------------------------------------------
+    def intervention_key(self, seq: int) -> str:
+        return f"{self.batch_dir(seq)}/intervention.json"
+
+    def read_intervention(self, seq: int) -> Intervention | None:
+        return self._read(Kind.INTERVENTION, self.intervention_key(seq), seq)
+
+    def create_intervention(self, intervention: Intervention) -> tuple[bool, Intervention]:
+        seq = intervention.batch_seq
+        return self._create(Kind.INTERVENTION, self.intervention_key(seq), seq, intervention)
 
     # -- interval pipelines: boundaries ---------------------------------------------
     def boundary_key(self, instant_ms: int) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 from .. import __version__
 from ..protocol.intervals import Boundary, Interval
+from ..protocol.interventions import Intervention
 from ..protocol.participant import Vote
 from ..protocol.plan import Plan
 from .errors import LedgerCorruptError, LedgerFormatError
@@ -42,6 +43,7 @@ class Kind(str, enum.Enum):
     BOUNDARY = "boundary"
     INTERVAL_BATCH = "interval_batch"
     PREFIX_HINT = "prefix_hint"
+    INTERVENTION = "intervention"
 
 
 class DecisionOutcome(str, enum.Enum):
@@ -216,6 +218,7 @@ _DECODERS: dict[Kind, Callable[[Mapping[str, Any]], Any]] = {
     Kind.BOUNDARY: Boundary.from_dict,
     Kind.INTERVAL_BATCH: IntervalBatch.from_dict,
     Kind.PREFIX_HINT: PrefixHint.from_dict,
+    Kind.INTERVENTION: Intervention.from_dict,
 }
 
 

@@ -10,6 +10,8 @@ How an Airflow task should treat them:
 - ``StaleAttempt``: a zombie (older attempt, or an attempt after the
   decision) tried to add to the batch; its output is ignored.
 - ``ConcurrentPlanError``: two runs planned the same batch at once.
+- ``InterventionRefused``: an operator's split or skip cannot take effect
+  (``onceflow split`` / ``skip`` print why); nothing changed.
 """
 
 from __future__ import annotations
@@ -44,3 +46,7 @@ class StaleAttempt(CoordinatorError, IllegalTransition):
 
 class ConcurrentPlanError(CoordinatorError):
     """Another run wrote the plan of the same batch first."""
+
+
+class InterventionRefused(CoordinatorError):
+    """An operator's split or skip of a batch cannot take effect; nothing changed."""

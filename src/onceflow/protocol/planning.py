@@ -8,7 +8,10 @@ onceflow.kafka) gives it the log's current bounds.
 Rules:
 - after a COMMITTED batch, every partition starts exactly at its end (I1);
 - after an ABORTED batch, the next plan re-reads the same ranges exactly
-  (``replay_of``), so a re-run reproduces the same input (I6);
+  (``replay_of``), so a re-run reproduces the same input (I6), smaller only
+  when a replay was aborted too, the run asks for fewer records, or an
+  operator split it; an operator's skip starts it where the aborted batch
+  ended, as a commit would (``protocol.interventions``);
 - a partition never seen before starts at the configured start position
   (earliest, latest, or the first offset at or after a timestamp);
 - a range ends at ``min(last stable offset, start + max_records_per_partition)``;
@@ -30,6 +33,7 @@ from typing import (
 )
 
 from .batch_id import BatchId
+from .interventions import Action, Intervention
 from .plan import OffsetRange, Plan, SinkPlan
 from .states import BatchState
 
@@ -173,20 +177,23 @@ def _check_same_topics(pipeline: str, seq: int, previous: Plan | None, ids: Mapp
         )
 
 
-def _replay_ranges(aborted: Plan, limit: int | None) -> tuple[tuple[OffsetRange, ...], str | None]:
+def _replay_ranges(aborted: Plan, limit: int | None, split: Intervention | None = None) -> tuple[tuple[OffsetRange, ...], str | None]:
     """The ranges that replay an aborted batch, and why they are smaller, if they are.
 
     The same ranges (I6), unless the batch cannot get through as it is: a
     replay that was aborted again is halved (a batch too big or too slow to
-    commit in its transaction timeout would otherwise fail forever), and a
-    run asking for fewer records per partition gets them. Safe: nothing of an
-    aborted batch was visible, and the next batch starts where this one ends.
+    commit in its transaction timeout would otherwise fail forever), a run
+    asking for fewer records per partition gets them, and so does an
+    operator's split. Safe: nothing of an aborted batch was visible, and the
+    next batch starts where this one ends.
     """
     biggest = max((r.end - r.start for r in aborted.ranges), default=0)
     cap, why = limit, None
+    if split is not None and (cap is None or split.max_records_per_partition <= cap):
+        cap, why = split.max_records_per_partition, split.note()
     if aborted.replay_of is not None and biggest > 1:
         halved = biggest // 2
-        if cap is None or halved < cap:
+        if cap is None or halved < cap:  # an operator's split too is halved when it fails again
             cap, why = halved, (f"batch {aborted.batch_id} replayed batch {BatchId(aborted.replay_of)} and was aborted too: "
                                 f"halved to {halved} records per partition")
     if cap is None or cap >= biggest:
@@ -204,9 +211,11 @@ def next_plan(
     config: PlanConfig,
     now_ms: int,
     run_id: str | None = None,
+    intervention: Intervention | None = None,
 ) -> Plan:
     """The plan of batch ``previous.batch_seq + 1`` (or 1). ``previous_state``
-    must be terminal: recovery runs first."""
+    must be terminal: recovery runs first. ``intervention``: an operator's
+    split or skip of ``previous``, if it is ABORTED."""
     seq = previous.batch_seq + 1 if previous else 1
     params = {**config.params, "start_position": str(config.start), "max_records_per_partition": config.max_records_per_partition}
     if run_id is not None:
@@ -222,15 +231,23 @@ def next_plan(
     _check_same_topics(pipeline, seq, previous, ids)
     if ids:
         params["topic_ids"] = ids
-    if previous is not None and previous_state is BatchState.ABORTED:
+    if intervention is not None and (previous is None or intervention.batch_seq != previous.batch_seq
+                                     or previous_state is not BatchState.ABORTED):
+        raise ValueError(f"an intervention on batch {BatchId(intervention.batch_seq)} does not concern the batch before "
+                         f"{BatchId(seq)}, or that batch is not aborted")
+    skipped = intervention is not None and intervention.action is Action.SKIP
+    if intervention is not None:  # what shows that it took effect (the intervention itself is a request)
+        params["intervention"] = intervention.note()
+    if previous is not None and previous_state is BatchState.ABORTED and not skipped:
         starts = {TopicPartition(r.topic, r.partition): r.start for r in previous.ranges}
         check_not_lost(f"batch {BatchId(seq)} of pipeline {pipeline!r}", starts, source)
-        ranges, why = _replay_ranges(previous, config.max_records_per_partition)
+        ranges, why = _replay_ranges(previous, config.max_records_per_partition, intervention)
         if why:
             params["replanned"] = why
         return Plan(pipeline, seq, ranges, sinks, now_ms, replay_of=previous.batch_seq, params=params)
 
     current = list(source.partitions(config.topics))
+    # Where the previous batch ended: committed, or skipped (its records quarantined).
     committed_ends = {TopicPartition(r.topic, r.partition): r.end for r in previous.ranges} if previous else {}
     gone = sorted(tp for tp in committed_ends if tp not in set(current) and tp.topic in config.topics)
     if gone:

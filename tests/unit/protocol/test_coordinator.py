@@ -11,7 +11,14 @@ import pytest
 from onceflow.ledger.errors import LedgerCorruptError, LedgerFormatError
 from onceflow.ledger.storage import open_ledger_storage
 from onceflow.ledger import records
-from onceflow.protocol.errors import BatchAborted, CommitFailed, ConcurrentPlanError, RetryLater, StaleAttempt
+from onceflow.protocol.errors import (
+    BatchAborted,
+    CommitFailed,
+    ConcurrentPlanError,
+    InterventionRefused,
+    RetryLater,
+    StaleAttempt,
+)
 from onceflow.protocol.participant import Outcome, Result
 from onceflow.protocol.states import BatchState, IllegalTransition
 from onceflow.settings import ConfigurationError
@@ -347,3 +354,56 @@ def test_an_output_removed_from_the_spec_never_holds_a_batch_or_the_pipeline(loc
     assert ("files", pending.batch_seq) not in world.visible  # the configured output was rolled back
     nxt = without_events.plan_next(src, dataclasses.replace(config(), sinks=(SINKS[0],)))
     assert nxt.replay_of == pending.batch_seq and [s.name for s in nxt.sinks] == ["files"]
+
+
+
+def test_an_operator_splits_or_skips_only_the_latest_aborted_batch_and_the_next_plan_follows(local):
+    from onceflow.protocol.interventions import Action, Intervention
+
+    coord, world, parts = world_coordinator(local)
+    src = source(250, 40)
+
+    def split(seq, records=3):
+        return Intervention(seq, Action.SPLIT, "ana", "record 150 crashes the transform", 1, max_records_per_partition=records)
+
+    run_batch(coord, parts, src)  # batch 1: [0, 100) and [0, 40)
+    with pytest.raises(InterventionRefused, match="committed, not aborted: a committed batch is never changed"):
+        coord.intervene(split(1))
+    poison = coord.plan_next(src, config())  # batch 2: [100, 200) and [40, 40)
+    with pytest.raises(InterventionRefused, match="is planned, not aborted: finish it first with `onceflow recover`"):
+        coord.intervene(split(2))
+    with pytest.raises(InterventionRefused, match="no batch 0+3"):
+        coord.intervene(split(3))
+    coord.recover()
+    with pytest.raises(InterventionRefused, match="batch 0+1 .*not the latest"):
+        coord.intervene(split(1))
+    assert coord.intervene(split(2)) == coord.describe(2).intervention
+    with pytest.raises(InterventionRefused, match="already intervened on .*split to at most 3"):
+        coord.intervene(split(2, 5))
+    replay = coord.plan_next(src, config())
+    assert [(r.start, r.end) for r in replay.ranges] == [(100, 103), (40, 40)] and replay.replay_of == 2
+    assert replay.params["intervention"] == split(2).note()
+    with pytest.raises(InterventionRefused, match="not the latest"):
+        coord.intervene(Intervention(2, Action.SKIP, "ana", "late", 1))
+
+    # batch 3 fails too: skipped, the next batch starts after it, as after a commit
+    coord.recover()
+    coord.intervene(Intervention(3, Action.SKIP, "ana", "still poison", 1))
+    after = coord.plan_next(src, config())
+    assert [(r.start, r.end) for r in after.ranges] == [(103, 203), (40, 40)] and after.replay_of is None
+    assert coord.describe(3).intervention.action is Action.SKIP and "still poison" in after.params["intervention"]
+    assert poison.batch_seq == 2 and not world.visible.get(("files", 2)) and not world.visible.get(("files", 3))
+
+
+def test_an_intervention_written_after_the_next_plan_is_void_and_says_so(local):
+    from onceflow.protocol.interventions import Action, Intervention
+
+    coord, world, parts = world_coordinator(local)
+    coord.plan_next(source(), config())
+    coord.recover()
+    # The operator checked batch 1 (latest, aborted) just before a run planned its replay.
+    coord.check_intervention(1)
+    coord.plan_next(source(), config())
+    coord.check_intervention = lambda seq: None  # type: ignore[method-assign]
+    with pytest.raises(InterventionRefused, match="batch 0+2 .* was planned while this intervention was recorded"):
+        coord.intervene(Intervention(1, Action.SKIP, "ana", "poison", 1))

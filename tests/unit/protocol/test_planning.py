@@ -13,9 +13,10 @@ from tests.doubles.fakes import FakeSource
 from tests.doubles.helpers import SINKS
 
 
-def plan_after(previous, state, src, **cfg):
+def plan_after(previous, state, src, intervention=None, **cfg):
     cfg.setdefault("max_records_per_partition", None)
-    return next_plan(pipeline="p", previous=previous, previous_state=state, source=src, config=PlanConfig(("t",), SINKS, **cfg), now_ms=7)
+    return next_plan(pipeline="p", previous=previous, previous_state=state, source=src, config=PlanConfig(("t",), SINKS, **cfg),
+                     now_ms=7, intervention=intervention)
 
 
 @pytest.fixture
@@ -139,3 +140,43 @@ def test_a_topic_created_again_under_the_same_name_is_refused_never_read_on(src)
             plan_after(first, state, src)
     del src.ids["t"]  # a broker that reports no ids: nothing to compare, planning goes on
     assert plan_after(first, BatchState.COMMITTED, src).batch_seq == 2
+
+
+def test_an_operators_split_caps_the_replay_and_a_skip_starts_after_the_aborted_batch(src):
+    from onceflow.protocol.interventions import Action, Intervention, QuarantinedRange
+
+    first = plan_after(None, None, src)  # 80 and 50 records
+    split = Intervention(1, Action.SPLIT, "ana", "record 57 crashes the transform", 1, max_records_per_partition=10)
+    replay = plan_after(first, BatchState.ABORTED, src, intervention=split)
+    assert ends(replay) == [(0, 20, 30), (1, 0, 10)] and replay.replay_of == 1
+    assert replay.params["replanned"] == replay.params["intervention"] == split.note()
+    assert "split to at most 10 records per partition by ana: record 57" in split.note()
+    # the run's own smaller cap wins; the plan still says which intervention it followed
+    smaller = plan_after(first, BatchState.ABORTED, src, intervention=split, max_records_per_partition=4)
+    assert ends(smaller) == [(0, 20, 24), (1, 0, 4)] and smaller.params["intervention"] == split.note()
+    # a split replay aborted again is halved, as any replay
+    assert ends(plan_after(replay, BatchState.ABORTED, src)) == [(0, 20, 25), (1, 0, 5)]
+
+    skip = Intervention(1, Action.SKIP, "ana", "poison", 1,
+                        quarantine=(QuarantinedRange(first.ranges[0], 80, "q0"), QuarantinedRange(first.ranges[1], 50, "q1")))
+    src.produce("t", 1, 10)
+    after = plan_after(first, BatchState.ABORTED, src, intervention=skip)
+    assert ends(after) == [(0, 100, 100), (1, 50, 60)] and after.replay_of is None and after.batch_seq == 2
+    assert after.params["intervention"] == skip.note() and "130 records quarantined" in skip.note()
+
+
+def test_an_intervention_concerns_the_aborted_batch_before_the_plan_only(src):
+    from onceflow.protocol.interventions import Action, Intervention
+
+    first = plan_after(None, None, src)
+    skip = Intervention(1, Action.SKIP, "ana", "poison", 1)
+    with pytest.raises(ValueError, match="not aborted"):
+        plan_after(first, BatchState.COMMITTED, src, intervention=skip)
+    with pytest.raises(ValueError, match="does not concern"):
+        plan_after(first, BatchState.ABORTED, src, intervention=Intervention(7, Action.SKIP, "ana", "poison", 1))
+    for bad in (dict(by=" "), dict(reason=""), dict(max_records_per_partition=0)):
+        with pytest.raises(ValueError):
+            Intervention(**{"batch_seq": 1, "action": Action.SPLIT, "by": "a", "reason": "r", "at_ms": 1,
+                            "max_records_per_partition": 5, **bad})
+    with pytest.raises(ValueError, match="only a split"):
+        Intervention(1, Action.SKIP, "ana", "poison", 1, max_records_per_partition=5)

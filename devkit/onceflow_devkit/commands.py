@@ -6,7 +6,7 @@
     onceflow demo [--warehouse URI]               the end-to-end demo through Airflow
     onceflow oracle-audit --pipeline clickstream  count every input record in every output, by an oracle
                                                   independent of the transform (``onceflow audit`` replays it)
-    onceflow chaos --batches N --seed S [--broker B|all] [--warehouse file|s3|all] [--json]
+    onceflow chaos --batches N --seed S [--broker B|all] [--warehouse file|s3|all] [--kinds K,...] [--json]
     onceflow chaos-report FILE...                 saved chaos runs added up and checked against the bar
 
 The library's own commands (``onceflow status``) read the deployment from the
@@ -21,6 +21,7 @@ import json
 import sys
 
 from onceflow.cli import add_pipeline_arguments, runtime_from_args
+from onceflow_devkit.chaos.schedule import ALL_KINDS
 from onceflow_devkit.services.kafka_broker import BROKERS
 from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
 
@@ -74,6 +75,14 @@ def _audit(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = sorted(set(kinds) - set(ALL_KINDS))
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(f"unknown fault kinds {unknown or text!r}; known: {', '.join(ALL_KINDS)}")
+    return kinds
+
+
 def _chaos(args: argparse.Namespace) -> int:
     from onceflow_devkit.chaos.figures import combined
     from onceflow_devkit.chaos.runner import WAREHOUSES, run_matrix
@@ -82,7 +91,8 @@ def _chaos(args: argparse.Namespace) -> int:
     warehouses = WAREHOUSES if args.warehouse == "all" else (args.warehouse,)
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (lambda text: print(text, flush=True))
     results = run_matrix(args.batches, args.seed, brokers, warehouses, say=say,
-                         records_per_partition=args.records_per_partition, mode=args.mode, spark=args.spark)
+                         records_per_partition=args.records_per_partition, mode=args.mode, spark=args.spark,
+                         kinds=args.kinds)
     total = combined(results)
     if args.json:
         print(json.dumps(total, indent=2))
@@ -144,6 +154,8 @@ def add_commands(sub) -> None:
     chaos.add_argument("--spark", choices=["submit", "connect"], default="submit",
                        help="submit: spark-submit per batch; connect: the spark tasks are clients of one Spark Connect "
                        "server, which the run also kills and restarts")
+    chaos.add_argument("--kinds", type=_kinds, help="only these fault kinds, comma-separated (default: every kind the "
+                       f"options allow): {', '.join(ALL_KINDS)}")
     chaos.add_argument("--json", action="store_true", help="figures as JSON on stdout (progress on stderr)")
     chaos.set_defaults(func=_chaos)
 

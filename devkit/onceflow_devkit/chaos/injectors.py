@@ -59,6 +59,8 @@ class RunTarget:
     started: float = field(default_factory=time.monotonic)
     spark_server: Any | None = None  # services.spark_connect.RestartableConnectServer in Spark Connect mode
     task_of: dict[str, str | None] = field(default_factory=dict)  # task instance id -> task id
+    conf: dict[str, Any] = field(default_factory=dict)  # the run's conf
+    vote_age_guard_s: float = 0.0  # how old a Kafka vote may be at commit (half the sinks' transaction timeout)
 
     def elapsed(self) -> float:
         return round(time.monotonic() - self.started, 2)
@@ -345,6 +347,44 @@ def _fence_open_transactions(target: RunTarget, fault: schedule.Fault) -> Inject
     return Injection(fault.kind, True, f"fenced {len(ids)} transactional ids of batch {status.batch_id} after its votes, before the decision", at)
 
 
+def _second_run(target: RunTarget, fault: schedule.Fault) -> Injection:
+    """A second run of the DAG alongside this one, outside the scheduler (``airflow dags test``), with
+    the same conf but no faults: the two runs race for the next batch and the audit counts both."""
+    if not target.wait(fault.detail["after_s"]):
+        return Injection(fault.kind, False, "the run ended before the second run could start")
+    at = target.elapsed()
+    second = target.airflow.dags_test(target.dag_id, conf={k: v for k, v in target.conf.items() if k != "faults"})
+    return Injection(fault.kind, True, f"a second run ({second.run_id}, airflow dags test) started {at} s into this one "
+                     f"and ended {second.run_state} {second.seconds:.0f} s later", at)
+
+
+def _delay_commit(target: RunTarget, fault: schedule.Fault) -> Injection:
+    """Hold the commit task (SIGSTOP) from its start until the batch's Kafka votes are older than their
+    age guard: the commit must refuse them (the broker may have ended those transactions) and abort."""
+    commit = _wait_for(target, lambda: _task_process(target, "commit"))
+    if commit is None:
+        return Injection(fault.kind, False, "the commit task never ran")
+    try:
+        commit.suspend()
+    except psutil.NoSuchProcess:
+        return Injection(fault.kind, False, "the commit task exited before it could be held")
+    at = target.elapsed()
+    status = target.runtime.coordinator.describe()
+    decided = status is not None and status.decision is not None
+    hold = target.vote_age_guard_s + fault.detail["past_guard_s"]
+    try:
+        time.sleep(hold)
+    finally:
+        try:
+            commit.resume()
+        except psutil.NoSuchProcess:
+            pass
+    if decided:
+        return Injection(fault.kind, False, f"batch {status.batch_id} was decided before the commit task was held", at)
+    return Injection(fault.kind, True, f"commit task held {hold:.0f} s (SIGSTOP), {fault.detail['past_guard_s']} s past the "
+                     f"Kafka votes' age guard ({target.vote_age_guard_s:.0f} s)", at)
+
+
 def _s3_faults(target: RunTarget, fault: schedule.Fault) -> Injection:
     from onceflow_devkit.chaos.s3_proxy import S3_FAULT_KINDS, S3FaultRates
 
@@ -422,6 +462,8 @@ INJECTORS: dict[str, Callable[[RunTarget, schedule.Fault], Injection]] = {
     schedule.RESTART_CONNECT_SERVER: _restart_connect_server,
     schedule.PARTITION_ADDED: _add_partition,
     schedule.OVERSIZED_RECORD: _decided_after_the_drain,
+    schedule.TWO_RUNS_AT_ONCE: _second_run,
+    schedule.COMMIT_DELAYED: _delay_commit,
 }
 
 

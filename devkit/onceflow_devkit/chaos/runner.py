@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from onceflow import faults
+from onceflow.kafka.sink import DEFAULT_SAFETY_FRACTION
 from onceflow.settings import ConfigurationError
 from onceflow_devkit.chaos import schedule
 from onceflow_devkit.services.stack import onceflow_home
@@ -47,6 +48,9 @@ S3_BUCKET = "chaos-warehouse"
 MALFORMED_RATIO = 0.1
 DRAIN_RECORDS_PER_PARTITION = 1_000_000
 MAX_DRAIN_RUNS = 4
+# The Kafka outputs' transaction timeout in a chaos run (dags/clickstream_exactly_once.py reads it): a
+# commit_delayed fault holds the commit past half of it, the votes' age guard.
+TRANSACTION_TIMEOUT_MS = 240_000
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,8 @@ class _Run:
             self.spark_server.start()
         self.airflow = onceflow_airflow(
             self.home / "airflow", info.kafka, self.warehouse, clients_s3,
-            extra_env={"ONCEFLOW_SCHEDULE": "none", **injection},
+            extra_env={"ONCEFLOW_SCHEDULE": "none", "CLICKSTREAM_TRANSACTION_TIMEOUT_MS": str(TRANSACTION_TIMEOUT_MS),
+                       **injection},
             spark_connect=self.spark_server.server if self.spark_server else None,
         )
         self.airflow.migrate()
@@ -253,7 +258,8 @@ class _Run:
         thread = None
         if fault is not None:
             target = RunTarget(api, self.dag_id, run_id, self.airflow, self.stack, self.runtime, self.proxy, self.fired_log,
-                               finished, started, spark_server=self.spark_server)
+                               finished, started, spark_server=self.spark_server, conf=conf,
+                               vote_age_guard_s=TRANSACTION_TIMEOUT_MS * DEFAULT_SAFETY_FRACTION / 1000)
 
             def work() -> None:
                 try:
@@ -270,7 +276,7 @@ class _Run:
         finally:
             finished.set()
             if thread is not None:
-                thread.join(timeout=120)
+                thread.join(timeout=600)  # a second run (two_runs_at_once) may outlive this one
         if self.stack.kafka_proc.running_pid() is None:  # a failed restart must not sink the next batch
             self.say(f"[chaos]   the broker was down after run {run_id}: starting it again")
             self.stack.restart_broker()

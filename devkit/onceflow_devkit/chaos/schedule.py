@@ -5,8 +5,8 @@ kind comes up once), so a run of ``10 * len(kinds)`` batches asks for every
 kind at least ten times; the details (which fault point, which task, how long
 to wait) are drawn from the same seeded generator. Re-running with the same
 seed and options asks for the same faults in the same order, with the same
-version of this module: the kinds and ranges added on 2026-11-24 changed the
-sequences of earlier seeds.
+version of this module: the kinds and ranges added on 2026-11-24 and
+2026-11-25 changed the sequences of earlier seeds.
 """
 
 from __future__ import annotations
@@ -36,12 +36,18 @@ S3_FAULTS = "s3_faults"                # the S3 proxy fails a share of requests 
 # Spark Connect mode (the spark task is a client of a long-running server):
 KILL_CONNECT_CLIENT = "kill_connect_client"        # SIGKILL of the spark task's process while its job runs
 RESTART_CONNECT_SERVER = "restart_connect_server"  # the server and its Python workers SIGKILLed, started again
+# A second run of the same DAG at once (``airflow dags test``, as a second deployment or a
+# hand-run test would start it; max_active_runs cannot stop that): one of them must lose cleanly.
+TWO_RUNS_AT_ONCE = "two_runs_at_once"
+COMMIT_DELAYED = "commit_delayed"      # the commit task held (SIGSTOP) until the Kafka votes are past their age guard
 
 PROCESS_KINDS = (KILL_SPARK_SUBMIT, KILL_PYTHON_WORKER, KILL_TASK_PROCESS, LOSE_WORKER)
 BROKER_KINDS = (BROKER_RESTART, BROKER_UNREACHABLE, BROKER_FENCE, BROKER_ABORT_AFTER_COMMIT)
 CONNECT_KINDS = (KILL_CONNECT_CLIENT, RESTART_CONNECT_SERVER)
 INPUT_KINDS = (PARTITION_ADDED, OVERSIZED_RECORD)  # offsets mode: a backfill's input is stamped per hour
-ALL_KINDS = (POINT_CRASH, POINT_RAISE, *PROCESS_KINDS, *BROKER_KINDS, S3_FAULTS, *CONNECT_KINDS, *INPUT_KINDS)
+# Offsets mode only: interval batches run side by side by design, and the hourly DAG keeps the default timeout.
+RUN_KINDS = (TWO_RUNS_AT_ONCE, COMMIT_DELAYED)
+ALL_KINDS = (POINT_CRASH, POINT_RAISE, *PROCESS_KINDS, *BROKER_KINDS, S3_FAULTS, *CONNECT_KINDS, *INPUT_KINDS, *RUN_KINDS)
 # How the spark task runs its job: spark-submit (a driver JVM per batch) or Spark Connect.
 SPARK_MODES = ("submit", "connect")
 
@@ -58,7 +64,7 @@ def kinds_for(warehouse_on_s3: bool, spark: str = "submit", mode: str = "offsets
     change the input of an offsets pipeline only, and a partition is added only on a broker
     that can (``adds_partitions``)."""
     absent = {*(() if warehouse_on_s3 else (S3_FAULTS,)), *(CONNECT_KINDS if spark == "submit" else (KILL_SPARK_SUBMIT,)),
-              *(() if mode == "offsets" else INPUT_KINDS), *(() if adds_partitions else (PARTITION_ADDED,))}
+              *(() if mode == "offsets" else (*INPUT_KINDS, *RUN_KINDS)), *(() if adds_partitions else (PARTITION_ADDED,))}
     return tuple(k for k in ALL_KINDS if k not in absent)
 
 
@@ -118,6 +124,10 @@ def draw(rng: random.Random, kind: str, points: Sequence[str]) -> Fault:
         return Fault(kind, {})
     if kind in CONNECT_KINDS:  # seconds after the spark task's process (the client) starts; its job takes 2-4 s
         return Fault(kind, {"after_s": round(rng.uniform(0.0, 4.0), 2)})
+    if kind == TWO_RUNS_AT_ONCE:  # seconds into the run: before, during or after its plan task
+        return Fault(kind, {"after_s": round(rng.uniform(0.0, 6.0), 2)})
+    if kind == COMMIT_DELAYED:  # held this long past the guard
+        return Fault(kind, {"past_guard_s": round(rng.uniform(2.0, 10.0), 2)})
     if kind == S3_FAULTS:
         # Shares of S3 requests to fail in this batch, by S3 fault kind.
         return Fault(kind, {"error_share": round(rng.uniform(0.03, 0.12), 3)})

@@ -52,6 +52,7 @@ def test_each_mode_draws_only_the_kinds_that_can_happen_in_it():
     assert set(schedule.CONNECT_KINDS) <= set(connect) and schedule.KILL_SPARK_SUBMIT not in connect
     assert set(schedule.INPUT_KINDS) <= set(submit)
     assert not set(schedule.INPUT_KINDS) & set(schedule.kinds_for(True, "submit", mode="backfill"))
+    assert set(schedule.RUN_KINDS) <= set(connect) and not set(schedule.RUN_KINDS) & set(schedule.kinds_for(True, "connect", mode="backfill"))
     assert set(submit) | set(connect) == set(schedule.ALL_KINDS)
     # The repair path: the commit task crashes right after COMMIT (the injector then aborts at the broker).
     [fault] = schedule.fault_sequence(1, 1, (schedule.BROKER_ABORT_AFTER_COMMIT,))

@@ -43,20 +43,24 @@ def consumed_to(reader) -> dict[tuple[str, int], int]:
     return {(r.topic, r.partition): r.start for r in first.ranges} if first else {}
 
 
-def input_lag(runtime, now: int | None = None, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+def input_lag(runtime, now: int | None = None, timeout_s: float = 30.0, source=None) -> list[dict[str, Any]]:
     """Per input partition: the committed end, the last stable offset, the
     records between them, and the age of the oldest record not yet committed.
-    ``timeout_s`` bounds each Kafka request."""
+    ``timeout_s`` bounds each Kafka request. ``source``: an open offset source
+    to ask (a caller that looks again and again keeps one); default: one opened
+    for this call."""
+    if source is None:
+        with runtime.offset_source(timeout_s) as opened:
+            return input_lag(runtime, now, timeout_s, opened)
     now = int(time.time() * 1000) if now is None else now
     ends = consumed_to(runtime.reader)
-    with runtime.offset_source(timeout_s) as source:
-        partitions = source.partitions(runtime.spec.topics)
-        stable = source.last_stable_offsets(partitions)
-        missing = [tp for tp in partitions if (tp.topic, tp.partition) not in ends]
-        earliest = source.earliest_offsets(missing) if missing else {}
-        starts = {tp: ends.get((tp.topic, tp.partition), earliest.get(tp, 0)) for tp in partitions}
-        behind = {tp: starts[tp] for tp in partitions if stable[tp] > starts[tp]}
-        stamps = source.timestamps_at(behind)
+    partitions = source.partitions(runtime.spec.topics)
+    stable = source.last_stable_offsets(partitions)
+    missing = [tp for tp in partitions if (tp.topic, tp.partition) not in ends]
+    earliest = source.earliest_offsets(missing) if missing else {}
+    starts = {tp: ends.get((tp.topic, tp.partition), earliest.get(tp, 0)) for tp in partitions}
+    behind = {tp: starts[tp] for tp in partitions if stable[tp] > starts[tp]}
+    stamps = source.timestamps_at(behind)
     rows = []
     for tp in partitions:
         stamp = stamps.get(tp)

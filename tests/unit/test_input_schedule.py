@@ -60,3 +60,46 @@ def test_the_environment_spells_the_input_schedule_and_a_misspelt_one_is_refused
         parse_schedule("input: record=10")
     with pytest.raises(ConfigurationError, match="max_age_s='soon' is not a number"):
         parse_schedule("input: max_age_s=soon")
+
+
+def test_the_trigger_keeps_one_consumer_for_its_looks_and_replaces_it_after_a_failed_look():
+    import asyncio
+    from types import SimpleNamespace
+
+    from onceflow.triggers.input_lag import InputLagTrigger
+
+    opened, closed, looks = [], [], []
+
+    class Source:
+        def close(self):
+            closed.append(self)
+
+    def offset_source(timeout_s):
+        opened.append(Source())
+        return opened[-1]
+
+    runtime = SimpleNamespace(spec=SimpleNamespace(name="p"), offset_source=offset_source)
+
+    class Looking(InputLagTrigger):
+        def _runtime(self):
+            return runtime
+
+        def look(self, runtime, source):
+            looks.append(source)
+            if len(looks) == 3:
+                raise ConnectionError("broker unreachable")
+            return state(waiting=600 if len(looks) == 5 else 0)
+
+    trigger = Looking(dag_id="d", spec_json="{}", warehouse="file:///w", kafka_conn_id="k", aws_conn_id=None,
+                      records=500, max_age_s=None, poll_s=0.001, stall_s=60)
+
+    async def first_event():
+        events = trigger.run()
+        event = await events.__anext__()
+        await events.aclose()  # the triggerer cancels a trigger this way: its consumer is closed
+        return event
+
+    event = asyncio.run(first_event())
+    assert event.payload["waiting"] == 600 and len(looks) == 5
+    assert looks[:3] == [opened[0]] * 3 and looks[3:] == [opened[1]] * 2, "one consumer per stretch of good looks"
+    assert closed == opened, "the failed look's consumer and, at the end, the second one are closed"

@@ -29,6 +29,11 @@ def accounted_plans(coordinator) -> tuple[list[tuple[Plan, Any]], list[Plan]]:
     return committed, skipped
 
 
+def committed_plans(coordinator) -> list[tuple[Plan, Any]]:
+    """(plan, status) of every committed batch, oldest first (a full scan: tooling only)."""
+    return accounted_plans(coordinator)[0]
+
+
 def contiguity_errors(plans: Iterable[Plan]) -> list[str]:
     """I1: per partition, committed ranges follow each other without gap or
     overlap; for an interval pipeline, I8 (tiling): intervals that meet in time

@@ -10,7 +10,9 @@ burst of input starts one run, not one per look.
 
 The looks are blocking calls (Kafka, the warehouse, connections through
 hooks) and run in a thread, so the triggerer's event loop never waits on them.
-A look that fails (Kafka or the warehouse unreachable) is logged and retried
+One Kafka consumer serves every look (a new one per look would cost a
+connection and a metadata round trip each poll). A look that fails (Kafka or
+the warehouse unreachable) is logged, the consumer closed, and both retried
 at the next poll: the trigger never dies of it.
 """
 
@@ -56,8 +58,9 @@ class InputLagTrigger(BaseEventTrigger):
                                     self.kafka_conn_id, self.aws_conn_id)
         return deployed.runtime(identity=f"airflow-triggerer:{self.dag_id}")
 
-    def look(self, runtime) -> InputState:
-        """One look at the input and the ledger (blocking: run in a thread)."""
+    def look(self, runtime, source) -> InputState:
+        """One look at the input (through ``source``, an open offset source) and the ledger
+        (blocking: run in a thread)."""
         from ..lag import input_lag
 
         # The newest batch first, then the lag: a batch that commits between the two reads is then
@@ -66,30 +69,43 @@ class InputLagTrigger(BaseEventTrigger):
         age = None if latest is None else max(0.0, time.time() - latest.plan.created_at_ms / 1000)
         in_flight = age if latest is not None and not latest.state.terminal else None
         aborted = age if latest is not None and latest.state is BatchState.ABORTED else None
-        rows = input_lag(runtime, timeout_s=min(30.0, self.schedule.poll_s * 4))
+        rows = input_lag(runtime, source=source)
         ages = [r["oldest_uncommitted_age_s"] for r in rows if r["lag"] and r["oldest_uncommitted_age_s"] is not None]
         return InputState(sum(r["lag"] for r in rows), max(ages, default=None),
                           latest.batch_seq if latest else 0, in_flight, aborted)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        runtime = None
+        runtime = source = None
         fired_after_seq: int | None = None
         fired_at = 0.0
-        while True:
-            try:
-                if runtime is None:
-                    runtime = await asyncio.to_thread(self._runtime)
-                state = await asyncio.to_thread(self.look, runtime)
-            except Exception as exc:  # Kafka, the warehouse or a connection unreachable now: look again later
-                log.warning("%s: could not look at the input (%s); next look in %.0f s", self.dag_id, exc,
-                            self.schedule.poll_s)
-                runtime = None
-            else:
-                reason = reason_to_fire(self.schedule, state, fired_after_seq,
-                                        time.monotonic() - fired_at if fired_after_seq is not None else None)
-                if reason is not None:
-                    log.info("%s: starting a run: %s", self.dag_id, reason)
-                    fired_after_seq, fired_at = state.latest_seq, time.monotonic()
-                    yield TriggerEvent({"pipeline": runtime.spec.name, "reason": reason, "waiting": state.waiting,
-                                        "oldest_age_s": state.oldest_age_s, "after_batch": state.latest_seq})
-            await asyncio.sleep(self.schedule.poll_s)
+        try:
+            while True:
+                try:
+                    if source is None:
+                        runtime = await asyncio.to_thread(self._runtime)
+                        source = await asyncio.to_thread(runtime.offset_source, min(30.0, self.schedule.poll_s * 4))
+                    state = await asyncio.to_thread(self.look, runtime, source)
+                except Exception as exc:  # Kafka, the warehouse or a connection unreachable now: look again later
+                    log.warning("%s: could not look at the input (%s); next look in %.0f s", self.dag_id, exc,
+                                self.schedule.poll_s)
+                    source = await asyncio.to_thread(_close, source)
+                else:
+                    reason = reason_to_fire(self.schedule, state, fired_after_seq,
+                                            time.monotonic() - fired_at if fired_after_seq is not None else None)
+                    if reason is not None:
+                        log.info("%s: starting a run: %s", self.dag_id, reason)
+                        fired_after_seq, fired_at = state.latest_seq, time.monotonic()
+                        yield TriggerEvent({"pipeline": runtime.spec.name, "reason": reason, "waiting": state.waiting,
+                                            "oldest_age_s": state.oldest_age_s, "after_batch": state.latest_seq})
+                await asyncio.sleep(self.schedule.poll_s)
+        finally:  # cancelled (the DAG paused or changed, the triggerer stopping): release the consumer
+            _close(source)
+
+
+def _close(source) -> None:
+    """Close an offset source, if any, whatever state its connection is in; returns None (no source)."""
+    if source is not None:
+        try:
+            source.close()
+        except Exception:  # noqa: BLE001 - a broken consumer is being dropped anyway
+            log.debug("closing the offset source failed", exc_info=True)

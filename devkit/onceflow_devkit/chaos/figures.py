@@ -55,6 +55,7 @@ class ChaosFigures:
     sequence: list[Fault]
     mode: str = "offsets"  # "backfill": faulted runs of the hourly interval pipeline, drained by a backfill
     spark: str = "submit"  # "connect": the spark tasks were clients of a Spark Connect server
+    kinds: tuple[str, ...] | None = None  # the kinds asked for with --kinds (None: every kind the options allow)
     runs: list[BatchRun] = field(default_factory=list)
     drain_runs: int = 0
     ledger: LedgerFigures = field(default_factory=LedgerFigures)
@@ -98,6 +99,7 @@ class ChaosFigures:
             f"onceflow chaos --batches {len(self.sequence)} --seed {self.seed} --broker {self.broker} "
             f"--warehouse {self.warehouse}" + (f" --mode {self.mode}" if self.mode != "offsets" else "")
             + (f" --spark {self.spark}" if self.spark != "submit" else "")
+            + (f" --kinds {','.join(self.kinds)}" if self.kinds else "")
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -50,7 +50,7 @@ DRAIN_RECORDS_PER_PARTITION = 1_000_000
 MAX_DRAIN_RUNS = 4
 # The Kafka outputs' transaction timeout in a chaos run (dags/clickstream_exactly_once.py reads it): a
 # commit_delayed fault holds the commit past half of it, the votes' age guard.
-TRANSACTION_TIMEOUT_MS = 240_000
+TRANSACTION_TIMEOUT_MS = 120_000
 
 
 @dataclass(frozen=True)
@@ -298,7 +298,8 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
     kinds = options.kinds or schedule.kinds_for(options.warehouse == "s3", options.spark, options.mode,
                                                 ADDS_PARTITIONS in CAPABILITIES[options.broker])
     sequence = schedule.fault_sequence(options.seed, options.batches, kinds)
-    figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark)
+    figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark,
+                           kinds=options.kinds)
     world = _Run(options, say)
     try:
         world.up()

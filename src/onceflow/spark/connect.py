@@ -14,7 +14,9 @@ artifacts are on their path) and does not stop them when the session ends
 per batch. Every batch that ships the same code therefore joins one session,
 named by that code: the zips' names carry their content's hash, so new code
 gets a new session. A session the server has closed (its idle timeout)
-cannot be joined again; the next generation of the name is used.
+cannot be joined again; the next generation of the name is used, and
+remembered on this machine (a file beside the code zips), so the next batch
+starts there instead of trying every closed generation again.
 
 Everything a Python worker needs beyond the job's options comes from the
 server's environment: secrets (``AWS_*``, the Kafka client's secret
@@ -58,8 +60,11 @@ def connect_mode() -> Iterator[None]:
 
 def code_session_id(code_zips: Sequence[str], generation: int) -> str:
     """The session of every job that ships exactly ``code_zips`` (names carry their content hash)."""
-    names = ",".join(Path(z).name for z in code_zips)
-    return str(uuid.uuid5(SESSION_NAMESPACE, f"onceflow|{names}|{generation}"))
+    return str(uuid.uuid5(SESSION_NAMESPACE, f"onceflow|{_names(code_zips)}|{generation}"))
+
+
+def _names(code_zips: Sequence[str]) -> str:
+    return ",".join(Path(z).name for z in code_zips)
 
 
 def session_url(connection_url: str, session_id: str) -> str:
@@ -78,14 +83,42 @@ def is_session_closed(exc: BaseException) -> bool:
     return condition == SESSION_CLOSED or SESSION_CLOSED in str(exc)
 
 
+def _generation_hint(connection_url: str, code_zips: Sequence[str]) -> Path:
+    """Where this machine remembers the generation that last worked for this code on this server."""
+    import hashlib
+    import tempfile
+
+    key = hashlib.sha256(f"{connection_url}|{_names(code_zips)}".encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"onceflow-connect-{os.getuid()}-{key}.generation"
+
+
+def _read_hint(path: Path) -> int:
+    try:
+        return min(max(int(path.read_text()), 0), MAX_GENERATIONS - 1)
+    except (OSError, ValueError):
+        return 0  # none yet, or unreadable: only a hint
+
+
+def _write_hint(path: Path, generation: int) -> None:
+    try:
+        scratch = path.with_name(f".{path.name}.{os.getpid()}")
+        scratch.write_text(str(generation))
+        os.replace(scratch, path)
+    except OSError:
+        log.debug("could not remember Spark Connect session generation %d in %s", generation, path, exc_info=True)
+
+
 def join_session(connection_url: str, code_zips: Sequence[str]):
     """The server's session for this code, with the code added as Python artifacts.
 
     Adding an artifact the session has is a no-op, so every batch adds them: a
-    server restarted since the last batch gets them again."""
+    server restarted since the last batch gets them again. Closed generations
+    are skipped from the one this machine last joined on."""
     from pyspark.sql.connect.session import SparkSession
 
-    for generation in range(MAX_GENERATIONS):
+    hint = _generation_hint(connection_url, code_zips)
+    start = _read_hint(hint)
+    for generation in range(start, MAX_GENERATIONS):
         session_id = code_session_id(code_zips, generation)
         spark = SparkSession.builder.remote(session_url(connection_url, session_id)).create()
         try:
@@ -98,6 +131,8 @@ def join_session(connection_url: str, code_zips: Sequence[str]):
             continue
         log.info("Spark Connect session %s (code %s, generation %d)", session_id,
                  ", ".join(Path(z).name for z in code_zips), generation)
+        if generation != start:
+            _write_hint(hint, generation)
         return spark
     raise RuntimeError(f"the Spark Connect server has closed the {MAX_GENERATIONS} sessions onceflow names for this "
                        "code: restart the server, or raise spark.connect.session.manager.defaultSessionTimeout so "

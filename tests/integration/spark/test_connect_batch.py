@@ -14,11 +14,13 @@ import os
 import subprocess
 import sys
 import uuid
+from unittest import mock
 
 import pytest
 
 from onceflow.dag_factory import shipped_code
-from onceflow.spark.connect import (CONNECT_MODE_VAR, close_client, code_session_id, connect_mode, join_session,
+from onceflow.spark.connect import (CONNECT_MODE_VAR, MAX_GENERATIONS, _generation_hint, _read_hint, close_client,
+                                    code_session_id, connect_mode, join_session,
                                     run_connect_batch)
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow_devkit.services.process import ManagedProcess
@@ -83,7 +85,8 @@ def test_batches_of_the_same_code_share_one_session_and_commit_exactly_once(spar
     # Airflows it starts, which inherit its environment) are not turned into Spark Connect clients.
     assert CONNECT_MODE_VAR not in os.environ
     joined = join_session(spark_connect_server.url, code)
-    assert joined.session_id == code_session_id(code, 0)
+    # (the generation this machine last joined: 0 unless a server on this port closed sessions before)
+    assert joined.session_id == code_session_id(code, _read_hint(_generation_hint(spark_connect_server.url, code)))
     close_client(joined)
     # A session joined after another one closed is the process's active one: a transform's
     # F.udf(f, "int") parses its DDL with it (a spark task retried in the same process).
@@ -100,6 +103,23 @@ def test_batches_of_the_same_code_share_one_session_and_commit_exactly_once(spar
     report = audit_clickstream(pipeline)
     assert report.ok, report.summary()
     assert report.input_records == 1500
+
+
+def test_a_closed_session_is_followed_by_the_next_generation_which_this_machine_remembers(spark_connect_server, pipeline):
+    code = shipped_code(pipeline.spec)
+    hint = _generation_hint(spark_connect_server.url, code)
+    first = join_session(spark_connect_server.url, code)
+    generation = next(g for g in range(MAX_GENERATIONS) if code_session_id(code, g) == first.session_id)
+    first.stop()  # releases the session: the server closes it, and refuses it from now on
+    second = join_session(spark_connect_server.url, code)
+    assert second.session_id == code_session_id(code, generation + 1) and _read_hint(hint) == generation + 1
+    close_client(second)
+    # The next join starts at the remembered generation: it never asks for the closed one again.
+    asked = []
+    real_id = code_session_id
+    with mock.patch("onceflow.spark.connect.code_session_id", lambda zips, g: asked.append(g) or real_id(zips, g)):
+        close_client(join_session(spark_connect_server.url, code))
+    assert asked[-1:] == [generation + 1] and generation not in asked
 
 
 def run_client(server, pipeline, plan, code, faults: str) -> subprocess.CompletedProcess:

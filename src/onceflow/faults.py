@@ -64,6 +64,7 @@ DECLARING_MODULES = (
     "onceflow.spark.batch_job",
     "onceflow.kafka.sink",
     "onceflow.kafka.writer",
+    "onceflow.sinks.kafka",
 )
 
 

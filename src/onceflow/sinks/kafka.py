@@ -8,6 +8,7 @@ import logging
 from datetime import timedelta
 from typing import Any, Mapping
 
+from .. import faults
 from ..kafka.ids import transactional_ids
 from ..kafka.sink import DEFAULT_SAFETY_FRACTION, KafkaSinkParticipant, handles_of
 from . import OpenTransaction
@@ -18,6 +19,8 @@ FORMAT = "onceflow_kafka"
 MAX_TIMEOUT_SETTING = "transaction.max.timeout.ms"
 TOPIC_LIMIT_SETTING = "max.message.bytes"
 log = logging.getLogger(__name__)
+AFTER_FENCING = faults.declare("kafka.precommit.after_fencing",
+                               "a retried attempt fenced the earlier attempts' transactions, before its writers start")
 
 
 def check_transaction_timeout(sink, broker_max: str | None) -> None:
@@ -111,6 +114,14 @@ class KafkaKind:
             "max_record_bytes": str(self.max_record_bytes(sink, deployment)),
             "partitioner": sink.partitioner,
         }
+        if int(job_options["attempt"]) > 1:
+            # An earlier attempt may have left transactions open. End them here, one id at a time, before
+            # the writers' init_transactions would all at once: Tansu 0.6 loses track of concurrent aborts
+            # and leaves later commits on those partitions pending for ever (docs/brokers.md).
+            from ..kafka.fencing import fence_transactional_ids
+
+            fence_transactional_ids(deployment.kafka.config(), sink_plan.transactional_ids)
+            faults.fault_point(AFTER_FENCING)
         frame.write.format(FORMAT).mode("append").options(**options).save()
 
     def committed_output(self, spark, sink, pipeline, deployment, scope):

@@ -67,7 +67,7 @@ class ChaosOptions:
     spark: str = "submit"              # or "connect": the spark tasks are clients of one Spark Connect server
 
     def check(self) -> None:
-        from onceflow_devkit.services.kafka_broker import BROKERS
+        from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, BROKERS, CAPABILITIES
 
         if self.batches < 1:
             raise ConfigurationError(f"--batches must be at least 1, got {self.batches}")
@@ -77,10 +77,11 @@ class ChaosOptions:
             raise ConfigurationError(f"--mode {self.mode!r}: choose one of {', '.join(MODES)}")
         if self.spark not in schedule.SPARK_MODES:
             raise ConfigurationError(f"--spark {self.spark!r}: choose one of {', '.join(schedule.SPARK_MODES)}")
-        impossible = set(self.kinds or ()) - set(schedule.kinds_for(True, self.spark, self.mode))
+        adds_partitions = ADDS_PARTITIONS in CAPABILITIES[self.broker]
+        impossible = set(self.kinds or ()) - set(schedule.kinds_for(True, self.spark, self.mode, adds_partitions))
         if impossible:
-            raise ConfigurationError(f"fault kinds {sorted(impossible)} cannot happen with --spark {self.spark} "
-                                     f"--mode {self.mode}")
+            raise ConfigurationError(f"fault kinds {sorted(impossible)} cannot happen with --broker {self.broker} "
+                                     f"--spark {self.spark} --mode {self.mode}")
         if self.warehouse not in WAREHOUSES:
             raise ConfigurationError(f"--warehouse {self.warehouse!r}: choose one of {', '.join(WAREHOUSES)}")
         unknown = set(self.kinds or ()) - set(schedule.ALL_KINDS)

@@ -173,8 +173,11 @@ def test_a_restarted_server_is_joined_again_with_the_code_added_anew(pipeline, o
     assert report.input_records == 600 + 400
 
 
-def test_a_runs_faults_reach_the_servers_python_workers_only_where_the_server_allows_them(
-        spark_connect_server, pipeline, one_kafka_broker, tmp_path, monkeypatch):
+WORKER_POINT = "kafka.precommit.after_flush=raise"
+
+
+def test_a_runs_faults_never_reach_the_python_workers_of_a_server_that_does_not_allow_them(
+        spark_connect_server, pipeline, one_kafka_broker, monkeypatch):
     # The server's workers cannot inherit the task's ONCEFLOW_FAULTS (spark-submit's workers do): the
     # run's faults reach them as a writer option, armed only on a server that enables injection.
     from onceflow import faults
@@ -183,11 +186,23 @@ def test_a_runs_faults_reach_the_servers_python_workers_only_where_the_server_al
     produce(one_kafka_broker, pipeline.spec.topics[0], 500, seed=7)
     plan = plan_next(pipeline)
     monkeypatch.setenv(faults.RUN_PARAM_GUARD, faults.RUN_PARAM_GUARD_VALUE)
-    worker_point = "kafka.precommit.after_flush=raise"
     with pytest.raises(Exception, match=faults.RUN_PARAM_GUARD):  # the session's server does not enable it
-        with faults.armed_for_job(worker_point):
+        with faults.armed_for_job(WORKER_POINT):
             run_connect_batch(spark_connect_server.url, pipeline, plan.batch_seq, code)
+    assert run_connect_batch(spark_connect_server.url, pipeline, plan.batch_seq, code).attempt == 2
+    assert commit(pipeline, plan) == "committed"
 
+
+@pytest.mark.slow  # a server of its own; make test's bounded Spark Connect chaos run arms its server's workers too
+def test_a_runs_faults_reach_the_python_workers_of_a_server_that_allows_them(
+        pipeline, one_kafka_broker, tmp_path, monkeypatch):
+    from onceflow import faults
+
+    code = shipped_code(pipeline.spec)
+    produce(one_kafka_broker, pipeline.spec.topics[0], 500, seed=7)
+    plan = plan_next(pipeline)
+    monkeypatch.setenv(faults.RUN_PARAM_GUARD, faults.RUN_PARAM_GUARD_VALUE)
+    worker_point = WORKER_POINT
     fired_log = tmp_path / "fired.log"
     proc = ManagedProcess("spark-connect-injecting", tmp_path / "spark-connect").reset()
     try:
@@ -202,7 +217,7 @@ def test_a_runs_faults_reach_the_servers_python_workers_only_where_the_server_al
         result = run_connect_batch(server.url, pipeline, plan.batch_seq, code)  # the next attempt, unarmed
     finally:
         proc.stop(grace=2)
-    assert result.attempt == 3
+    assert result.attempt == 2
     assert commit(pipeline, plan) == "committed"
     report = audit_clickstream(pipeline)
     assert report.ok, report.summary()

@@ -531,11 +531,11 @@ class Coordinator:
             raise InterventionRefused(f"pipeline {self.pipeline!r} has no batch {BatchId(seq)} (latest: {BatchId(latest)})")
         plan = self.plan(seq)
         if interval_of(plan) is not None:
-            raise InterventionRefused(f"{where} reads the data interval {interval_of(plan)}: an interval pipeline's batches "
-                                "cannot be split or skipped (reprocess the interval instead)")
+            raise InterventionRefused(f"{where} reads the data interval {interval_of(plan)}: an interval pipeline's "
+                                      "batches cannot be split or skipped (reprocess the interval instead)")
         if seq != latest:
-            raise InterventionRefused(f"{where} is not the latest batch ({BatchId(latest)} is): only the latest can be split "
-                                "or skipped, before the next batch is planned")
+            raise InterventionRefused(f"{where} is not the latest batch ({BatchId(latest)} is): only the latest can be "
+                                      "split or skipped, before the next batch is planned")
         state = self.describe(seq).state
         if state is not BatchState.ABORTED:
             fix = ("finish it first with `onceflow recover` (an undecided batch is aborted; pause the DAG so that no "
@@ -544,19 +544,20 @@ class Coordinator:
         existing = self.ledger.read_intervention(seq)
         if existing is not None:
             raise InterventionRefused(f"{where} was already intervened on ({existing.note()}); intervene on the next "
-                                    "batch if it fails too")
+                                      "batch if it fails too")
         return plan
 
     def intervene(self, intervention: Intervention) -> Intervention:
         """Record an operator's split or skip of the latest batch (``protocol.interventions``).
         Raises if it cannot take effect: the batch is not the latest aborted one, another
-        intervention won, or the next batch was planned meanwhile (then nothing changes)."""
+        intervention won, or the next batch was planned meanwhile without it (the record
+        then stays, void: only the next plan makes an intervention take effect)."""
         seq = intervention.batch_seq
         self.check_intervention(seq)
         created, winner = self.ledger.create_intervention(intervention)
         if not created:
             raise InterventionRefused(f"batch {BatchId(seq)} of pipeline {self.pipeline!r}: another intervention was "
-                                    f"recorded first ({winner.note()}); it stands")
+                                      f"recorded first ({winner.note()}); it stands")
         following = self.ledger.read_plan(seq + 1)
         if following is not None and following.params.get("intervention") != intervention.note():
             raise InterventionRefused(

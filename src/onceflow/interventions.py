@@ -57,15 +57,14 @@ def quarantine(runtime, plan: Plan) -> tuple[QuarantinedRange, ...]:
 
 def split_batch(runtime, seq: int, records: int, by: str, reason: str) -> Intervention:
     """Record that the next batch replays at most ``records`` records per partition of aborted batch ``seq``."""
-    coordinator = runtime.coordinator
-    coordinator.check_intervention(seq)
-    return coordinator.intervene(Intervention(seq, Action.SPLIT, by, reason, _now_ms(), max_records_per_partition=records))
+    return runtime.coordinator.intervene(
+        Intervention(seq, Action.SPLIT, by, reason, _now_ms(), max_records_per_partition=records))
 
 
 def skip_batch(runtime, seq: int, by: str, reason: str) -> Intervention:
     """Quarantine aborted batch ``seq``'s input records, then record that the next batch starts after them."""
     coordinator = runtime.coordinator
-    plan = coordinator.check_intervention(seq)
+    plan = coordinator.check_intervention(seq)  # before copying anything; intervene checks again
     copied = quarantine(runtime, plan)
     return coordinator.intervene(Intervention(seq, Action.SKIP, by, reason, _now_ms(), quarantine=copied))
 

@@ -11,12 +11,12 @@ import os
 from dataclasses import replace
 
 from onceflow.dag_factory import pipeline_dag
-from onceflow_examples.clickstream import CLICKSTREAM
+from onceflow_examples import clickstream
 
 # The chaos run shortens the Kafka outputs' transaction timeout, so that a commit held past the
 # votes' age guard (half of it) takes minutes, not the default's 7.5.
 TIMEOUT_MS = os.environ.get("CLICKSTREAM_TRANSACTION_TIMEOUT_MS")
-SPEC = CLICKSTREAM if not TIMEOUT_MS else replace(CLICKSTREAM, sinks=tuple(
-    replace(s, transaction_timeout_ms=int(TIMEOUT_MS)) if s.kind == "kafka" else s for s in CLICKSTREAM.sinks))
+SPEC = clickstream.CLICKSTREAM if not TIMEOUT_MS else replace(clickstream.CLICKSTREAM, sinks=tuple(
+    replace(s, transaction_timeout_ms=int(TIMEOUT_MS)) if s.kind == "kafka" else s for s in clickstream.CLICKSTREAM.sinks))
 
 dag = pipeline_dag(SPEC, dag_id="clickstream_exactly_once")

@@ -20,7 +20,7 @@ The deployment comes from the environment: ``ONCEFLOW_WAREHOUSE`` (or
 found in your own code (``onceflow.discovery``). Other packages add commands
 through the ``onceflow.commands`` entry point group: a callable that takes
 the subparsers and adds its own (the dev kit adds services, demo, chaos,
-chaos-report and audit).
+chaos-report and oracle-audit).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import psutil
 
+from onceflow import faults
 from onceflow_devkit.chaos import schedule
 
 _POLL_S = 0.1
@@ -353,7 +354,7 @@ def _second_run(target: RunTarget, fault: schedule.Fault) -> Injection:
     if not target.wait(fault.detail["after_s"]):
         return Injection(fault.kind, False, "the run ended before the second run could start")
     at = target.elapsed()
-    second = target.airflow.dags_test(target.dag_id, conf={k: v for k, v in target.conf.items() if k != "faults"})
+    second = target.airflow.dags_test(target.dag_id, conf={k: v for k, v in target.conf.items() if k != faults.RUN_PARAM})
     return Injection(fault.kind, True, f"a second run ({second.run_id}, airflow dags test) started {at} s into this one "
                      f"and ended {second.run_state} {second.seconds:.0f} s later", at)
 

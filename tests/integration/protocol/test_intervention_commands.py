@@ -44,14 +44,12 @@ def produce(config, topic: str, n: int) -> dict[tuple[int, int], tuple]:
 
 
 def test_a_failing_batch_is_split_then_skipped_into_the_quarantine_and_the_pipeline_goes_on(
-        one_kafka_broker, s3_endpoint, s3_bucket, monkeypatch, capsys):
+        kafka_env, s3_endpoint, s3_bucket, monkeypatch, capsys):
     global SPEC
-    config = one_kafka_broker.config()
+    config = kafka_env.config()
     topic = create_topic(config, partitions=2, prefix="poison")
     SPEC = PipelineSpec("poisoned", (topic,), "m:f", (SinkSpec("out", FILES, "out"),))
     warehouse = f"s3://{s3_bucket}/wh"
-    monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", one_kafka_broker.bootstrap)
-    monkeypatch.setenv("ONCEFLOW_KAFKA_CONFIG", json.dumps(one_kafka_broker.client_config))
     monkeypatch.setenv("ONCEFLOW_S3_ENDPOINT", s3_endpoint.endpoint_url)
     for name, value in s3_endpoint.credentials_env().items():
         monkeypatch.setenv(name, value)

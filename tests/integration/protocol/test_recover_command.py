@@ -18,14 +18,12 @@ from tests.integration.kafka.helpers import create_topic
 SPEC: PipelineSpec  # set by the test: the command finds the pipeline here, as --spec says
 
 
-def test_recover_presumes_an_undecided_batch_aborted_and_finishes_a_decided_one(one_kafka_broker, tmp_path, monkeypatch, capsys):
+def test_recover_presumes_an_undecided_batch_aborted_and_finishes_a_decided_one(kafka_env, tmp_path, capsys):
     global SPEC
-    config = one_kafka_broker.config()
+    config = kafka_env.config()
     topic = create_topic(config, partitions=1, prefix="recover")
     SPEC = PipelineSpec("recovered", (topic,), "m:f", (SinkSpec("out", FILES, "out"),))
     warehouse = f"file://{tmp_path}/warehouse"
-    monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", one_kafka_broker.bootstrap)
-    monkeypatch.setenv("ONCEFLOW_KAFKA_CONFIG", json.dumps(one_kafka_broker.client_config))
     runtime = PipelineRuntime(SPEC, Deployment.from_environment(warehouse))
     with runtime.offset_source() as source:
         plan = runtime.coordinator.plan_next(source, runtime.plan_config(), run_id="scheduled__dead")

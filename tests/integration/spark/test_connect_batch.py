@@ -176,16 +176,23 @@ def test_a_restarted_server_is_joined_again_with_the_code_added_anew(pipeline, o
 WORKER_POINT = "kafka.precommit.after_flush=raise"
 
 
+@pytest.fixture
+def planned(pipeline, one_kafka_broker, monkeypatch):
+    """(the shipped code, a planned batch of 500 records), in a task process that may arm a run's faults."""
+    from onceflow import faults
+
+    produce(one_kafka_broker, pipeline.spec.topics[0], 500, seed=7)
+    monkeypatch.setenv(faults.RUN_PARAM_GUARD, faults.RUN_PARAM_GUARD_VALUE)
+    return shipped_code(pipeline.spec), plan_next(pipeline)
+
+
 def test_a_runs_faults_never_reach_the_python_workers_of_a_server_that_does_not_allow_them(
-        spark_connect_server, pipeline, one_kafka_broker, monkeypatch):
+        spark_connect_server, pipeline, planned):
     # The server's workers cannot inherit the task's ONCEFLOW_FAULTS (spark-submit's workers do): the
     # run's faults reach them as a writer option, armed only on a server that enables injection.
     from onceflow import faults
 
-    code = shipped_code(pipeline.spec)
-    produce(one_kafka_broker, pipeline.spec.topics[0], 500, seed=7)
-    plan = plan_next(pipeline)
-    monkeypatch.setenv(faults.RUN_PARAM_GUARD, faults.RUN_PARAM_GUARD_VALUE)
+    code, plan = planned
     with pytest.raises(Exception, match=faults.RUN_PARAM_GUARD):  # the session's server does not enable it
         with faults.armed_for_job(WORKER_POINT):
             run_connect_batch(spark_connect_server.url, pipeline, plan.batch_seq, code)
@@ -194,22 +201,17 @@ def test_a_runs_faults_never_reach_the_python_workers_of_a_server_that_does_not_
 
 
 @pytest.mark.slow  # a server of its own; make test's bounded Spark Connect chaos run arms its server's workers too
-def test_a_runs_faults_reach_the_python_workers_of_a_server_that_allows_them(
-        pipeline, one_kafka_broker, tmp_path, monkeypatch):
+def test_a_runs_faults_reach_the_python_workers_of_a_server_that_allows_them(pipeline, planned, tmp_path):
     from onceflow import faults
 
-    code = shipped_code(pipeline.spec)
-    produce(one_kafka_broker, pipeline.spec.topics[0], 500, seed=7)
-    plan = plan_next(pipeline)
-    monkeypatch.setenv(faults.RUN_PARAM_GUARD, faults.RUN_PARAM_GUARD_VALUE)
-    worker_point = WORKER_POINT
+    code, plan = planned
     fired_log = tmp_path / "fired.log"
     proc = ManagedProcess("spark-connect-injecting", tmp_path / "spark-connect").reset()
     try:
         server = start_connect_server(proc, env={faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE,
                                                  faults.FIRED_LOG_VAR: str(fired_log)}, die_with_parent=True)
         with pytest.raises(Exception, match="kafka.precommit.after_flush"):
-            with faults.armed_for_job(worker_point):
+            with faults.armed_for_job(WORKER_POINT):
                 run_connect_batch(server.url, pipeline, plan.batch_seq, code)
         fired = [line.split() for line in fired_log.read_text().splitlines()]
         assert fired and all(point == "kafka.precommit.after_flush" for point, _, _ in fired), fired

@@ -100,10 +100,10 @@ def _read_hint(path: Path) -> int:
 
 
 def _write_hint(path: Path, generation: int) -> None:
+    from ..storage.local import LocalStorage
+
     try:
-        scratch = path.with_name(f".{path.name}.{os.getpid()}")
-        scratch.write_text(str(generation))
-        os.replace(scratch, path)
+        LocalStorage().replace(str(path), str(generation).encode())  # atomic: a reader sees one value or the other
     except OSError:
         log.debug("could not remember Spark Connect session generation %d in %s", generation, path, exc_info=True)
 

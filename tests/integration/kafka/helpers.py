@@ -59,3 +59,45 @@ def read_committed(config: Mapping[str, Any], topic: str, partitions: int, timeo
         consumer.close()
     assert len(at_eof) == partitions, f"audit of {topic} did not reach the end of every partition"
     return seen
+
+
+def open_transaction(broker, topic: str) -> bool:
+    """True while some partition of ``topic`` has a transaction in flight
+    (last stable offset below the high watermark)."""
+    return any(lso < hwm for _, lso, hwm in kafka_output_state(broker, [topic], count=False).values())
+
+
+def kafka_output_state(broker, topics: list[str], count: bool = True) -> dict[str, tuple[int, int, int]]:
+    """Per output topic: (records a fresh read_committed consumer sees,
+    last stable offset, high watermark), summed over partitions. LSO below
+    the high watermark means a transaction is still open."""
+    consumer = Consumer(broker.config(**{"group.id": f"killed-audit-{uuid.uuid4().hex[:6]}",
+                                         "isolation.level": "read_committed", "enable.auto.commit": False}))
+    raw = Consumer(broker.config(**{"group.id": f"killed-raw-{uuid.uuid4().hex[:6]}",
+                                    "isolation.level": "read_uncommitted", "enable.auto.commit": False}))
+    out = {}
+    try:
+        for topic in topics:
+            parts = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+            seen = lso = hwm = 0
+            for p in parts:
+                low, stable = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
+                high = raw.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1]
+                lso, hwm = lso + stable, hwm + high
+                if high <= low or not count:
+                    continue
+                consumer.assign([TopicPartition(topic, p, low)])
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    msg = consumer.poll(0.5)
+                    if msg is None:
+                        if consumer.position([TopicPartition(topic, p)])[0].offset >= stable:
+                            break
+                        continue
+                    if msg.error() is None:
+                        seen += 1
+            out[topic] = (seen, lso, hwm)
+    finally:
+        consumer.close()
+        raw.close()
+    return out

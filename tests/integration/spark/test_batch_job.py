@@ -20,6 +20,7 @@ from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from onceflow.spark.batch_job import run_batch
 from onceflow.spec import SinkSpec
 from onceflow.storage.local import local_path
+from tests.integration.kafka.helpers import open_transaction
 from tests.support import require
 
 
@@ -121,23 +122,6 @@ def test_records_too_large_for_their_topic_are_withheld_and_the_batch_commits(sp
     assert report.outputs["clicks_dead_letter"].records == report.malformed
 
 
-def open_transaction_records(config, topic: str) -> int:
-    """Records of ``topic`` past its last stable offset: held back by transactions still open."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from onceflow.kafka.offsets import KafkaOffsetSource
-
-    with KafkaOffsetSource(config) as source:
-        partitions = source.partitions([topic])
-        stable = source.last_stable_offsets(partitions)
-    consumer = Consumer({**config, "group.id": f"hw-{uuid.uuid4().hex[:6]}", "isolation.level": "read_uncommitted"})
-    try:
-        high = {p: consumer.get_watermark_offsets(TopicPartition(topic, p.partition), timeout=10)[1] for p in partitions}
-    finally:
-        consumer.close()
-    return sum(high[p] - stable[p] for p in partitions)
-
-
 def test_a_retried_attempt_ends_the_earlier_attempts_transactions_before_its_writers_start(spark, one_kafka_broker, tmp_path):
     # Attempt 1 votes and dies, leaving its Kafka transactions open. Attempt 2 ends them itself, one id
     # at a time, before any of its writers starts (all writers' init_transactions aborting them at the
@@ -147,18 +131,17 @@ def test_a_retried_attempt_ends_the_earlier_attempts_transactions_before_its_wri
     pipeline = clickstream_runtime(one_kafka_broker, tmp_path)
     produced = produce(one_kafka_broker, pipeline.spec.topics[0], 300, seed=11)
     enriched = pipeline.spec.sink("clicks_enriched").target
-    config = one_kafka_broker.config()
     with pipeline.offset_source() as source:
         plan = pipeline.coordinator.plan_next(source, pipeline.plan_config(), run_id="run-retried")
     try:
         faults.arm("job.after_votes", "raise")
         with pytest.raises(faults.InjectedFault):
             run_batch(spark, pipeline, plan.batch_seq)
-        assert open_transaction_records(config, enriched) > 0, "attempt 1's transactions are open"
+        assert open_transaction(one_kafka_broker, enriched), "attempt 1's transactions are open"
         faults.arm("kafka.precommit.after_fencing", "raise")  # attempt 2 stops right after its fencing
         with pytest.raises(faults.InjectedFault):
             run_batch(spark, pipeline, plan.batch_seq)
-        assert open_transaction_records(config, enriched) == 0, "attempt 2 ended them before writing"
+        assert not open_transaction(one_kafka_broker, enriched), "attempt 2 ended them before writing"
     finally:
         faults.disarm()
     result = run_batch(spark, pipeline, plan.batch_seq)

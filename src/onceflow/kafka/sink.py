@@ -48,6 +48,9 @@ AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit:
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # the writer's producer default
 DEFAULT_SAFETY_FRACTION = 0.5
+# A transaction still open this many timeouts after its first write will not end by itself: Apache Kafka
+# aborts it within one timeout and a cleanup interval (10 s), a broker that never times out never will.
+OVERDUE_TIMEOUTS = 2
 
 
 def vote_payload(handles: Iterable[TxnHandle]) -> dict[str, Any]:
@@ -214,13 +217,26 @@ class KafkaSinkParticipant:
         if after.state is State.UNKNOWN:
             return self._unknown(where, after)
         if after.state is State.OPEN:
-            return Result(
-                Outcome.RETRY_LATER,
-                f"{where}: EndTxn(commit) answered {reply} but the transaction is still open ({after.describe()}): "
-                "the broker did not act on the recorded handle, or another open transaction holds the partition's "
-                "last stable offset back; commit again later (a broker timeout makes it repairable)",
-            )
+            return self._still_open(h, where, reply, after)
         return self._inconsistent(where, after)
+
+    def _still_open(self, h: TxnHandle, where: str, reply: EndTxnReply, after: SplitView) -> Result:
+        age_ms = int(time.time() * 1000) - h.first_write_ms
+        if age_ms > OVERDUE_TIMEOUTS * self.transaction_timeout_ms:
+            return Result(
+                Outcome.FAILED,
+                f"{where}: EndTxn(commit) answered {reply} but the transaction is still open ({after.describe()}) "
+                f"{age_ms // 1000} s after its first write, over {OVERDUE_TIMEOUTS}x its transaction.timeout.ms "
+                f"({self.transaction_timeout_ms}): this broker does not time transactions out, so waiting will not "
+                "end it. Find what holds the partition's last stable offset (docs/brokers.md), end that transaction "
+                "on the broker, then re-run the commit task (an aborted split is repaired from its staged copy)",
+            )
+        return Result(
+            Outcome.RETRY_LATER,
+            f"{where}: EndTxn(commit) answered {reply} but the transaction is still open ({after.describe()}): "
+            "the broker did not act on the recorded handle, or another open transaction holds the partition's "
+            "last stable offset back; commit again later (a broker timeout makes it repairable)",
+        )
 
     def _observe(self, obs: Observer, h: TxnHandle, settle: bool = False) -> SplitView:
         view = obs.settle([h]) if settle else obs.observe([h])

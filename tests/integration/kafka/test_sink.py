@@ -246,6 +246,24 @@ def test_commit_never_takes_no_error_as_proof(kafka_broker, topic, pipeline, tmp
     participant.abort(_plan(pipeline, splits=1), [_vote(handle)])
 
 
+def test_a_commit_still_open_long_past_its_timeout_fails_instead_of_waiting_for_ever(kafka_broker, topic, pipeline, tmp_path,
+                                                                                      precommit_in_child):
+    # Neither embedded broker times transactions out: a split the broker keeps open past twice its timeout
+    # (here the wedge a wrong producer id leaves, as above) would otherwise be "retry later" on every run.
+    config = kafka_broker.config()
+    handle = precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0), 20, pipeline=pipeline)
+    participant = _participant(kafka_broker, pipeline, tmp_path, timeout_s=3, transaction_timeout_ms=10_000)
+    wrong = dataclasses.replace(handle, producer_id=handle.producer_id + 7, first_write_ms=int(time.time() * 1000) - 21_000)
+
+    result = participant.commit(_vote(wrong))
+
+    assert result.outcome is Outcome.FAILED, result.detail
+    assert "still open" in result.detail and "over 2x its transaction.timeout.ms (10000)" in result.detail
+    assert "does not time transactions out" in result.detail and "re-run the commit task" in result.detail
+    assert _audit(kafka_broker, topic) == Counter()
+    participant.abort(_plan(pipeline, splits=1), [_vote(handle)])
+
+
 def test_staged_copy_on_s3_repairs_a_broker_abort(kafka_broker, topic, pipeline, s3_endpoint, s3_bucket):
     require(kafka_broker, HIDES_ABORTED_RECORDS)
     from onceflow.storage.s3 import S3Storage

@@ -149,6 +149,29 @@ def one_kafka_broker(_brokers) -> KafkaBroker:
 
 
 @pytest.fixture
+def pause_one_broker(one_kafka_broker, _brokers):
+    """A context manager: inside it ``one_kafka_broker`` stops answering (SIGSTOP), as a hung broker
+    does; it answers again on leaving, whatever happened inside."""
+    import signal
+    from contextlib import contextmanager
+
+    _, proc = _brokers.running[one_kafka_broker.name]
+    if proc is None:
+        pytest.skip(reason="cannot pause an external broker")
+
+    @contextmanager
+    def paused():
+        pid = proc.running_pid()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    return paused
+
+
+@pytest.fixture
 def restart_broker(kafka_broker, _brokers):
     """Call as ``restart_broker(kill=True)``; returns the broker (same address)."""
     return lambda kill=False: _brokers.restart(kafka_broker.name, kill=kill)

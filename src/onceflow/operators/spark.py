@@ -124,7 +124,8 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         return report
 
     def on_kill(self) -> None:
-        # Spark Connect: Airflow kills the process after on_kill, so the job's queries are stopped here.
+        # Spark Connect: Airflow kills the process after on_kill, so the job's queries are stopped here
+        # (and the job raises JobStopped in the task's thread, this being its SIGTERM handler).
         if self._connect_job is not None:
             self._connect_job.interrupt()
         elif not self._connect_mode:

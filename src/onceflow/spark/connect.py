@@ -7,6 +7,8 @@ starts per batch. Call sequence::
     session = join_session(url, code)       the code's session on the server, artifacts added
     run_batch(session, runtime, seq)        as under spark-submit: attempt, read, pre-commit, votes
     on failure or kill: interrupt_job()     the server stops this attempt's queries
+    on SIGTERM (on_kill): interrupt()       the same from a client of its own, then the job
+                                            raises JobStopped rather than start another query
 
 Sessions. The server starts Python worker daemons per session (the session's
 artifacts are on their path) and does not stop them when the session ends
@@ -166,9 +168,13 @@ def interrupt_job(spark, tag: str) -> None:
         log.warning("could not interrupt the operations tagged %s: %s", tag, exc)
 
 
+class JobStopped(Exception):
+    """The task was stopped while its job ran: the job's queries on the server are interrupted."""
+
+
 class ConnectBatchJob:
-    """One attempt of a batch as a Spark Connect client. ``interrupt()`` may be called from
-    another thread or a signal handler (the task's ``on_kill``) while ``run()`` runs."""
+    """One attempt of a batch as a Spark Connect client. ``interrupt()`` is called by the task's
+    ``on_kill``, in the SIGTERM handler of the thread that runs ``run()``."""
 
     def __init__(self, connection_url: str, runtime, seq: int, code_zips: Sequence[str]):
         self.connection_url = connection_url
@@ -177,6 +183,7 @@ class ConnectBatchJob:
         self.code_zips = list(code_zips)
         self.tag = job_tag(runtime.spec.name, seq)
         self.session_id: str | None = None
+        self.running = False
 
     def run(self):
         """Pre-commit every output of the batch through the server; the JobResult."""
@@ -185,6 +192,7 @@ class ConnectBatchJob:
         spark = join_session(self.connection_url, self.code_zips)
         self.session_id = spark.session_id
         spark.addTag(self.tag)
+        self.running = True
         try:
             with connect_mode():
                 return run_batch(spark, self.runtime, self.seq)
@@ -192,6 +200,7 @@ class ConnectBatchJob:
             interrupt_job(spark, self.tag)
             raise
         finally:
+            self.running = False
             try:  # never hide the job's own error behind a server that is gone
                 spark.removeTag(self.tag)
                 close_client(spark)
@@ -199,10 +208,15 @@ class ConnectBatchJob:
                 log.warning("closing the Spark Connect client: %s", exc)
 
     def interrupt(self) -> None:
-        """Stop this job's queries from a client of its own: Airflow's SIGTERM calls on_kill and
-        then kills the process, so ``run()``'s own clean-up never runs."""
-        if self.session_id is None:
-            return
+        """Stop this job's queries from a client of its own, then (while ``run()`` runs) raise
+        JobStopped there. Airflow 3's SIGTERM handler only calls on_kill: the job would otherwise
+        go on starting queries until the SIGKILL that follows, and leave them running detached."""
+        if self.session_id is not None:
+            self._interrupt_from_own_client()
+        if self.running:
+            raise JobStopped(f"the task was stopped: the queries tagged {self.tag} are interrupted")
+
+    def _interrupt_from_own_client(self) -> None:
         from pyspark.sql.connect.session import SparkSession
 
         try:

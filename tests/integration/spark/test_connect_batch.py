@@ -11,8 +11,10 @@ attempts.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from unittest import mock
 
@@ -21,7 +23,7 @@ import pytest
 from onceflow.dag_factory import shipped_code
 from onceflow.spark.connect import (CONNECT_MODE_VAR, MAX_GENERATIONS, _generation_hint, _read_hint, close_client,
                                     code_session_id, connect_mode, join_session,
-                                    run_connect_batch)
+                                    run_connect_batch, session_url)
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow_devkit.services.process import ManagedProcess
 from onceflow_devkit.services.spark_connect import start_connect_server
@@ -30,12 +32,32 @@ from tests.integration.spark.test_batch_job import clickstream_runtime, produce
 
 CLIENT = """
 import sys
+import time
 from onceflow.runtime import Deployment, PipelineRuntime
 from onceflow.spark.connect import run_connect_batch
 from onceflow.spec import PipelineSpec
 spec = PipelineSpec.from_json(sys.argv[2])
 runtime = PipelineRuntime(spec, Deployment.from_option(sys.argv[3]))
 run_connect_batch(sys.argv[1], runtime, int(sys.argv[4]), sys.argv[5].split(","))
+"""
+
+# An Airflow task in Spark Connect mode: SIGTERM (a task marked failed, a timeout, a worker shutting down)
+# calls the operator's on_kill, which is ConnectBatchJob.interrupt (operators/spark.py), and the task goes on.
+KILLED_TASK = """
+import signal, sys, threading, time
+from onceflow.runtime import Deployment, PipelineRuntime
+from onceflow.spark.connect import ConnectBatchJob
+from onceflow.spec import PipelineSpec
+spec = PipelineSpec.from_json(sys.argv[2])
+job = ConnectBatchJob(sys.argv[1], PipelineRuntime(spec, Deployment.from_option(sys.argv[3])), int(sys.argv[4]),
+                      sys.argv[5].split(","))
+signal.signal(signal.SIGTERM, lambda *_: job.interrupt())
+def announce():
+    while job.session_id is None:
+        time.sleep(0.05)
+    print(job.session_id, job.tag, flush=True)
+threading.Thread(target=announce, daemon=True).start()
+job.run()
 """
 
 
@@ -149,6 +171,42 @@ def test_failed_and_killed_clients_are_fenced_by_the_next_attempt(spark_connect_
     report = audit_clickstream(pipeline)
     assert report.ok, report.summary()
     assert report.input_records == 800
+
+
+def test_a_stopped_task_interrupts_its_queries_on_the_server(spark_connect_server, pipeline, one_kafka_broker,
+                                                            pause_one_broker):
+    from pyspark.sql.connect.session import SparkSession
+
+    code = shipped_code(pipeline.spec)
+    produce(one_kafka_broker, pipeline.spec.topics[0], 400, seed=5)
+    plan = plan_next(pipeline)
+    # The broker hangs, so the job's first query (reading the input, on the server's Python workers) waits
+    # there for a minute: the query an Airflow task stopped meanwhile would leave running, detached.
+    with pause_one_broker():
+        task = subprocess.Popen(
+            [sys.executable, "-c", KILLED_TASK, spark_connect_server.url, pipeline.spec.to_json(),
+             pipeline.deployment.to_option(), str(plan.batch_seq), ",".join(code)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            session_id, tag = task.stdout.readline().split()
+            time.sleep(15)  # the job claims its attempt and starts reading: well inside the reader's 60 s patience
+            task.send_signal(signal.SIGTERM)
+            _, stderr = task.communicate(timeout=30)  # at once: it starts no further query
+        finally:
+            task.kill()
+        assert task.returncode == 1 and "JobStopped: the task was stopped" in stderr, stderr[-3000:]
+        assert f"interrupted 1 Spark Connect operation(s) tagged {tag}" in stderr, stderr[-3000:]
+        # A client of its own, while the broker still hangs: nothing of the job is left running on the server.
+        other = SparkSession.builder.remote(session_url(spark_connect_server.url, session_id)).create()
+        try:
+            assert other.interruptTag(tag) == []
+        finally:
+            close_client(other)
+    # The next attempt of the batch runs and commits it: the stopped one only failed.
+    result = run_connect_batch(spark_connect_server.url, pipeline, plan.batch_seq, code)
+    assert result.attempt == 2 and commit(pipeline, plan) == "committed"
+    report = audit_clickstream(pipeline)
+    assert report.ok and report.input_records == 400, report.summary()
 
 
 @pytest.mark.slow  # 40 s; make test's bounded Spark Connect chaos run kills and restarts the server mid-job

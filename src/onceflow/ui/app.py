@@ -2,12 +2,17 @@
 
 Every route authenticates with Airflow's own auth manager (the UI's ``_token``
 cookie, or a Bearer token from ``POST /auth/token``): no token is 401, a user
-who may not read the DAG's runs is 403. Read-only.
+who may not read the DAG's runs is 403. Reading needs GET on the DAG's runs;
+splitting or skipping a batch needs PUT on them (what triggering or clearing a
+run needs), a paused DAG and a JSON body (which a form on another site cannot
+send), and is recorded with the signed-in user's name.
 
     GET /onceflow/api/pipelines                       the pipelines this user may see
     GET /onceflow/api/pipelines/{dag_id}              overview: latest batch, lag, open transactions, a page of batches
     GET /onceflow/api/pipelines/{dag_id}/batches      ?before=<batch seq>&limit=N, newest first
     GET /onceflow/api/pipelines/{dag_id}/runs/{run_id}  the batch an Airflow run planned
+    POST /onceflow/api/pipelines/{dag_id}/batches/{seq}/split  {"records": N, "reason": R}  (onceflow split)
+    POST /onceflow/api/pipelines/{dag_id}/batches/{seq}/skip   {"reason": R}               (onceflow skip)
     GET /onceflow/  /onceflow/dags/{dag_id}  /onceflow/dags/{dag_id}/runs/{run_id}   the same as pages
 """
 
@@ -17,9 +22,11 @@ import threading
 import time
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi import Depends, FastAPI, HTTPException, Path, Query
 from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, Field
 
+from ..spec import INTERVAL
 from . import overview as data
 from .charts import stacked_bars
 
@@ -31,6 +38,13 @@ def _read_runs():
     from airflow.api_fastapi.core_api.security import requires_access_dag
 
     return Depends(requires_access_dag("GET", DagAccessEntity.RUN))
+
+
+def _edit_runs():
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    return Depends(requires_access_dag("PUT", DagAccessEntity.RUN))
 
 
 def _user():
@@ -117,6 +131,23 @@ def _visible_dag_ids(user) -> list[str]:
     ]
 
 
+def _may_intervene(dag_id: str, user) -> bool:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    return get_auth_manager().is_authorized_dag(method="PUT", access_entity=DagAccessEntity.RUN,
+                                                details=DagDetails(id=dag_id), user=user)
+
+
+def _dag_paused(dag_id: str) -> bool:
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        dag = session.get(DagModel, dag_id)
+        return bool(dag and dag.is_paused)
+
+
 def _run_batch(dag_id: str, run_id: str) -> dict[str, Any]:
     from ..runtime import RUN_LOOKBACK
 
@@ -153,6 +184,48 @@ def run_batch(dag_id: str, run_id: str) -> dict[str, Any]:
     return _run_batch(dag_id, run_id)
 
 
+# -- split and skip -------------------------------------------------------------
+
+class SplitRequest(BaseModel):
+    records: int = Field(ge=1, description="the most records per partition the next batch replays")
+    reason: str = Field(min_length=1, max_length=1000)
+
+
+class SkipRequest(BaseModel):
+    reason: str = Field(min_length=1, max_length=1000)
+
+
+def _intervene(dag_id: str, seq: int, user, act) -> dict[str, Any]:
+    """Run ``act(runtime, by)`` (interventions.split_batch or skip_batch); refusals are 409."""
+    from ..protocol.errors import InterventionRefused
+
+    runtime = PIPELINES.runtime(dag_id)
+    if not _dag_paused(dag_id):
+        raise HTTPException(409, f"pause the DAG {dag_id!r} first, so that no run replays batch {seq} meanwhile; "
+                                 "unpause it afterwards and the next run follows the split or skip")
+    try:
+        intervention = act(runtime, user.get_name())
+    except InterventionRefused as exc:
+        raise HTTPException(409, str(exc)) from None
+    status = runtime.reader.describe(seq)
+    return {"intervention": intervention.to_dict(), "batch": data.page_row(status, runtime.spec, data.now_ms())}
+
+
+@app.post("/api/pipelines/{dag_id}/batches/{seq}/split", dependencies=[_edit_runs()])
+def split_batch(dag_id: str, request: SplitRequest, seq: int = Path(ge=1), user=_user()) -> dict[str, Any]:
+    from .. import interventions
+
+    return _intervene(dag_id, seq, user,
+                      lambda runtime, by: interventions.split_batch(runtime, seq, request.records, by, request.reason))
+
+
+@app.post("/api/pipelines/{dag_id}/batches/{seq}/skip", dependencies=[_edit_runs()])
+def skip_batch(dag_id: str, request: SkipRequest, seq: int = Path(ge=1), user=_user()) -> dict[str, Any]:
+    from .. import interventions
+
+    return _intervene(dag_id, seq, user, lambda runtime, by: interventions.skip_batch(runtime, seq, by, request.reason))
+
+
 # -- pages ------------------------------------------------------------------------
 
 def _render(template: str, **context: Any) -> HTMLResponse:
@@ -172,8 +245,15 @@ def index_page(user=_user()) -> HTMLResponse:
 
 @app.get("/dags/{dag_id}", response_class=HTMLResponse, dependencies=[_read_runs()])
 def pipeline_page(dag_id: str, before: int | None = Query(None, ge=1),
-                  limit: int = Query(data.PAGE_SIZE, ge=1, le=MAX_PAGE)) -> HTMLResponse:
-    view = data.overview(PIPELINES.runtime(dag_id), dag_id, before=before, limit=limit)
+                  limit: int = Query(data.PAGE_SIZE, ge=1, le=MAX_PAGE), user=_user()) -> HTMLResponse:
+    runtime = PIPELINES.runtime(dag_id)
+    view = data.overview(runtime, dag_id, before=before, limit=limit)
+    latest = view["latest"]
+    # The latest batch, aborted and not intervened on, of an offsets pipeline: a user who may run the DAG can split or skip it.
+    intervention = None
+    if (latest and latest["state"] == "aborted" and not latest["intervention"] and runtime.spec.batches != INTERVAL
+            and _may_intervene(dag_id, user)):
+        intervention = {"seq": latest["batch_seq"], "paused": _dag_paused(dag_id)}
     chronological = list(reversed(view["batches"]))
     labels = [b["batch"] for b in chronological]
     outputs = sorted({name for b in chronological for name in b["votes"]})
@@ -184,7 +264,7 @@ def pipeline_page(dag_id: str, before: int | None = Query(None, ge=1),
                              {s: [b["stages_ms"].get(s, 0) / 1000 for b in chronological] for s in stages}, "s")
     backlog = stacked_bars("Input lag when each batch was planned", labels,
                            {"records behind": [b["backlog"] or 0 for b in chronological]}, "records")
-    return _render("pipeline.html", view=view, charts=[records, durations, backlog])
+    return _render("pipeline.html", view=view, charts=[records, durations, backlog], intervention=intervention)
 
 
 @app.get("/dags/{dag_id}/runs/{run_id:path}", response_class=HTMLResponse, dependencies=[_read_runs()])

@@ -27,7 +27,7 @@ from tests.system.e2e.conftest import broker_with_topics, make_world
 
 DAG_ID = "clickstream_exactly_once"
 CONF = {"max_records_per_partition": 10_000}
-USERS = {"ada": ("viewer", "ada-secret"), "eve": ("viewer", "eve-secret")}
+USERS = {"ada": ("viewer", "ada-secret"), "eve": ("viewer", "eve-secret"), "grace": ("user", "grace-secret")}
 DENIED = {"eve": [DAG_ID]}  # signed in, but may not read this DAG
 SCREENSHOTS = ROOT / ".onceflow" / "test-output" / "ui"
 DAG_ROUTES = (
@@ -199,10 +199,23 @@ def test_batches_report_to_airflow_metrics_on_a_real_statsd_socket(page_world, s
     assert "input_lag" in metrics and "input_lag.clicks.0" in metrics, sorted(metrics)
 
 
-def test_the_page_in_a_browser(page_world):
+def _chromium() -> str:
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.skip(reason="the browser test needs Debian's chromium binary: apt-get install chromium (tools/bootstrap.sh does as root)")
+    return chromium
+
+
+def _sign_in(page, api: str, user: str, then: str) -> None:
+    """Airflow's own login form."""
+    page.goto(f"{api}/auth/login?next={quote(api + then, safe='')}")
+    page.locator('input[name="username"]').fill(user)
+    page.locator('input[name="password"]').fill(USERS[user][1])
+    page.get_by_role("button", name="Sign in").click()
+
+
+def test_the_page_in_a_browser(page_world):
+    chromium = _chromium()
     from playwright.sync_api import expect, sync_playwright
 
     world, runs = page_world
@@ -214,10 +227,7 @@ def test_the_page_in_a_browser(page_world):
         page.set_default_timeout(60_000)
 
         # sign in with Airflow's own login form, then open onceflow from the navigation
-        page.goto(f"{api}/auth/login?next={quote(api + '/plugin/onceflow', safe='')}")
-        page.locator('input[name="username"]').fill("ada")
-        page.locator('input[name="password"]').fill(USERS["ada"][1])
-        page.get_by_role("button", name="Sign in").click()
+        _sign_in(page, api, "ada", "/plugin/onceflow")
         page.wait_for_url(re.compile(r".*/plugin/onceflow.*"))
         frame = page.frame_locator("iframe")
         frame.get_by_role("link", name=DAG_ID).click()
@@ -245,3 +255,67 @@ def test_the_page_in_a_browser(page_world):
         expect(run_view.locator("p.latest")).to_contain_text("committed")
         page.screenshot(path=str(SCREENSHOTS / "run.png"), full_page=True)
         browser.close()
+
+
+# Last in this module: it changes the pipeline the tests above read.
+def test_an_operator_splits_the_failing_batch_from_the_page(page_world):
+    chromium = _chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    world, _runs = page_world
+    api = world.airflow.api_url
+    coordinator = world.runtime.coordinator
+    # Batch 3 is committed by recovery (as the next run would do), then batch 4 fails and is rolled back: the latest
+    # batch, aborted, which an operator wants to replay smaller.
+    assert coordinator.recover(3).state.value == "committed"
+    world.produce(300, seed=13)
+    with world.runtime.offset_source() as source:
+        failing = coordinator.plan_next(source, world.runtime.plan_config(CONF), run_id="manual__failing")
+    assert coordinator.rollback(failing.batch_seq, "the spark task failed on every try").state.value == "aborted"
+    split = f"/onceflow/api/pipelines/{DAG_ID}/batches/4/split"
+    order = {"records": 50, "reason": "poison record in clicks[0]"}
+
+    with closing(_client(world)) as anonymous, closing(_client(world, "ada")) as ada, \
+            closing(_client(world, "eve")) as eve, closing(_client(world, "grace")) as grace:
+        assert anonymous.post(split, json=order).status_code == 401
+        assert ada.post(split, json=order).status_code == 403  # may read the runs, not run the DAG
+        assert eve.post(split, json=order).status_code == 403
+        # what a form on another site can send, with grace's cookie: no JSON, refused
+        assert grace.post(split, content=b"records=50&reason=x", headers={"Content-Type": "application/x-www-form-urlencoded"}).status_code == 422
+        # (dags test runs leave the DAG as created, paused: unpaused, as a scheduled pipeline is)
+        assert grace.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": False}).status_code == 200
+        refused = grace.post(split, json=order)
+        assert refused.status_code == 409 and "pause the DAG" in refused.json()["detail"], refused.text
+        assert "section class=\"intervene\"" not in ada.get(f"/onceflow/dags/{DAG_ID}").text  # no form for a viewer
+        assert grace.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": True}).status_code == 200
+    assert coordinator.describe(4).intervention is None  # nothing recorded by the refusals
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_context(viewport={"width": 1500, "height": 1100}).new_page()
+        page.set_default_timeout(60_000)
+        _sign_in(page, api, "grace", f"/onceflow/dags/{DAG_ID}")
+        page.wait_for_url(re.compile(rf".*/onceflow/dags/{DAG_ID}$"))
+        form = page.locator('section.intervene form[data-action="split"]')
+        form.locator('input[name="records"]').fill(str(order["records"]))
+        form.locator('input[name="reason"]').fill(order["reason"])
+        page.locator("section.intervene").screenshot(path=str(SCREENSHOTS / "split-form.png"))
+        form.get_by_role("button", name="Split batch 0000000004").click()
+        expect(page.locator("#batch-0000000004 .intervention")).to_have_text(
+            "split to 50 per partition by grace: poison record in clicks[0]")
+        expect(page.locator("section.intervene")).to_have_count(0)  # one intervention per batch
+        page.screenshot(path=str(SCREENSHOTS / "split.png"), full_page=True)
+        browser.close()
+
+    recorded = coordinator.describe(4).intervention
+    assert (recorded.action.value, recorded.by, recorded.reason, recorded.max_records_per_partition) == (
+        "split", "grace", order["reason"], 50)
+    with closing(_client(world, "grace")) as grace:
+        again = grace.post(f"/onceflow/api/pipelines/{DAG_ID}/batches/4/skip", json={"reason": "give up"})
+    assert again.status_code == 409 and "already intervened" in again.json()["detail"], again.text
+    # The next plan follows it: batch 4's ranges again, at most 50 records per partition.
+    with world.runtime.offset_source() as source:
+        replay = coordinator.plan_next(source, world.runtime.plan_config(CONF), run_id="manual__replay")
+    assert replay.params["intervention"] == recorded.note()
+    assert [(r.partition, r.start) for r in replay.ranges] == [(r.partition, r.start) for r in failing.ranges]
+    assert all(r.size <= 50 for r in replay.ranges) and replay.records > 0

@@ -24,11 +24,17 @@ def test_every_route_of_the_app_checks_airflow_auth():
     from onceflow.ui.app import app
 
     assert app.openapi_url is None and app.docs_url is None  # no unauthenticated schema or docs page
+    import inspect
+
     routes = [r for r in app.routes if hasattr(r, "dependant")]
-    assert len(routes) == 7
+    assert len(routes) == 9
     for route in routes:
         calls = {d.call.__qualname__ for d in route.dependant.dependencies}
         assert calls & {"requires_access_dag.<locals>.inner", "get_user"}, route.path
+        # what a route may do to the DAG's runs: read them, or (split, skip) what running the DAG needs
+        methods = {inspect.getclosurevars(d.call).nonlocals["method"] for d in route.dependant.dependencies
+                   if d.call.__qualname__ == "requires_access_dag.<locals>.inner"}
+        assert methods == ({"PUT"} if route.methods == {"POST"} else {"GET"} if methods else set()), route.path
 
 
 def test_the_plugin_reads_a_pipeline_from_its_serialized_plan_task_not_from_dag_code():

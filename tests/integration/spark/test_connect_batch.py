@@ -61,6 +61,16 @@ job.run()
 """
 
 
+def _connections_to(port: int) -> int:
+    """Established TCP connections to ``port`` on this machine (/proc/net/tcp*, state 01)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            _slot, _local, remote, state, *_ = line.split()
+            count += state == "01" and int(remote.rsplit(":", 1)[1], 16) == port
+    return count
+
+
 def python_workers(server_pid: int) -> int:
     """The Python processes (daemons and their workers) the server's JVM runs."""
     out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True, check=True).stdout
@@ -182,6 +192,8 @@ def test_a_stopped_task_interrupts_its_queries_on_the_server(spark_connect_serve
     plan = plan_next(pipeline)
     # The broker hangs, so the job's first query (reading the input, on the server's Python workers) waits
     # there for a minute: the query an Airflow task stopped meanwhile would leave running, detached.
+    broker_port = int(one_kafka_broker.bootstrap.rsplit(":", 1)[1])
+    before = _connections_to(broker_port)
     with pause_one_broker():
         task = subprocess.Popen(
             [sys.executable, "-c", KILLED_TASK, spark_connect_server.url, pipeline.spec.to_json(),
@@ -189,7 +201,13 @@ def test_a_stopped_task_interrupts_its_queries_on_the_server(spark_connect_serve
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             session_id, tag = task.stdout.readline().split()
-            time.sleep(15)  # the job claims its attempt and starts reading: well inside the reader's 60 s patience
+            # The read has begun when the server's Python worker connects to the broker (a stopped broker's
+            # kernel still accepts the connection); the reader then waits up to 60 s for records.
+            deadline = time.monotonic() + 90
+            while _connections_to(broker_port) <= before:
+                assert time.monotonic() < deadline and task.poll() is None, "the job never started reading"
+                time.sleep(0.2)
+            time.sleep(1)
             task.send_signal(signal.SIGTERM)
             _, stderr = task.communicate(timeout=30)  # at once: it starts no further query
         finally:

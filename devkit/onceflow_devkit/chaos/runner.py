@@ -44,7 +44,10 @@ HOURLY_DAG_ID = "clickstream_hourly"
 MODES = ("offsets", "backfill")
 HOUR_MS = 3_600_000
 WAREHOUSES = ("file", "s3")
-S3_BUCKET = "chaos-warehouse"
+# A bucket per broker: an S3 warehouse's embedded Iceberg catalog is found by the warehouse's URI
+# (services/iceberg_catalog.py), and a noida and a Tansu run side by side once shared one, each run's
+# start dropping the other's catalog (seed 4704's table audit then found its batches missing).
+S3_BUCKET = "chaos-{broker}-warehouse"
 MALFORMED_RATIO = 0.1
 DRAIN_RECORDS_PER_PARTITION = 1_000_000
 MAX_DRAIN_RUNS = 4
@@ -162,8 +165,9 @@ class _Run:
         self.info = info
         clients_s3 = None
         if options.warehouse == "s3":
-            info.s3.client().create_bucket(Bucket=S3_BUCKET)
-            self.warehouse = f"s3://{S3_BUCKET}/warehouse"
+            bucket = S3_BUCKET.format(broker=options.broker)
+            info.s3.client().create_bucket(Bucket=bucket)
+            self.warehouse = f"s3://{bucket}/warehouse"
             from onceflow_devkit.chaos.s3_proxy import S3FaultProxy
 
             self.proxy = S3FaultProxy(info.s3.endpoint_url, seed=options.seed)

@@ -23,6 +23,7 @@ each input record in each.
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import threading
 import time
@@ -155,6 +156,7 @@ class _Run:
         from onceflow_devkit.services.stack import EmbeddedStack
 
         options = self.options
+        self._hold_home()
         # Not die_with_parent: PR_SET_PDEATHSIG follows the parent *thread*, and
         # a broker restarted by an injector thread would die when that thread
         # ends. A killed harness leaves the stack up; the next run's down() stops it.
@@ -241,6 +243,17 @@ class _Run:
         api.wait_for_backfill(backfill["id"], timeout=self.options.run_timeout_s * 2)
         states = Counter(run["state"] for run in api.runs(self.dag_id, run_type="backfill"))
         return ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+
+    def _hold_home(self) -> None:
+        """Fail fast if another chaos run uses this home: this one would stop its stack and delete its state.
+        The lock (beside the home, which is deleted) is the open file's, released when this process ends."""
+        self.home.parent.mkdir(parents=True, exist_ok=True)
+        self._home_lock = open(self.home.parent / f"{self.home.name}.lock", "w")
+        try:
+            fcntl.flock(self._home_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigurationError(f"another chaos run is using {self.home} (same --broker and --warehouse): "
+                                     "wait for it to end, or run another combination beside it") from None
 
     def down(self) -> None:
         if self.airflow is not None:

@@ -207,6 +207,9 @@ def _intervene(dag_id: str, seq: int, user, act) -> dict[str, Any]:
         intervention = act(runtime, user.get_name())
     except InterventionRefused as exc:
         raise HTTPException(409, str(exc)) from None
+    except Exception as exc:  # Kafka or the warehouse failed: say so, rather than a bare 500
+        raise HTTPException(503, f"{type(exc).__name__}: {exc}. Try again: a split or skip is recorded at most "
+                                 "once, and a skip's copy to the quarantine keeps the files it finished") from exc
     status = runtime.reader.describe(seq)
     return {"intervention": intervention.to_dict(), "batch": data.page_row(status, runtime.spec, data.now_ms())}
 

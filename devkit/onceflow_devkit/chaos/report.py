@@ -65,23 +65,29 @@ def check(runs: Sequence[dict[str, Any]]) -> Verdict:
     return Verdict(tuple(short))
 
 
+def _per_faulted(figures: dict[str, Any]) -> str:
+    """The run's wall time (start, drain and audit included) per faulted batch."""
+    return f"{figures['wall_time_s'] / figures['faulted_batches']:.0f} s" if figures["faulted_batches"] else "-"
+
+
 def markdown(runs: Sequence[dict[str, Any]]) -> str:
     """The figures table: one row per run, then the totals and faults by kind."""
     total = totals(runs)
     lines = [
-        "| broker / warehouse | command | batches run | faulted | aborted | recovered by a later run | records in | duplicates | missing | wall time |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| broker / warehouse | command | batches run | faulted | aborted | recovered by a later run | records in | duplicates | missing | wall time | per faulted batch |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for run in runs:
         lines.append(
             f"| {run['broker']} / {run['warehouse']} | `{run['reproduce']}` | {run['batches_run']} | "
             f"{run['faulted_batches']} | {run['batches_aborted']} | {run['batches_recovered']} | "
-            f"{run['records_in']:,} | {run['duplicates']} | {run['missing']} | {run['wall_time_s'] / 60:.0f} min |"
+            f"{run['records_in']:,} | {run['duplicates']} | {run['missing']} | {run['wall_time_s'] / 60:.0f} min | "
+            f"{_per_faulted(run)} |"
         )
     lines.append(
         f"| all | | {total['batches_run']} | {total['faulted_batches']} | {total['batches_aborted']} | "
         f"{total['batches_recovered']} | {total['records_in']:,} | {total['duplicates']} | {total['missing']} | "
-        f"{total['wall_time_s'] / 3600:.1f} h |"
+        f"{total['wall_time_s'] / 3600:.1f} h | {_per_faulted(total)} |"
     )
     lines += ["", "| fault kind | batches injected |", "| --- | --- |"]
     lines += [f"| `{kind}` | {total['faults_injected'].get(kind, 0)} |" for kind in ALL_KINDS]

@@ -184,6 +184,7 @@ class ConnectBatchJob:
         self.tag = job_tag(runtime.spec.name, seq)
         self.session_id: str | None = None
         self.running = False
+        self.stopped = False
 
     def run(self):
         """Pre-commit every output of the batch through the server; the JobResult."""
@@ -194,6 +195,8 @@ class ConnectBatchJob:
         spark.addTag(self.tag)
         self.running = True
         try:
+            if self.stopped:  # stopped while joining: no query is started
+                raise JobStopped(f"the task was stopped before the job's first query ({self.tag})")
             with connect_mode():
                 return run_batch(spark, self.runtime, self.seq)
         except BaseException:
@@ -211,6 +214,7 @@ class ConnectBatchJob:
         """Stop this job's queries from a client of its own, then (while ``run()`` runs) raise
         JobStopped there. Airflow 3's SIGTERM handler only calls on_kill: the job would otherwise
         go on starting queries until the SIGKILL that follows, and leave them running detached."""
+        self.stopped = True
         if self.session_id is not None:
             self._interrupt_from_own_client()
         if self.running:

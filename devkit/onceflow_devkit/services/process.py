@@ -27,7 +27,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import psutil
 
@@ -51,6 +51,23 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
+TCP_ESTABLISHED = "01"
+TCP_LISTEN = "0A"
+
+
+def tcp_sockets() -> Iterator[tuple[int, int, str, str]]:
+    """This machine's TCP sockets, from /proc/net/tcp and tcp6: (local port, remote port, state
+    as /proc writes it, inode); none where /proc cannot tell (not Linux)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            yield int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16), fields[3], fields[9]
+
+
 def held_by_session(port: int, session: int) -> bool | None:
     """Whether a process of ``session`` listens on TCP ``port``; None when nobody does (yet)
     or /proc cannot tell, so False means: another process holds the port.
@@ -59,16 +76,7 @@ def held_by_session(port: int, session: int) -> bool | None:
     both pick the same free port, and the loser's readiness check then reaches
     the winner's service. Linux only (/proc); elsewhere the check is skipped.
     """
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                inodes.add(f"socket:[{fields[9]}]")
+    inodes = {f"socket:[{inode}]" for local, _remote, state, inode in tcp_sockets() if state == TCP_LISTEN and local == port}
     if not inodes:  # nobody listens (yet), or /proc cannot tell
         return None
     for entry in Path("/proc").iterdir():

@@ -25,14 +25,13 @@ from onceflow.spark.connect import (CONNECT_MODE_VAR, MAX_GENERATIONS, _generati
                                     code_session_id, connect_mode, join_session,
                                     run_connect_batch, session_url)
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
-from onceflow_devkit.services.process import ManagedProcess
+from onceflow_devkit.services.process import TCP_ESTABLISHED, ManagedProcess, tcp_sockets
 from onceflow_devkit.services.spark_connect import start_connect_server
 from tests.conftest import TEST_HOME
 from tests.integration.spark.test_batch_job import clickstream_runtime, produce
 
 CLIENT = """
 import sys
-import time
 from onceflow.runtime import Deployment, PipelineRuntime
 from onceflow.spark.connect import run_connect_batch
 from onceflow.spec import PipelineSpec
@@ -62,13 +61,8 @@ job.run()
 
 
 def _connections_to(port: int) -> int:
-    """Established TCP connections to ``port`` on this machine (/proc/net/tcp*, state 01)."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in open(table).read().splitlines()[1:]:
-            _slot, _local, remote, state, *_ = line.split()
-            count += state == "01" and int(remote.rsplit(":", 1)[1], 16) == port
-    return count
+    """Established TCP connections to ``port`` on this machine."""
+    return sum(state == TCP_ESTABLISHED and remote == port for _local, remote, state, _inode in tcp_sockets())
 
 
 def python_workers(server_pid: int) -> int:

@@ -33,18 +33,12 @@ from .charts import stacked_bars
 MAX_PAGE = 100
 
 
-def _read_runs():
+def _runs_access(method: str):
+    """Airflow must let the user ``method`` the DAG's runs: GET to read them, PUT to trigger or clear one."""
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.api_fastapi.core_api.security import requires_access_dag
 
-    return Depends(requires_access_dag("GET", DagAccessEntity.RUN))
-
-
-def _edit_runs():
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-    from airflow.api_fastapi.core_api.security import requires_access_dag
-
-    return Depends(requires_access_dag("PUT", DagAccessEntity.RUN))
+    return Depends(requires_access_dag(method, DagAccessEntity.RUN))
 
 
 def _user():
@@ -168,18 +162,18 @@ def list_pipelines(user=_user()) -> dict[str, Any]:
     return {"pipelines": [{"dag_id": d, "pipeline": PIPELINES.get(d).spec.name} for d in _visible_dag_ids(user)]}
 
 
-@app.get("/api/pipelines/{dag_id}", dependencies=[_read_runs()])
+@app.get("/api/pipelines/{dag_id}", dependencies=[_runs_access("GET")])
 def pipeline_overview(dag_id: str, limit: int = Query(data.PAGE_SIZE, ge=1, le=MAX_PAGE)) -> dict[str, Any]:
     return data.overview(PIPELINES.runtime(dag_id), dag_id, limit=limit)
 
 
-@app.get("/api/pipelines/{dag_id}/batches", dependencies=[_read_runs()])
+@app.get("/api/pipelines/{dag_id}/batches", dependencies=[_runs_access("GET")])
 def pipeline_batches(dag_id: str, before: int | None = Query(None, ge=1),
                      limit: int = Query(data.PAGE_SIZE, ge=1, le=MAX_PAGE)) -> dict[str, Any]:
     return data.batch_page(PIPELINES.runtime(dag_id), before, limit)
 
 
-@app.get("/api/pipelines/{dag_id}/runs/{run_id:path}", dependencies=[_read_runs()])
+@app.get("/api/pipelines/{dag_id}/runs/{run_id:path}", dependencies=[_runs_access("GET")])
 def run_batch(dag_id: str, run_id: str) -> dict[str, Any]:
     return _run_batch(dag_id, run_id)
 
@@ -214,7 +208,7 @@ def _intervene(dag_id: str, seq: int, user, act) -> dict[str, Any]:
     return {"intervention": intervention.to_dict(), "batch": data.page_row(status, runtime.spec, data.now_ms())}
 
 
-@app.post("/api/pipelines/{dag_id}/batches/{seq}/split", dependencies=[_edit_runs()])
+@app.post("/api/pipelines/{dag_id}/batches/{seq}/split", dependencies=[_runs_access("PUT")])
 def split_batch(dag_id: str, request: SplitRequest, seq: int = Path(ge=1), user=_user()) -> dict[str, Any]:
     from .. import interventions
 
@@ -222,7 +216,7 @@ def split_batch(dag_id: str, request: SplitRequest, seq: int = Path(ge=1), user=
                       lambda runtime, by: interventions.split_batch(runtime, seq, request.records, by, request.reason))
 
 
-@app.post("/api/pipelines/{dag_id}/batches/{seq}/skip", dependencies=[_edit_runs()])
+@app.post("/api/pipelines/{dag_id}/batches/{seq}/skip", dependencies=[_runs_access("PUT")])
 def skip_batch(dag_id: str, request: SkipRequest, seq: int = Path(ge=1), user=_user()) -> dict[str, Any]:
     from .. import interventions
 
@@ -246,7 +240,7 @@ def index_page(user=_user()) -> HTMLResponse:
     return _render("index.html", pipelines=rows)
 
 
-@app.get("/dags/{dag_id}", response_class=HTMLResponse, dependencies=[_read_runs()])
+@app.get("/dags/{dag_id}", response_class=HTMLResponse, dependencies=[_runs_access("GET")])
 def pipeline_page(dag_id: str, before: int | None = Query(None, ge=1),
                   limit: int = Query(data.PAGE_SIZE, ge=1, le=MAX_PAGE), user=_user()) -> HTMLResponse:
     runtime = PIPELINES.runtime(dag_id)
@@ -270,6 +264,6 @@ def pipeline_page(dag_id: str, before: int | None = Query(None, ge=1),
     return _render("pipeline.html", view=view, charts=[records, durations, backlog], intervention=intervention)
 
 
-@app.get("/dags/{dag_id}/runs/{run_id:path}", response_class=HTMLResponse, dependencies=[_read_runs()])
+@app.get("/dags/{dag_id}/runs/{run_id:path}", response_class=HTMLResponse, dependencies=[_runs_access("GET")])
 def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     return _render("run.html", view=_run_batch(dag_id, run_id), run_id=run_id)

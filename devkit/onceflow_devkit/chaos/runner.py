@@ -141,6 +141,7 @@ class _Run:
         self.stack = None
         self.airflow = None
         self.spark_server = None
+        self._home_lock = None
         self.oversized_at: dict[int, tuple[int, int]] = {}  # faulted run n -> where its oversized record is
         self.backfill = options.mode == "backfill"
         self.dag_id = HOURLY_DAG_ID if self.backfill else DAG_ID
@@ -264,6 +265,8 @@ class _Run:
             self.proxy.stop()
         if self.stack is not None:
             self.stack.down()
+        if self._home_lock is not None:  # the next run of this combination, in this process too, may start
+            self._home_lock.close()
 
     def run_batch(self, api, n: int, fault: schedule.Fault | None, records_per_partition: int) -> tuple[str, str, Injection | None, float]:
         conf = {} if self.backfill else {"max_records_per_partition": records_per_partition}

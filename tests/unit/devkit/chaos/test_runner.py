@@ -16,5 +16,5 @@ def test_a_second_run_on_the_same_home_fails_fast_and_a_run_beside_it_starts(tmp
     with pytest.raises(ConfigurationError, match="another chaos run is using .*noida-file .*same --broker and --warehouse"):
         second._hold_home()
     _Run(ChaosOptions(1, 1, broker="tansu", home=tmp_path / "chaos" / "tansu-file"), print)._hold_home()
-    first._home_lock.close()  # the first run ends
+    first.down()  # the first run ends (in this process: the next run of the combination must start)
     second._hold_home()

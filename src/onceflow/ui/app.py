@@ -112,25 +112,18 @@ class Pipelines:
 PIPELINES = Pipelines()
 
 
+def _may(user, method: str, dag_id: str) -> bool:
+    """Whether Airflow lets ``user`` ``method`` the runs of ``dag_id`` (what ``_runs_access`` requires of a route)."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    return get_auth_manager().is_authorized_dag(method=method, access_entity=DagAccessEntity.RUN,
+                                                details=DagDetails(id=dag_id), user=user)
+
+
 def _visible_dag_ids(user) -> list[str]:
     """The pipelines whose runs ``user`` may read."""
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
-
-    manager = get_auth_manager()
-    return [
-        dag_id for dag_id in PIPELINES.dag_ids()
-        if PIPELINES.find(dag_id) is not None and manager.is_authorized_dag(
-            method="GET", access_entity=DagAccessEntity.RUN, details=DagDetails(id=dag_id), user=user)
-    ]
-
-
-def _may_intervene(dag_id: str, user) -> bool:
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
-
-    return get_auth_manager().is_authorized_dag(method="PUT", access_entity=DagAccessEntity.RUN,
-                                                details=DagDetails(id=dag_id), user=user)
+    return [dag_id for dag_id in PIPELINES.dag_ids() if PIPELINES.find(dag_id) is not None and _may(user, "GET", dag_id)]
 
 
 def _dag_paused(dag_id: str) -> bool:
@@ -249,7 +242,7 @@ def pipeline_page(dag_id: str, before: int | None = Query(None, ge=1),
     # The latest batch, aborted and not intervened on, of an offsets pipeline: a user who may run the DAG can split or skip it.
     intervention = None
     if (latest and latest["state"] == "aborted" and not latest["intervention"] and runtime.spec.batches != INTERVAL
-            and _may_intervene(dag_id, user)):
+            and _may(user, "PUT", dag_id)):
         intervention = {"seq": latest["batch_seq"], "paused": _dag_paused(dag_id)}
     chronological = list(reversed(view["batches"]))
     labels = [b["batch"] for b in chronological]

@@ -161,7 +161,7 @@ class _Run:
         # Not die_with_parent: PR_SET_PDEATHSIG follows the parent *thread*, and
         # a broker restarted by an injector thread would die when that thread
         # ends. A killed harness leaves the stack up; the next run's down() stops it.
-        self.stack = EmbeddedStack(self.home / "stack")
+        self.stack = EmbeddedStack(self.home / "stack", usual_ports=False)  # runs side by side restart brokers
         self.stack.down()
         shutil.rmtree(self.home, ignore_errors=True)  # every chaos run starts from nothing
         info = self.stack.up(broker=options.broker)

@@ -51,8 +51,8 @@ def _answers_http(url: str) -> bool:
         return resp.status == 200
 
 
-def start_moto(proc: ManagedProcess, die_with_parent: bool = False) -> S3Endpoint:
-    port = pick_port(DEFAULT_PORT)
+def start_moto(proc: ManagedProcess, die_with_parent: bool = False, usual_port: bool = True) -> S3Endpoint:
+    port = pick_port(DEFAULT_PORT if usual_port else None)
     url = f"http://127.0.0.1:{port}"
     proc.start(
         [_moto_server(), "-H", "127.0.0.1", "-p", str(port)],

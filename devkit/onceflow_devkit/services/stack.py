@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from onceflow_devkit.services.kafka_broker import BROKERS, KafkaBroker, start_broker
-from onceflow_devkit.services.process import ManagedProcess, ServiceError
+from onceflow_devkit.services.process import ManagedProcess, ServiceError, pick_port
 from onceflow_devkit.services.s3 import S3Endpoint, start_moto
 
 
@@ -45,9 +45,13 @@ class StackInfo:
 
 
 class EmbeddedStack:
-    def __init__(self, home: Path, die_with_parent: bool = False):
+    def __init__(self, home: Path, die_with_parent: bool = False, usual_ports: bool = True):
+        """``usual_ports``: take 9000 and 9092 when free. A stack that runs beside others restarting
+        their brokers (chaos runs) takes any free port instead: a restarted broker binds its old
+        port again, and another stack starting meanwhile must not find it free and take it."""
         self.home = Path(home).resolve()
         self.die_with_parent = die_with_parent
+        self.usual_ports = usual_ports
         self.s3_proc = ManagedProcess("s3", self.home / "s3")
         self.kafka_proc = ManagedProcess("kafka", self.home / "kafka")
 
@@ -82,8 +86,9 @@ class EmbeddedStack:
                 "run `onceflow services down` first"
             )
         self.down()  # a half-up stack (one service died) is restarted whole
-        s3 = start_moto(self.s3_proc, die_with_parent=self.die_with_parent)
-        kafka = start_broker(broker, self.kafka_proc, s3=s3, die_with_parent=self.die_with_parent)
+        s3 = start_moto(self.s3_proc, die_with_parent=self.die_with_parent, usual_port=self.usual_ports)
+        kafka = start_broker(broker, self.kafka_proc, s3=s3, die_with_parent=self.die_with_parent,
+                             port=None if self.usual_ports else pick_port(None))
         info = StackInfo(kafka, s3)
         self.info_file.write_text(info.to_json())
         fd = os.open(self.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

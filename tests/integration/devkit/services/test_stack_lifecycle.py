@@ -200,3 +200,18 @@ def test_a_run_killed_half_way_leaves_nothing_that_breaks_the_next(tmp_path):
         assert endpoint.client().list_buckets()["ResponseMetadata"]["HTTPStatusCode"] == 200
     finally:
         proc.stop()
+
+
+def test_a_stack_run_beside_others_keeps_off_the_usual_ports_and_its_restarted_broker_keeps_its_own(stack_home):
+    """Chaos runs side by side: one run's broker restarts on its old port while another run's
+    stack starts. On the usual ports (9092, 9000) the starting stack found 9092 free and took it."""
+    from onceflow_devkit.services.kafka_broker import DEFAULT_PORT as KAFKA_PORT
+    from onceflow_devkit.services.s3 import DEFAULT_PORT as S3_PORT
+
+    stack = EmbeddedStack(stack_home, usual_ports=False)
+    info = stack.up()
+    kafka_port = int(info.kafka.bootstrap.rsplit(":", 1)[1])
+    assert kafka_port != KAFKA_PORT and not info.s3.endpoint_url.endswith(f":{S3_PORT}")
+    restarted = stack.restart_broker()
+    assert restarted.bootstrap == info.kafka.bootstrap
+    socket.create_connection(("127.0.0.1", kafka_port), timeout=5).close()

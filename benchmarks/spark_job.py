@@ -1,6 +1,6 @@
 """What exactly-once costs the whole clickstream job: run_batch + commit vs the same job written plainly.
 
-    .venv/bin/python benchmarks/spark_job.py [--events 1000000] [--repeat 3] [--splits 4] [--master local[2] | --connect]
+    .venv/bin/python benchmarks/spark_job.py [--events 1000000] [--repeat 3] [--splits 4] [--master local[2] | --connect] [--plain-headers]
 
 Uses the broker ONCEFLOW_KAFKA_BOOTSTRAP names (for the embedded one: ``onceflow
 services up``, then ``set -a; . .onceflow/stack.env; set +a``). ``--events`` click events (5%
@@ -12,7 +12,9 @@ partitions; then, in ONE Spark session, ``--repeat`` times, each side once
   equal), the same transform, ``page_minute_counts`` by ``df.write.parquet``
   (no staging) and each Kafka output by a plain, non-transactional
   confluent-kafka producer inside ``mapInArrow`` (returning counts), to fresh
-  topics. No ledger, no votes, no commit.
+  topics. No ledger, no votes, no commit. With ``--plain-headers`` its Kafka
+  records carry onceflow's three headers too (same names, same sizes), so the
+  ratio prices staging and transactions alone.
 - onceflow: a fresh pipeline (own name, output topics, warehouse, hence a
   fresh ledger) planned over all events, ``run_batch`` (staged files, open
   transactions, votes) then ``coordinator.commit`` (promotion, EndTxn from the
@@ -88,14 +90,25 @@ def kafka_targets(spec) -> list[str]:
     return [s.target for s in spec.sinks if s.kind == "kafka"]
 
 
-def plain_producer(config: dict, topic: str):
-    """mapInArrow function (executor): produce each row's key/value, yield the count."""
+def plain_producer(config: dict, topic: str, headers_of: tuple[str, str] | None = None):
+    """mapInArrow function (executor): produce each row's key/value, yield the count.
+
+    ``headers_of`` (pipeline, sink): each record also carries the headers onceflow's split would
+    put on it (``--plain-headers``), so that the two sides differ only in staging and transactions."""
 
     def produce_partition(batches):
         import pyarrow as pa
         from confluent_kafka import Producer
+        from pyspark import TaskContext
 
         producer = Producer({**config, **PRODUCER_TUNING})
+        headers = None
+        if headers_of:
+            from onceflow.kafka.ids import transactional_id
+            from onceflow.kafka.writer import record_headers
+
+            split = TaskContext.get().partitionId()
+            headers = record_headers("0000000001", split, transactional_id(*headers_of, split))
         sent = 0
         for batch in batches:
             keys = batch.column("key").to_pylist()
@@ -103,7 +116,7 @@ def plain_producer(config: dict, topic: str):
             for key, value in zip(keys, values):
                 while True:
                     try:
-                        producer.produce(topic, key=key, value=value)
+                        producer.produce(topic, key=key, value=value, headers=headers)
                         break
                     except BufferError:
                         producer.poll(0.1)
@@ -115,8 +128,10 @@ def plain_producer(config: dict, topic: str):
     return produce_partition
 
 
-def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: int) -> tuple[int, dict[str, float]]:
-    """The same read and transform as run_batch, written with no staging and no transactions (driver).
+def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: int,
+              with_headers: bool = False) -> tuple[int, dict[str, float]]:
+    """The same read and transform as run_batch, written with no staging and no transactions (driver);
+    ``with_headers``: Kafka records carry onceflow's headers all the same.
 
     Returns the records read and the seconds of each stage, named as run_batch's ``JobResult.seconds``.
     """
@@ -135,7 +150,8 @@ def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: 
         if sink.kind == "files":
             frame.write.parquet(str(out_dir / sink.name))
         else:
-            sent = frame.select("key", "value").mapInArrow(plain_producer(config, sink.target), "sent long")
+            produce = plain_producer(config, sink.target, (spec.name, sink.name) if with_headers else None)
+            sent = frame.select("key", "value").mapInArrow(produce, "sent long")
             sent.agg({"sent": "sum"}).collect()
         seconds[sink.name] = time.perf_counter() - started
     records.unpersist()
@@ -210,6 +226,8 @@ def main(argv=None) -> int:
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the input and output topics")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--connect", action="store_true", help="run in a Spark Connect server's session (local[2])")
+    parser.add_argument("--plain-headers", action="store_true",
+                        help="the plain side's Kafka records carry onceflow's three headers too: prices them apart")
     args = parser.parse_args(argv)
 
     from onceflow.kafka.admin import ensure_topics
@@ -274,7 +292,8 @@ def main(argv=None) -> int:
                     wait_for_quiet()
                     with plain_cpu:
                         t0 = time.perf_counter()
-                        count, plain_stages = run_plain(spark, spec, broker, ranges, config, work / f"plain-out-{i}", args.splits)
+                        count, plain_stages = run_plain(spark, spec, broker, ranges, config, work / f"plain-out-{i}",
+                                                        args.splits, args.plain_headers)
                         plain_s.append(time.perf_counter() - t0)
                     if count != args.events:
                         raise RuntimeError(f"plain run {i} read {count} events, expected {args.events}")
@@ -300,7 +319,7 @@ def main(argv=None) -> int:
     p, o = statistics.median(plain_s), statistics.median(once_s)
     paired = statistics.median(x / y for x, y in zip(once_s, plain_s))
     print(json.dumps({
-        "events": args.events, "spark": "connect" if args.connect else args.master, "splits": args.splits, "partitions": args.partitions, "broker": broker.name,
+        "events": args.events, "spark": "connect" if args.connect else args.master, "plain_headers": args.plain_headers, "splits": args.splits, "partitions": args.partitions, "broker": broker.name,
         "plain_s": round(p, 2), "onceflow_s": round(o, 2),
         "plain_events_per_s": round(args.events / p), "onceflow_events_per_s": round(args.events / o),
         "ratio": round(o / p, 3), "median_repeat_ratio": round(paired, 3), "target_met": max(o / p, paired) <= 1.15,

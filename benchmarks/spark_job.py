@@ -106,9 +106,10 @@ def plain_producer(config: dict, topic: str, headers_of: tuple[str, str] | None 
         if headers_of:
             from onceflow.kafka.ids import transactional_id
             from onceflow.kafka.writer import record_headers
+            from onceflow.protocol.batch_id import BatchId
 
-            split = TaskContext.get().partitionId()
-            headers = record_headers("0000000001", split, transactional_id(*headers_of, split))
+            split = TaskContext.get().partitionId()  # the fresh pipeline's first batch, as onceflow's side writes
+            headers = record_headers(str(BatchId(1)), split, transactional_id(*headers_of, split))
         sent = 0
         for batch in batches:
             keys = batch.column("key").to_pylist()

@@ -51,8 +51,9 @@ def _answers_http(url: str) -> bool:
         return resp.status == 200
 
 
-def start_moto(proc: ManagedProcess, die_with_parent: bool = False, usual_port: bool = True) -> S3Endpoint:
-    port = pick_port(DEFAULT_PORT if usual_port else None)
+def start_moto(proc: ManagedProcess, die_with_parent: bool = False, port: int | None = None) -> S3Endpoint:
+    """``port`` pins the port; by default the usual one is used when free."""
+    port = port or pick_port(DEFAULT_PORT)
     url = f"http://127.0.0.1:{port}"
     proc.start(
         [_moto_server(), "-H", "127.0.0.1", "-p", str(port)],

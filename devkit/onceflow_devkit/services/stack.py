@@ -86,15 +86,18 @@ class EmbeddedStack:
                 "run `onceflow services down` first"
             )
         self.down()  # a half-up stack (one service died) is restarted whole
-        s3 = start_moto(self.s3_proc, die_with_parent=self.die_with_parent, usual_port=self.usual_ports)
-        kafka = start_broker(broker, self.kafka_proc, s3=s3, die_with_parent=self.die_with_parent,
-                             port=None if self.usual_ports else pick_port(None))
+        s3 = start_moto(self.s3_proc, die_with_parent=self.die_with_parent, port=self._port())
+        kafka = start_broker(broker, self.kafka_proc, s3=s3, die_with_parent=self.die_with_parent, port=self._port())
         info = StackInfo(kafka, s3)
         self.info_file.write_text(info.to_json())
         fd = os.open(self.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             out.writelines(f"{k}={shlex.quote(v)}\n" for k, v in info.env().items())
         return info
+
+    def _port(self) -> int | None:
+        """A service's port: None lets it take its usual port when free (see ``usual_ports``)."""
+        return None if self.usual_ports else pick_port(None)
 
     def restart_broker(self, kill: bool = False) -> KafkaBroker:
         """Stop the broker (SIGKILL when ``kill``) and start it on the same port.

@@ -16,12 +16,14 @@ import socket
 import threading
 import time
 from contextlib import closing
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 import pytest
 
 from onceflow_devkit.local_airflow.auth import auth_env
+from onceflow.layout import quarantine_dir
 from tests.support import ROOT
 from tests.system.e2e.conftest import broker_with_topics, make_world
 
@@ -288,7 +290,17 @@ def test_an_operator_splits_the_failing_batch_from_the_page(page_world):
         assert refused.status_code == 409 and "pause the DAG" in refused.json()["detail"], refused.text
         assert "section class=\"intervene\"" not in ada.get(f"/onceflow/dags/{DAG_ID}").text  # no form for a viewer
         assert grace.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": True}).status_code == 200
-    assert coordinator.describe(4).intervention is None  # nothing recorded by the refusals
+        # The warehouse fails during a skip (a file where the batch's quarantine directory goes): 503, naming it.
+        blocked = Path(quarantine_dir(world.warehouse.removeprefix("file://"), world.runtime.spec.name, failing.batch_id))
+        blocked.parent.mkdir(parents=True, exist_ok=True)
+        blocked.write_text("not a directory")
+        try:
+            failed = grace.post(f"/onceflow/api/pipelines/{DAG_ID}/batches/4/skip", json={"reason": "give up"})
+        finally:
+            blocked.unlink()
+        assert failed.status_code == 503, failed.text
+        assert failed.json()["detail"].startswith("NotADirectoryError") and str(blocked) in failed.json()["detail"]
+    assert coordinator.describe(4).intervention is None  # nothing recorded by the refusals or the failed skip
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])

@@ -274,7 +274,7 @@ def test_an_operator_splits_the_failing_batch_from_the_page(page_world):
     with world.runtime.offset_source() as source:
         failing = coordinator.plan_next(source, world.runtime.plan_config(CONF), run_id="manual__failing")
     assert coordinator.rollback(failing.batch_seq, "the spark task failed on every try").state.value == "aborted"
-    split = f"/onceflow/api/pipelines/{DAG_ID}/batches/4/split"
+    split, skip = (f"/onceflow/api/pipelines/{DAG_ID}/batches/4/{action}" for action in ("split", "skip"))
     order = {"records": 50, "reason": "poison record in clicks[0]"}
 
     with closing(_client(world)) as anonymous, closing(_client(world, "ada")) as ada, \
@@ -295,7 +295,7 @@ def test_an_operator_splits_the_failing_batch_from_the_page(page_world):
         blocked.parent.mkdir(parents=True, exist_ok=True)
         blocked.write_text("not a directory")
         try:
-            failed = grace.post(f"/onceflow/api/pipelines/{DAG_ID}/batches/4/skip", json={"reason": "give up"})
+            failed = grace.post(skip, json={"reason": "give up"})
         finally:
             blocked.unlink()
         assert failed.status_code == 503, failed.text
@@ -323,7 +323,7 @@ def test_an_operator_splits_the_failing_batch_from_the_page(page_world):
     assert (recorded.action.value, recorded.by, recorded.reason, recorded.max_records_per_partition) == (
         "split", "grace", order["reason"], 50)
     with closing(_client(world, "grace")) as grace:
-        again = grace.post(f"/onceflow/api/pipelines/{DAG_ID}/batches/4/skip", json={"reason": "give up"})
+        again = grace.post(skip, json={"reason": "give up"})
     assert again.status_code == 409 and "already intervened" in again.json()["detail"], again.text
     # The next plan follows it: batch 4's ranges again, at most 50 records per partition.
     with world.runtime.offset_source() as source:

@@ -16,7 +16,6 @@ import socket
 import threading
 import time
 from contextlib import closing
-from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -24,6 +23,7 @@ import pytest
 
 from onceflow_devkit.local_airflow.auth import auth_env
 from onceflow.layout import quarantine_dir
+from onceflow.storage.local import local_path
 from tests.support import ROOT
 from tests.system.e2e.conftest import broker_with_topics, make_world
 
@@ -291,7 +291,7 @@ def test_an_operator_splits_the_failing_batch_from_the_page(page_world):
         assert "section class=\"intervene\"" not in ada.get(f"/onceflow/dags/{DAG_ID}").text  # no form for a viewer
         assert grace.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": True}).status_code == 200
         # The warehouse fails during a skip (a file where the batch's quarantine directory goes): 503, naming it.
-        blocked = Path(quarantine_dir(world.warehouse.removeprefix("file://"), world.runtime.spec.name, failing.batch_id))
+        blocked = local_path(quarantine_dir(world.warehouse, world.runtime.spec.name, failing.batch_id))
         blocked.parent.mkdir(parents=True, exist_ok=True)
         blocked.write_text("not a directory")
         try:

@@ -54,7 +54,8 @@ from onceflow.kafka.admin import delete_topics, ensure_topics
 from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.reader import FIELDS, RangeReader
 from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
-from onceflow.kafka.writer import TransactionalSplitWriter, record_headers, staged_uri
+from onceflow.kafka.headers import record_headers
+from onceflow.kafka.writer import TransactionalSplitWriter, staged_uri
 from onceflow.protocol.participant import Vote
 from onceflow.protocol.plan import OffsetRange
 
@@ -96,7 +97,7 @@ def raw_write(config: dict, topic: str, batch: pa.RecordBatch) -> tuple[float, f
     """Seconds until commit_transaction returned, until a read_committed reader sees the records,
     and of these the heap work left by the freed records (``charge_freed_records``).
 
-    The same records on the wire as onceflow's (key, value and the two onceflow
+    The same records on the wire as onceflow's (key, value and onceflow's
     headers), from the same Arrow batch. The second figure is what onceflow's
     commit waits for (it verifies by reading) and the raw producer does not:
     a broker may write its commit markers after answering EndTxn.

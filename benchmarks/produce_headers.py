@@ -3,13 +3,12 @@
     .venv/bin/python benchmarks/produce_headers.py [--records 200000] [--rounds 5]
     .venv/bin/python benchmarks/produce_headers.py --broker [--records 950000] [--rounds 5]
 
-Every record onceflow's split writer produces carries three headers
-(``onceflow.batch``, ``onceflow.split``, ``onceflow.txn``: 89 bytes for a
-split of the example pipeline). Each shape below is timed side by side,
-interleaved round by round: no headers, onceflow's three, and one short
-header holding the same three facts (the batch, the split, eight bytes of a
-digest of the transactional id; a format onceflow does not write, priced
-here to say what a shorter format would save).
+Every record onceflow's split writer produces carries its headers
+(``onceflow/kafka/headers.py``). Each shape below is timed side by side,
+interleaved round by round: no headers, the three headers onceflow wrote
+before (record format 2: ``onceflow.batch``, ``onceflow.split``,
+``onceflow.txn``), and the one header it writes now (format 3:
+``onceflow`` = batch/split/writer digest).
 
 Without ``--broker``: ``--records`` produce calls (16-byte key, 100-byte
 value, explicit partition) into a producer whose broker address refuses
@@ -27,7 +26,6 @@ from their start until both committed, after the machine is quiet
 from __future__ import annotations
 
 import argparse
-import hashlib
 import multiprocessing
 import os
 import statistics
@@ -36,8 +34,8 @@ import uuid
 
 from confluent_kafka import Producer
 
+from onceflow.kafka.headers import CURRENT_FORMAT, record_headers
 from onceflow.kafka.ids import transactional_id
-from onceflow.kafka.writer import record_headers
 
 from baseline import PRODUCER_TUNING  # benchmarks/ is the script's directory
 from quiet import CpuMeter, wait_for_quiet
@@ -45,8 +43,8 @@ from quiet import CpuMeter, wait_for_quiet
 BATCH, SPLIT, TXN = "0000000001", 3, transactional_id("clickstream_demo", "clicks_enriched", 3)
 SHAPES = {
     "no headers": None,
-    "onceflow's three": record_headers(BATCH, SPLIT, TXN),
-    "one short header": [("onceflow", f"{BATCH}/{SPLIT}/{hashlib.sha256(TXN.encode()).hexdigest()[:8]}".encode())],
+    "three (format 2)": record_headers(BATCH, SPLIT, TXN, 2),
+    f"one (format {CURRENT_FORMAT})": record_headers(BATCH, SPLIT, TXN),
 }
 VALUE_BYTES = 100
 PARTITIONS = 4

@@ -105,7 +105,7 @@ def plain_producer(config: dict, topic: str, headers_of: tuple[str, str] | None 
         headers = None
         if headers_of:
             from onceflow.kafka.ids import transactional_id
-            from onceflow.kafka.writer import record_headers
+            from onceflow.kafka.headers import record_headers
             from onceflow.protocol.batch_id import BatchId
 
             split = TaskContext.get().partitionId()  # the fresh pipeline's first batch, as onceflow's side writes

@@ -33,7 +33,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
-from onceflow.kafka.writer import BATCH_HEADER, SPLIT_HEADER
+from onceflow.kafka.headers import batch_and_split
 from onceflow.audit.ranges import committed_plans, contiguity_errors
 from onceflow.protocol.plan import OffsetRange, Plan
 from onceflow_devkit.audit import clickstream_oracle as oracle
@@ -139,11 +139,11 @@ def topic_ranges(config, topic: str) -> list[OffsetRange]:
         return source.topic_ranges(topic)
 
 
-Written = dict[tuple[bytes, bytes, int], list[tuple[int, int]]]
+Written = dict[tuple[str, str, int], list[tuple[int, int]]]
 
 
 def _committed_writes(statuses, sink: str) -> Written:
-    """(batch header, split header, partition) -> [first, last] offsets of each committed transaction of ``sink``.
+    """(batch id, split, partition) -> [first, last] offsets of each committed transaction of ``sink``.
 
     Splits interleave in a partition, so a committed record is one inside its
     own split's range *and* carrying that split's headers; earlier attempts of
@@ -158,14 +158,14 @@ def _committed_writes(statuses, sink: str) -> Written:
             continue
         for handle in handles_of(vote):
             for partition, write in handle.partitions.items():
-                key = (handle.batch_id.encode(), str(handle.split).encode(), int(partition))
+                key = (handle.batch_id, str(handle.split), int(partition))
                 written.setdefault(key, []).append((write.first_offset, write.last_offset))
     return written
 
 
 def _written_by(written: Written, partition: int, record: dict) -> bool:
-    headers = {h["key"]: h["value"] for h in record["headers"] or ()}
-    ranges = written.get((headers.get(BATCH_HEADER), headers.get(SPLIT_HEADER), partition), ())
+    identity = batch_and_split([(h["key"], h["value"]) for h in record["headers"] or ()])
+    ranges = written.get((*identity, partition), ()) if identity else ()
     return any(first <= record["offset"] <= last for first, last in ranges)
 
 

@@ -42,7 +42,8 @@ from .txn_protocol import Action, EndTxnReply, end_txns
 from .visibility import Observer, SplitView, State, confirm_aborted, observe
 from ..layout import kafka_staging_dir, withheld_dir
 from ..storage import Storage, storage_for
-from .writer import REPAIR_HEADER, StagedCopyDamaged, TxnHandle, handle_headers, open_staged
+from .headers import REPAIR
+from .writer import StagedCopyDamaged, TxnHandle, handle_headers, open_staged
 
 AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit: EndTxn sent for every split, nothing verified yet")
 
@@ -281,7 +282,7 @@ class KafkaSinkParticipant:
             except StagedCopyDamaged as exc:
                 return Result(Outcome.FAILED, f"{where}: the broker aborted the transaction and {exc}; {h.records} records "
                               "are NOT in the output. Restore the staged copy the vote names and re-run commit")
-            base = handle_headers(h) + [(REPAIR_HEADER, b"1")]
+            base = handle_headers(h) + [REPAIR]
             producer.begin_transaction()
             for row in table.to_pylist():
                 user = [(x["key"], x["value"]) for x in row["headers"]] if row["headers"] else []

@@ -41,7 +41,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from .config import consumer_config
 from .offsets import stable_offsets_from_stats
-from .writer import LEGACY_HEADERS, ONCEFLOW_HEADERS, REPAIR_HEADER, PartitionWrite, TxnHandle, handle_headers
+from .headers import REPAIR_HEADER
+from .writer import PartitionWrite, TxnHandle, handle_headers
 
 
 SEEK_GAP = 10_000  # records; reading fewer costs less than a seek's fresh fetch
@@ -167,6 +168,8 @@ class Observer:
         for tp, shares in by_partition.items():
             for share in shares:
                 pending.setdefault(tp, {}).setdefault(share.headers, []).append(share)
+        # How many headers identify a split: one per record format among the splits (headers.FORMATS).
+        widths = sorted({len(s.headers) for shares in by_partition.values() for s in shares}, reverse=True)
 
         def settle(tp: tuple[str, int], share: _Share) -> None:
             waiting = pending[tp]
@@ -209,7 +212,7 @@ class Observer:
                 if m.offset() > positions.get(tp, -1):  # records fetched before a seek may still arrive
                     positions[tp] = m.offset()
                 headers = m.headers()
-                for width in (ONCEFLOW_HEADERS, LEGACY_HEADERS) if headers else ():
+                for width in widths if headers else ():
                     for share in list(waiting.get(tuple(headers[:width]), ())):
                         is_repair = len(headers) > width and headers[width][0] == REPAIR_HEADER
                         if share.saw(m.offset(), is_repair):

@@ -9,11 +9,10 @@ Runs on a Spark executor (one writer per task/split). Call sequence::
     -> handle goes into the vote; the transaction stays OPEN until the commit
        task ends it from another process (txn_protocol.end_txn)
 
-Every record carries the headers ``onceflow.batch``, ``onceflow.split`` and
-``onceflow.txn`` (the split's transactional id, which names the pipeline and
-sink), which let the commit task count this split's records when it verifies
-the commit, and find an already published repair, even in a topic that other
-pipelines (or other sinks of this one) write with the same batch ids.
+Every record carries the header ``onceflow`` (batch, split and a digest of
+the split's transactional id: ``headers``), by which the commit task counts
+this split's records when it verifies the commit and finds an already
+published repair.
 
 The writer picks each record's partition itself (``partitioners``: CRC32 of
 the key as librdkafka does, or murmur2 as Java producers do; round-robin for
@@ -54,15 +53,9 @@ from ..storage import Storage, storage_for
 from .config import producer_config
 from .ids import transactional_id
 from .partitioners import DEFAULT as DEFAULT_PARTITIONER, partition_function
+from .headers import CURRENT_FORMAT, REPAIR, record_headers
 from .reader import HEADERS_TYPE
 
-BATCH_HEADER = "onceflow.batch"
-SPLIT_HEADER = "onceflow.split"
-TXN_HEADER = "onceflow.txn"
-# record_headers() come first on every record; a repair's records add REPAIR_HEADER after them.
-ONCEFLOW_HEADERS = 3
-LEGACY_HEADERS = 2  # onceflow before the onceflow.txn header: batch and split only
-REPAIR_HEADER = "onceflow.repair"
 STAGED_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE)]
 )
@@ -116,6 +109,8 @@ class TxnHandle:
     withheld_sha256: str = ""
     # The producer's message.max.bytes (the topic's limit): a repair's producer must keep to it too.
     max_record_bytes: int = 0
+    # The headers' format (``headers.FORMATS``); 0 in votes from before this field.
+    record_format: int = 0
 
     @property
     def records(self) -> int:
@@ -136,9 +131,8 @@ class TxnHandle:
 
 def handle_headers(h: "TxnHandle") -> list[tuple[str, bytes]]:
     """The headers the split of ``h`` put on its records (and a repair of it puts first).
-    A vote from before the onceflow.txn header (it has no staged_sha256 either) has two."""
-    headers = record_headers(h.batch_id, h.split, h.transactional_id)
-    return headers if h.staged_sha256 else headers[:LEGACY_HEADERS]
+    A vote from before ``record_format`` wrote format 2, or 1 if it has no staged_sha256 either."""
+    return record_headers(h.batch_id, h.split, h.transactional_id, h.record_format or (2 if h.staged_sha256 else 1))
 
 
 def staged_uri(root: str, pipeline: str, sink: str, batch_id: str, split: int, attempt: int) -> str:
@@ -158,11 +152,6 @@ def max_record_bytes_of(config: Mapping[str, Any], overrides: Mapping[str, Any] 
     ``max.message.bytes`` is ``topic_limit`` (None: the broker does not say): the smaller of the two."""
     producer_limit = int({**config, **(overrides or {})}.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
     return min(producer_limit, topic_limit) if topic_limit else producer_limit
-
-
-def record_headers(batch_id: str, split: int, transactional_id: str) -> list[tuple[str, bytes]]:
-    """The headers that tell one split's records (and their repair) from every other record."""
-    return [(BATCH_HEADER, batch_id.encode()), (SPLIT_HEADER, str(split).encode()), (TXN_HEADER, transactional_id.encode())]
 
 
 class StagedCopyDamaged(Exception):
@@ -212,6 +201,8 @@ def _array(column) -> pa.Array:
 class TransactionalSplitWriter:
     """One transactional producer for one split of one batch. Not thread-safe."""
 
+    record_format = CURRENT_FORMAT  # of the headers it puts on each record (``headers.FORMATS``)
+
     def __init__(
         self,
         config: Mapping[str, Any],
@@ -247,7 +238,7 @@ class TransactionalSplitWriter:
         # Record batches are capped by message.max.bytes too: none may outgrow the topic's limit.
         overrides["message.max.bytes"] = self.max_record_bytes
         self._producer = Producer(producer_config(config, self.txn_id, **overrides))
-        self._headers = record_headers(batch_id, split, self.txn_id)
+        self._headers = record_headers(batch_id, split, self.txn_id, self.record_format)
         self._first: dict[int, int] = {}
         self._last: dict[int, int] = {}
         self._counts: dict[int, int] = {}
@@ -261,7 +252,7 @@ class TransactionalSplitWriter:
         self._delivery_errors: list[str] = []
         # Bytes every record carries besides its key, value and own headers; a repair adds its header.
         self._fixed_bytes = RECORD_OVERHEAD_BYTES + sum(
-            len(k.encode()) + len(v) + HEADER_OVERHEAD_BYTES for k, v in [*self._headers, (REPAIR_HEADER, b"1")])
+            len(k.encode()) + len(v) + HEADER_OVERHEAD_BYTES for k, v in [*self._headers, REPAIR])
         self._withheld = 0
         self._withheld_writer: pq.ParquetWriter | None = None
         self._withheld_file: _Digesting | None = None
@@ -467,6 +458,7 @@ class TransactionalSplitWriter:
             withheld_uri=self.withheld_uri if self._withheld else "",
             withheld_sha256=self._withheld_file.digest.hexdigest() if self._withheld_file else "",
             max_record_bytes=self.max_record_bytes,
+            record_format=self.record_format,
         )
 
     def abandon(self) -> None:

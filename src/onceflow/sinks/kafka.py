@@ -125,31 +125,30 @@ class KafkaKind:
         frame.write.format(FORMAT).mode("append").options(**options).save()
 
     def committed_output(self, spark, sink, pipeline, deployment, scope):
-        """The whole topic as a read_committed consumer sees it, each record by its ``onceflow.batch``
-        header, plus the records the commits published in the withheld files."""
+        """The whole topic as a read_committed consumer sees it, each record by the batch its onceflow
+        headers name, plus the records the commits published in the withheld files."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import StructType
 
         from . import CommittedOutput, committed_parquet
         from ..kafka.offsets import KafkaOffsetSource
         from ..kafka.reader import RANGE_FORMAT
-        from ..kafka.writer import BATCH_HEADER, SPLIT_HEADER
+        from ..kafka.headers import sql_batch_and_split
         from ..layout import withheld_dir
 
-        def header(name: str):
-            return F.expr(f"try_element_at(filter(headers, h -> h.key = '{name}'), 1).value").cast("string")
+        batch_of, split_of = sql_batch_and_split("headers")
 
         with KafkaOffsetSource(deployment.kafka.config()) as source:
             ranges = source.topic_ranges(sink.target)
         records = (spark.read.format(RANGE_FORMAT).option("ranges", json.dumps([r.to_dict() for r in ranges]))
                    .option("deployment", deployment.to_option()).option("columns", "key,value,headers,partition,offset")
-                   .load().withColumn("batch", header(BATCH_HEADER)).withColumn("split", header(SPLIT_HEADER)))
+                   .load().withColumn("batch", F.expr(batch_of)).withColumn("split", F.expr(split_of)))
         set_aside = 0
         foreign = records.filter(F.col("batch").isNull()).count()
-        findings = [f"topic {sink.target}: {foreign} record(s) without an {BATCH_HEADER} header: not written by onceflow"] if foreign else []
+        findings = [f"topic {sink.target}: {foreign} record(s) without onceflow's headers: not written by onceflow"] if foreign else []
         if scope.batches is not None:
             records = records.filter(F.col("batch").isin(sorted(scope.batches)))
-        reading = f"topic {sink.target} as a read_committed consumer sees it, records by their {BATCH_HEADER} header"
+        reading = f"topic {sink.target} as a read_committed consumer sees it, records by the batch their onceflow headers name"
         if scope.shows_aborted:  # aborted attempts are visible: keep each committed split's records, by its vote
             written = [(batch, str(h.split), int(p), w.first_offset, w.last_offset)
                        for batch, status in scope.committed.items() if sink.name in status.decision.votes

@@ -19,7 +19,8 @@ from onceflow.kafka.fencing import fence_transactional_ids
 from onceflow.kafka.ids import repair_id, transactional_ids
 from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
 from onceflow.kafka.txn_protocol import end_txn
-from onceflow.kafka.writer import REPAIR_HEADER, PreCommitError, TransactionalSplitWriter, record_headers, staged_uri
+from onceflow.kafka.headers import REPAIR, record_headers
+from onceflow.kafka.writer import PreCommitError, TransactionalSplitWriter, staged_uri
 from onceflow.protocol.participant import Outcome, Vote
 from onceflow.protocol.plan import Plan, SinkPlan
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
@@ -87,7 +88,7 @@ def test_precommit_killed_then_committed_by_another_process_is_seen_exactly_once
     again = participant.commit(vote)
     assert again.outcome is Outcome.ALREADY_DONE, again.detail
     assert _audit(kafka_broker, topic) == expected
-    headers = {tuple(h[:3]) for _, _, h in read_committed(config, topic, PARTITIONS)}
+    headers = {tuple(h) for _, _, h in read_committed(config, topic, PARTITIONS)}
     ids = transactional_ids(pipeline, "out", 2)
     assert headers == {tuple(record_headers(BATCH, 0, ids[0])), tuple(record_headers(BATCH, 1, ids[1]))}
 
@@ -157,7 +158,7 @@ def test_broker_abort_between_precommit_and_commit_is_detected_and_repaired_exac
     assert result.outcome is Outcome.DONE and "repaired" in result.detail, result.detail
     records = read_committed(config, topic, PARTITIONS)
     assert Counter(v for _, v, _ in records) == Counter(_expected(0, 250))
-    assert all(h[3] == (REPAIR_HEADER, b"1") for _, _, h in records)
+    assert all(h == [*record_headers(BATCH, 0, handle.transactional_id), REPAIR] for _, _, h in records)
     again = participant.commit(vote)
     assert again.outcome is Outcome.ALREADY_DONE, again.detail
     assert Counter(v for _, v, _ in read_committed(config, topic, PARTITIONS)) == Counter(_expected(0, 250))
@@ -174,7 +175,7 @@ def test_repair_that_crashed_half_way_is_published_once(kafka_broker, topic, pip
     crashed.begin_transaction()
     for value in _expected(0, 60):
         crashed.produce(topic, value, partition=0,
-                        headers=record_headers(BATCH, 0, handle.transactional_id) + [(REPAIR_HEADER, b"1")])
+                        headers=record_headers(BATCH, 0, handle.transactional_id) + [REPAIR])
     crashed.flush(30)
     del crashed
 
@@ -285,7 +286,8 @@ def test_staged_copy_on_s3_repairs_a_broker_abort(kafka_broker, topic, pipeline,
     assert result.outcome is Outcome.DONE and "repaired" in result.detail, result.detail
     records = read_committed(config, topic, PARTITIONS)
     assert Counter(v for _, v, _ in records) == Counter(_expected(0, 80))
-    assert {h[4] for _, _, h in records} == {("trace", b"t%d" % i) for i in range(80)}  # user headers survive
+    ours = (*record_headers(BATCH, 0, handle.transactional_id), REPAIR)
+    assert {tuple(h) for _, _, h in records} == {(*ours, ("trace", b"t%d" % i)) for i in range(80)}  # user headers survive
     participant.discard_staging(_plan(pipeline, splits=1))
     assert s3.size(handle.staged_uri) is None and s3.list_tree(root) == []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import defaultdict
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -12,7 +13,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from onceflow.kafka.txn_protocol import end_txn
 from onceflow.kafka.visibility import SEEK_GAP, Observer, State, confirm_aborted
-from onceflow.kafka.writer import BATCH_HEADER, SPLIT_HEADER, TransactionalSplitWriter, TxnHandle, staged_uri
+from onceflow.kafka.headers import CURRENT_FORMAT, batch_and_split
+from onceflow.kafka.writer import TransactionalSplitWriter, TxnHandle, staged_uri
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.integration.kafka.helpers import create_topic
 from tests.support import require
@@ -21,12 +23,12 @@ BATCH = "0000000001"
 PARTITIONS = 2
 
 
-def _splits(config, tmp_path, topic: str, turns: int, rows: int) -> list[TxnHandle]:
-    """Two splits of one batch writing by turns into the same partitions, both left open."""
+def _splits(config, tmp_path, topic: str, turns: int, rows: int, writer_classes=(TransactionalSplitWriter,) * 2) -> list[TxnHandle]:
+    """Splits of one batch (one per writer class) writing by turns into the same partitions, all left open."""
     pipeline = f"pipe-{uuid.uuid4().hex[:8]}"
     writers = [
-        TransactionalSplitWriter(config, pipeline, "out", BATCH, s, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, s, 0))
-        for s in range(2)
+        cls(config, pipeline, "out", BATCH, s, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, s, 0))
+        for s, cls in enumerate(writer_classes)
     ]
     for w in writers:
         w.begin()
@@ -56,9 +58,9 @@ def _offsets_by_split(config, topic: str) -> dict[tuple[int, int], list[int]]:
                 assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
                 at_end.add(m.partition())
                 continue
-            headers = dict(m.headers())
-            assert headers[BATCH_HEADER] == BATCH.encode()
-            offsets[(int(headers[SPLIT_HEADER]), m.partition())].append(m.offset())
+            batch, split = batch_and_split(m.headers())
+            assert batch == BATCH
+            offsets[(int(split), m.partition())].append(m.offset())
     consumer.close()
     assert len(at_end) == PARTITIONS
     return offsets
@@ -112,3 +114,35 @@ def test_a_committed_and_an_aborted_split_are_told_apart_in_one_scan(kafka_broke
     assert [v.state for v in views] == [State.COMMITTED, State.ABORTED], [v.describe() for v in views]
     assert [v.state for v in from_start] == [State.COMMITTED, State.ABORTED], [v.describe() for v in from_start]
     assert sum(pv.original for pv in from_start[0].partitions) == committed.records
+
+
+class _FormatOneWriter(TransactionalSplitWriter):
+    """A split writer as onceflow wrote before the onceflow.txn header."""
+
+    record_format = 1
+
+
+class _FormatTwoWriter(TransactionalSplitWriter):
+    """A split writer as onceflow wrote before the one-header format."""
+
+    record_format = 2
+
+
+def test_splits_pre_committed_by_older_onceflow_versions_settle_beside_a_current_one(kafka_broker, tmp_path):
+    """An upgrade between a batch's pre-commit and its commit: each vote's records are found by the headers
+    its own version wrote, told by the vote as that version wrote it (no record_format field)."""
+    config = kafka_broker.config()
+    topic = create_topic(config, partitions=PARTITIONS, prefix="vis")
+    old_one, old_two, current = _splits(config, tmp_path, topic, 3, 40, (_FormatOneWriter, _FormatTwoWriter, TransactionalSplitWriter))
+    as_voted = [replace(old_one, record_format=0, staged_sha256=""), replace(old_two, record_format=0), current]
+    assert current.record_format == CURRENT_FORMAT != 2
+    with Observer(config, timeout_s=15) as observer:
+        assert [v.state for v in observer.observe(as_voted)] == [State.OPEN] * 3
+        for h in as_voted:
+            assert end_txn(config, h.transactional_id, h.producer_id, h.epoch, commit=True).error_name == "NONE"
+        views = observer.settle(as_voted)
+        from_start = observer.observe(as_voted, from_start=True)
+    assert [v.state for v in views] == [State.COMMITTED] * 3, [v.describe() for v in views]
+    assert [sum(pv.original for pv in v.partitions) for v in from_start] == [h.records for h in as_voted]
+    offsets = _offsets_by_split(config, topic)
+    assert sorted(len(v) for v in offsets.values()) == sorted(w.count for h in as_voted for w in h.partitions.values())

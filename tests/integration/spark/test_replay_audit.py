@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from onceflow.audit.replay import replay_audit
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow.files import layout
-from onceflow.kafka.writer import BATCH_HEADER
+from onceflow.kafka.headers import batch_and_split
 from onceflow.sinks import sink_kind
 from onceflow.spark.batch_job import run_batch
 from onceflow.storage.local import local_path
@@ -50,7 +50,7 @@ def one_record_of(broker, topic: str, batch_id: str):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             msg = consumer.poll(1.0)
-            if msg is not None and not msg.error() and dict(msg.headers() or ()).get(BATCH_HEADER) == batch_id.encode():
+            if msg is not None and not msg.error() and (batch_and_split(msg.headers()) or ("",))[0] == batch_id:
                 return msg
         raise AssertionError(f"no record of batch {batch_id} in {topic}")
     finally:

@@ -77,9 +77,9 @@ def record_headers(batch_id: str, split: int, transactional_id: str, record_form
 def batch_and_split(headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None) -> tuple[str, str] | None:
     """(batch id, split) of a record written by onceflow in any format; None for any other record."""
     found = dict(headers or ())
-    if found.get(HEADER):
-        batch, split, _ = found[HEADER].decode().split(SEPARATOR, 2)
-        return batch, split
+    ours = (found.get(HEADER) or b"").decode(errors="replace").split(SEPARATOR)
+    if len(ours) == 3:
+        return ours[0], ours[1]
     if found.get(BATCH_HEADER) is not None and found.get(SPLIT_HEADER) is not None:
         return found[BATCH_HEADER].decode(), found[SPLIT_HEADER].decode()
     return None
@@ -92,7 +92,8 @@ def sql_batch_and_split(headers_column: str) -> tuple[str, str]:
     def value(key: str) -> str:
         return f"cast(try_element_at(filter({headers_column}, h -> h.key = '{key}'), 1).value as string)"
 
+    ours = f"split({value(HEADER)}, '{SEPARATOR}')"
     return tuple(  # type: ignore[return-value]
-        f"coalesce(split_part({value(HEADER)}, '{SEPARATOR}', {i + 1}), {value(old)})"
+        f"coalesce(CASE WHEN size({ours}) = 3 THEN {ours}[{i}] END, {value(old)})"
         for i, old in enumerate((BATCH_HEADER, SPLIT_HEADER))
     )

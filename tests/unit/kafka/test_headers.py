@@ -37,6 +37,7 @@ def test_records_onceflow_did_not_write_have_no_batch():
     assert batch_and_split([]) is None
     assert batch_and_split([("onceflow.batch", b"0000000001")]) is None  # no split: not one of ours
     assert batch_and_split([("trace", b"1")]) is None
+    assert batch_and_split([("onceflow", b"someone else's")]) is None  # a header of that name in another shape
 
 
 def test_an_unknown_format_is_refused_naming_the_fix():

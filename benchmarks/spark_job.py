@@ -1,6 +1,6 @@
 """What exactly-once costs the whole clickstream job: run_batch + commit vs the same job written plainly.
 
-    .venv/bin/python benchmarks/spark_job.py [--events 1000000] [--repeat 3] [--splits 4] [--master local[2] | --connect] [--plain-headers]
+    .venv/bin/python benchmarks/spark_job.py [--events 1000000] [--repeat 3] [--splits 4] [--master local[2] | --connect] [--plain-headers] [--plain-concurrent]
 
 Uses the broker ONCEFLOW_KAFKA_BOOTSTRAP names (for the embedded one: ``onceflow
 services up``, then ``set -a; . .onceflow/stack.env; set +a``). ``--events`` click events (5%
@@ -12,12 +12,15 @@ partitions; then, in ONE Spark session, ``--repeat`` times, each side once
   equal), the same transform, ``page_minute_counts`` by ``df.write.parquet``
   (no staging) and each Kafka output by a plain, non-transactional
   confluent-kafka producer inside ``mapInArrow`` (returning counts), to fresh
-  topics. No ledger, no votes, no commit. With ``--plain-headers`` its Kafka
-  records carry onceflow's three headers too (same names, same sizes), so the
-  ratio prices staging and transactions alone.
+  topics, one output after another. No ledger, no votes, no commit. With
+  ``--plain-headers`` its Kafka records carry onceflow's headers too (same
+  names, same sizes), so the ratio prices staging and transactions alone.
+  With ``--plain-concurrent`` it writes its outputs at once, one driver
+  thread each: what that would save a job (onceflow's still writes them in
+  turn; benchmarks/README.md says why).
 - onceflow: a fresh pipeline (own name, output topics, warehouse, hence a
   fresh ledger) planned over all events, ``run_batch`` (staged files, open
-  transactions, votes) then ``coordinator.commit`` (promotion, EndTxn from the
+  transactions, votes; one output after another) then ``coordinator.commit`` (promotion, EndTxn from the
   votes, verification). Timed from job start to commit done; the clean-up
   after commit (``after_commit``: mirror offsets, drop staged copies) is
   outside the timing, as it is outside the batch's latency.
@@ -130,9 +133,10 @@ def plain_producer(config: dict, topic: str, headers_of: tuple[str, str] | None 
 
 
 def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: int,
-              with_headers: bool = False) -> tuple[int, dict[str, float]]:
+              with_headers: bool = False, concurrent: bool = False) -> tuple[int, dict[str, float]]:
     """The same read and transform as run_batch, written with no staging and no transactions (driver);
-    ``with_headers``: Kafka records carry onceflow's headers all the same.
+    ``with_headers``: Kafka records carry onceflow's headers all the same; ``concurrent``: the outputs
+    are written at once, one driver thread each (otherwise one after another, as run_batch writes them).
 
     Returns the records read and the seconds of each stage, named as run_batch's ``JobResult.seconds``.
     """
@@ -145,7 +149,8 @@ def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: 
     count = records.count()
     seconds = {"read": time.perf_counter() - started}
     outputs = spec.transform_function()(records, "0000000001")
-    for sink in spec.sinks:
+
+    def write(sink) -> float:
         started = time.perf_counter()
         frame = outputs[sink.name].repartition(splits)
         if sink.kind == "files":
@@ -154,7 +159,17 @@ def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: 
             produce = plain_producer(config, sink.target, (spec.name, sink.name) if with_headers else None)
             sent = frame.select("key", "value").mapInArrow(produce, "sent long")
             sent.agg({"sent": "sum"}).collect()
-        seconds[sink.name] = time.perf_counter() - started
+        return time.perf_counter() - started
+
+    if concurrent:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from pyspark import inheritable_thread_target
+
+        with ThreadPoolExecutor(max_workers=len(spec.sinks)) as pool:
+            seconds.update(zip((s.name for s in spec.sinks), pool.map(inheritable_thread_target(spark)(write), spec.sinks)))
+    else:
+        seconds.update({sink.name: write(sink) for sink in spec.sinks})
     records.unpersist()
     return count, seconds
 
@@ -228,7 +243,9 @@ def main(argv=None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--connect", action="store_true", help="run in a Spark Connect server's session (local[2])")
     parser.add_argument("--plain-headers", action="store_true",
-                        help="the plain side's Kafka records carry onceflow's three headers too: prices them apart")
+                        help="the plain side's Kafka records carry onceflow's headers too: prices them apart")
+    parser.add_argument("--plain-concurrent", action="store_true",
+                        help="the plain side writes its outputs at once, one driver thread each")
     args = parser.parse_args(argv)
 
     from onceflow.kafka.admin import ensure_topics
@@ -294,7 +311,7 @@ def main(argv=None) -> int:
                     with plain_cpu:
                         t0 = time.perf_counter()
                         count, plain_stages = run_plain(spark, spec, broker, ranges, config, work / f"plain-out-{i}",
-                                                        args.splits, args.plain_headers)
+                                                        args.splits, args.plain_headers, args.plain_concurrent)
                         plain_s.append(time.perf_counter() - t0)
                     if count != args.events:
                         raise RuntimeError(f"plain run {i} read {count} events, expected {args.events}")
@@ -320,7 +337,7 @@ def main(argv=None) -> int:
     p, o = statistics.median(plain_s), statistics.median(once_s)
     paired = statistics.median(x / y for x, y in zip(once_s, plain_s))
     print(json.dumps({
-        "events": args.events, "spark": "connect" if args.connect else args.master, "plain_headers": args.plain_headers, "splits": args.splits, "partitions": args.partitions, "broker": broker.name,
+        "events": args.events, "spark": "connect" if args.connect else args.master, "plain_headers": args.plain_headers, "plain_concurrent": args.plain_concurrent, "splits": args.splits, "partitions": args.partitions, "broker": broker.name,
         "plain_s": round(p, 2), "onceflow_s": round(o, 2),
         "plain_events_per_s": round(args.events / p), "onceflow_events_per_s": round(args.events / o),
         "ratio": round(o / p, 3), "median_repeat_ratio": round(paired, 3), "target_met": max(o / p, paired) <= 1.15,

@@ -1,6 +1,7 @@
 """Time from trigger to committed, through real Airflow, spark-submit mode beside Spark Connect mode.
 
     .venv/bin/python benchmarks/batch_latency.py [--records 1000 100000] [--repeat 3]
+        [--modes submit connect] [--scheduler-idle-sleep S]
 
 Starts its own embedded stack (Kafka, S3), a Spark Connect server (local[2])
 and Airflow with its scheduler, api-server, dag-processor and triggerer (LocalExecutor),
@@ -100,7 +101,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, nargs="+", default=[1000, 100_000])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="the spark modes to time")
+    parser.add_argument("--scheduler-idle-sleep", type=float, default=None, metavar="S",
+                        help="Airflow's [scheduler] scheduler_idle_sleep_time (its default: 1 s)")
     args = parser.parse_args(argv)
+    tuning = ({} if args.scheduler_idle_sleep is None
+              else {"AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": str(args.scheduler_idle_sleep)})
 
     from onceflow.kafka.admin import ensure_topics
     from onceflow_examples.clickstream import CLICKSTREAM
@@ -126,7 +132,7 @@ def main(argv=None) -> int:
         dags.mkdir()
         (dags / "latency.py").write_text(DAG_FILE)
         airflow = onceflow_airflow(home / "airflow", info.kafka, f"file://{home / 'warehouse'}", dags_folder=dags,
-                                   plugins_folder=None, triggerer=True)
+                                   plugins_folder=None, triggerer=True, extra_env=tuning)
         airflow.set_connection("onceflow_spark_connect", server.connection())
         metadata = MetadataDb(airflow.sql_alchemy_conn)
         with airflow, airflow.api() as api:
@@ -144,11 +150,12 @@ def main(argv=None) -> int:
                     raise RuntimeError(f"{dag_id} run {run_id} ended {state}: {api.explain(dag_id, run_id)}")
                 return stages_of(metadata, dag_id, run_id, triggered)
 
-            for mode in MODES:  # untimed: DAG parse, the first spark-submit's caches, the server's Python workers
+            modes = [m for m in MODES if m in args.modes]
+            for mode in modes:  # untimed: DAG parse, the first spark-submit's caches, the server's Python workers
                 batch(mode, 1000, seed=0)
             for records in args.records:
                 for i in range(args.repeat):
-                    for mode in MODES if i % 2 == 0 else reversed(MODES):
+                    for mode in modes if i % 2 == 0 else reversed(modes):
                         seconds = batch(mode, records, seed=1 + i)
                         results.setdefault((records, mode), []).append(seconds)
                         print(f"{records} records, {mode:<7} committed {seconds['committed']:.1f} s after the trigger: "
@@ -176,7 +183,7 @@ def main(argv=None) -> int:
     for (records, mode), runs in results.items():
         summary.append({"records": records, "mode": mode, "runs": len(runs),
                         **{name: round(statistics.median(r[name] for r in runs), 2) for name in ("committed", *STAGES)}})
-    for records in args.records:
+    for records in args.records if len(args.modes) == len(MODES) else ():
         submit, connect = (next(s for s in summary if s["records"] == records and s["mode"] == m) for m in MODES)
         summary.append({"records": records, "connect_over_submit": round(connect["committed"] / submit["committed"], 3)})
     for records, seconds in freshness.items():

@@ -41,6 +41,7 @@ TXN_HEADER = "onceflow.txn"
 REPAIR_HEADER = "onceflow.repair"
 REPAIR = (REPAIR_HEADER, b"1")
 SEPARATOR = "/"
+PARTS = 3  # of the format 3 value: batch id, split, writer
 WRITER_DIGITS = 16
 
 Headers = list[tuple[str, bytes]]
@@ -78,7 +79,7 @@ def batch_and_split(headers: Sequence[tuple[str, bytes | None]] | Mapping[str, b
     """(batch id, split) of a record written by onceflow in any format; None for any other record."""
     found = dict(headers or ())
     ours = (found.get(HEADER) or b"").decode(errors="replace").split(SEPARATOR)
-    if len(ours) == 3:
+    if len(ours) == PARTS:
         return ours[0], ours[1]
     if found.get(BATCH_HEADER) is not None and found.get(SPLIT_HEADER) is not None:
         return found[BATCH_HEADER].decode(), found[SPLIT_HEADER].decode()
@@ -94,6 +95,6 @@ def sql_batch_and_split(headers_column: str) -> tuple[str, str]:
 
     ours = f"split({value(HEADER)}, '{SEPARATOR}')"
     return tuple(  # type: ignore[return-value]
-        f"coalesce(CASE WHEN size({ours}) = 3 THEN {ours}[{i}] END, {value(old)})"
+        f"coalesce(CASE WHEN size({ours}) = {PARTS} THEN {ours}[{i}] END, {value(old)})"
         for i, old in enumerate((BATCH_HEADER, SPLIT_HEADER))
     )

@@ -30,6 +30,9 @@ FINISHED_RUN_STATES = frozenset({"success", "failed"})
 TRIGGER_TIMEOUT_S = 120.0
 # The scheduler marks a backfill left empty by a refused creation complete after 2 minutes.
 BACKFILL_CREATE_TIMEOUT_S = 300.0
+# After a creation refused as locked: long enough for the tasks of runs Airflow deleted to be told
+# "not found", exit, and have their executor events handled before runs of the same ids come back.
+LOCKED_CREATE_SETTLE_S = 20.0
 T = TypeVar("T")
 
 
@@ -161,16 +164,19 @@ class AirflowApi:
         deadline = time.monotonic() + BACKFILL_CREATE_TIMEOUT_S
         locked = False
         # SQLite (the harness's metadata DB) is locked while the scheduler writes: the request fails with 503,
-        # or with 500 "Database error" when the lock hits the audit log first. After a 503 Airflow has already
-        # saved the backfill and may fail to remove it (its cleanup is best-effort), so the next try meets 409
-        # "already running" until the scheduler marks that empty backfill complete: wait, ask again.
+        # or with 500 "Database error" when the lock hits the audit log first (nothing else done: ask again).
+        # A 503 may have done damage: on SQLite each run's SAVEPOINT is the transaction, so its release
+        # commits that run's clearing at once; Airflow's cleanup then deletes the runs it already gave the
+        # backfill, tasks and all, while the scheduler runs them (their tasks meet "Task Instance not
+        # found"), and may fail to remove the backfill itself, so the next try meets 409 "already running"
+        # until the scheduler marks that backfill complete. Let the killed tasks settle, then ask again.
         while time.monotonic() < deadline:
             response = self._http.post("/api/v2/backfills", json=body)
             if not (response.status_code == 503 or (response.status_code == 409 and locked)
                     or (response.status_code == 500 and "Database error" in response.text)):
                 break
             locked = True
-            time.sleep(2)
+            time.sleep(LOCKED_CREATE_SETTLE_S if response.status_code == 503 else 2)
         return self._check(response, f"backfill of {dag_id}").json()
 
     def wait_for_backfill(self, backfill_id: int, timeout: float = 600.0) -> dict:

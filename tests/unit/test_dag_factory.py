@@ -172,3 +172,29 @@ def test_the_input_schedule_from_the_environment_watches_the_dags_own_asset_with
     assert "not-for-the-trigger-table" not in json.dumps(kwargs)
     module, _, name = classpath.rpartition(".")
     assert getattr(importlib.import_module(module), name)(**kwargs).serialize() == (classpath, kwargs)
+
+
+PARSE_PROBE = """
+import json, runpy, sys
+import airflow.sdk, airflow.sdk.execution_time.task_runner  # what every task process has before it parses
+before = set(sys.modules)
+for path in sys.argv[1:]:
+    runpy.run_path(path)
+print(json.dumps(sorted({m.split(".")[0] for m in set(sys.modules) - before})))
+"""
+# Client libraries a batch needs on the worker or the driver, never to parse its DAG.
+CLIENT_LIBRARIES = {"confluent_kafka", "kafka", "pyarrow", "pyiceberg", "pyspark", "boto3", "botocore"}
+
+
+def test_parsing_the_dag_files_imports_no_client_library(tmp_path):
+    # Every task parses its DAG file first, and the DAG processor every file again and again.
+    import subprocess
+    import sys
+
+    dags = sorted(str(p) for p in (Path(__file__).parents[2] / "dags").glob("*.py"))
+    env = {"PATH": "", "ONCEFLOW_WAREHOUSE": f"file://{tmp_path}", "AIRFLOW_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", PARSE_PROBE, *dags], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = set(json.loads(done.stdout.splitlines()[-1]))
+    assert "onceflow" in imported and len(dags) == 3
+    assert not imported & CLIENT_LIBRARIES, sorted(imported & CLIENT_LIBRARIES)

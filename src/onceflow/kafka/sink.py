@@ -43,12 +43,12 @@ from .visibility import Observer, SplitView, State, confirm_aborted, observe
 from ..layout import kafka_staging_dir, withheld_dir
 from ..storage import Storage, storage_for
 from .headers import REPAIR
+from .lifetime import DEFAULT_SAFETY_FRACTION
 from .writer import StagedCopyDamaged, TxnHandle, handle_headers, open_staged
 
 AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit: EndTxn sent for every split, nothing verified yet")
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # the writer's producer default
-DEFAULT_SAFETY_FRACTION = 0.5
 # A transaction still open this many timeouts after its first write will not end by itself: Apache Kafka
 # aborts it within one timeout and a cleanup interval (10 s), a broker that never times out never will.
 OVERDUE_TIMEOUTS = 2

@@ -121,6 +121,7 @@ class SinkKind(Protocol):
         ``AuditScope.shows_aborted``) [``onceflow audit``: Spark driver; the reads run on executors]."""
 
 
+@functools.cache  # every SinkSpec asks (kinds()); the installed packages do not change under a process
 def _table() -> dict[str, str]:
     table = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
     return {**table, **BUILT_IN}  # a package cannot replace a built-in kind

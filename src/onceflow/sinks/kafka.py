@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import logging
 from datetime import timedelta
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import faults
 from ..kafka.ids import transactional_ids
-from ..kafka.sink import DEFAULT_SAFETY_FRACTION, KafkaSinkParticipant, handles_of
+from ..kafka.lifetime import DEFAULT_SAFETY_FRACTION
 from . import OpenTransaction
+
+if TYPE_CHECKING:
+    from ..kafka.sink import KafkaSinkParticipant
 
 
 # The Spark data source that pre-commits this kind (onceflow.spark.kafka_sink registers it).
@@ -89,6 +92,8 @@ class KafkaKind:
         return max_record_bytes_of(config, topic_limit=int(topic_limit) if topic_limit else None)
 
     def open_transactions(self, sink, vote) -> list[OpenTransaction]:
+        from ..kafka.sink import handles_of
+
         return [
             OpenTransaction(h.transactional_id, h.split, h.first_write_ms, sink.transaction_timeout_ms)
             for h in handles_of(vote)
@@ -96,6 +101,8 @@ class KafkaKind:
         ]
 
     def participant(self, pipeline, sink, deployment) -> KafkaSinkParticipant:
+        from ..kafka.sink import KafkaSinkParticipant
+
         return KafkaSinkParticipant(
             sink.name,
             pipeline.name,
@@ -134,6 +141,7 @@ class KafkaKind:
         from ..kafka.offsets import KafkaOffsetSource
         from ..kafka.reader import RANGE_FORMAT
         from ..kafka.headers import sql_batch_and_split
+        from ..kafka.sink import handles_of
         from ..layout import withheld_dir
 
         batch_of, split_of = sql_batch_and_split("headers")

@@ -6,7 +6,7 @@ import pytest
 
 from onceflow.protocol.plan import SinkPlan
 from onceflow.settings import ConfigurationError
-from onceflow.sinks import kinds, sink_kind
+from onceflow.sinks import _table, kinds, sink_kind
 from onceflow.spec import FILES, KAFKA, SinkSpec
 
 
@@ -38,7 +38,9 @@ def test_another_package_adds_a_kind_through_the_entry_point_group(tmp_path, mon
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-sink\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text("[onceflow.sinks]\nacme_tables = acme_sink:KIND\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    request.addfinalizer(sink_kind.cache_clear)  # the kind leaves with its path
+    _table.cache_clear()  # installed while this process runs: a process reads the entry points once
+    request.addfinalizer(_table.cache_clear)  # the kind leaves with its path
+    request.addfinalizer(sink_kind.cache_clear)
     assert "acme_tables" in kinds()
     sink = SinkSpec("t", "acme_tables", "db.t")
     assert sink_kind("acme_tables").location(sink, "file:///w") == "acme:db.t"

@@ -21,9 +21,10 @@ partitions; then, in ONE Spark session, ``--repeat`` times, each side once
 - onceflow: a fresh pipeline (own name, output topics, warehouse, hence a
   fresh ledger) planned over all events, ``run_batch`` (staged files, open
   transactions, votes; one output after another) then
-  ``coordinator.commit`` (promotion, EndTxn from the votes, verification). Timed from job start to commit done; the clean-up
-  after commit (``after_commit``: mirror offsets, drop staged copies) is
-  outside the timing, as it is outside the batch's latency.
+  ``coordinator.commit`` (promotion, EndTxn from the votes, verification).
+  Timed from job start to commit done; the clean-up after commit
+  (``after_commit``: mirror offsets, drop staged copies) is outside the
+  timing, as it is outside the batch's latency.
 
 With ``--connect`` both sides run as clients of a Spark Connect server
 (local[2]) that the benchmark starts, in one session: the Spark Connect

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -188,9 +190,6 @@ CLIENT_LIBRARIES = {"confluent_kafka", "kafka", "pyarrow", "pyiceberg", "pyspark
 
 def test_parsing_the_dag_files_imports_no_client_library(tmp_path):
     # Every task parses its DAG file first, and the DAG processor every file again and again.
-    import subprocess
-    import sys
-
     dags = sorted(str(p) for p in (Path(__file__).parents[2] / "dags").glob("*.py"))
     env = {"PATH": "", "ONCEFLOW_WAREHOUSE": f"file://{tmp_path}", "AIRFLOW_HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", PARSE_PROBE, *dags], capture_output=True, text=True, env=env, timeout=120)

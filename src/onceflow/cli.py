@@ -75,9 +75,12 @@ def _recover(args: argparse.Namespace) -> int:
     from .status import batch_row, format_rows
 
     runtime = runtime_from_args(args)
-    status = runtime.coordinator.recover(args.batch)
-    if status is None:
+    latest = runtime.coordinator.latest_seq()
+    if latest == 0:
         raise CommandError(f"pipeline {args.pipeline!r} has no batch yet: nothing to recover")
+    if args.batch is not None and args.batch > latest:
+        raise CommandError(f"pipeline {args.pipeline!r} has no batch {args.batch} (latest: {latest})")
+    status = runtime.coordinator.recover(args.batch)
     if status.state.value == "committed":
         runtime.after_commit(status.plan)  # idempotent: the offsets mirror and staged copies too
     row = batch_row(status)
@@ -86,7 +89,7 @@ def _recover(args: argparse.Namespace) -> int:
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit() and len(text) <= 18) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
     return int(text)
 
@@ -149,9 +152,13 @@ def _audit(args: argparse.Namespace) -> int:
     """Replay committed batches from their plans and compare every output (``onceflow.audit.replay``)."""
     from .audit.replay import replay_audit
 
-    runtime = runtime_from_args(args)
+    from .audit.replay import parse_batches
+
     if args.batches and args.sample is not None:
         raise CommandError("give --batches or --sample, not both")
+    if args.batches:
+        parse_batches(args.batches)  # before Spark starts: a typo costs no session
+    runtime = runtime_from_args(args)
     ignore = [c.strip() for c in (args.ignore_columns or "").split(",") if c.strip()]
     with audit_session(runtime.spec, args.remote, args.master) as spark:
         report = replay_audit(spark, runtime, batches=args.batches, sample=args.sample, seed=args.seed,
@@ -165,11 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     status = sub.add_parser("status", help="batches of a pipeline, newest first")
     add_pipeline_arguments(status)
-    status.add_argument("--limit", type=int, default=20, help="newest N batches (default 20)")
+    status.add_argument("--limit", type=_positive, default=20, help="newest N batches (default 20)")
     status.set_defaults(func=_status)
     recover = sub.add_parser("recover", help="finish a batch now: redo its decision, or presume it aborted if undecided")
     add_pipeline_arguments(recover)
-    recover.add_argument("--batch", type=int, help="the batch's seq (default: the latest)")
+    recover.add_argument("--batch", type=_positive, help="the batch's seq (default: the latest)")
     recover.set_defaults(func=_recover)
     try:
         who = getpass.getuser()
@@ -181,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "batch start after them")):
         command = sub.add_parser(name, help=what)
         add_pipeline_arguments(command)
-        command.add_argument("--batch", type=int, help="the batch's seq (default: the latest); it must be the latest, "
+        command.add_argument("--batch", type=_positive, help="the batch's seq (default: the latest); it must be the latest, "
                              "and aborted")
         if name == "split":
             command.add_argument("--records", type=_positive, required=True, help="at most this many records per partition")
@@ -194,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_pipeline_arguments(audit)
     audit.add_argument("--batches", help="the batches to replay, e.g. 3-7,9 (default: every committed batch, and "
                        "rows of batches that never committed are looked for too)")
-    audit.add_argument("--sample", type=int, help="replay N committed batches drawn at random")
+    audit.add_argument("--sample", type=_positive, help="replay N committed batches drawn at random")
     audit.add_argument("--seed", type=int, default=0, help="the draw of --sample (default 0)")
     audit.add_argument("--ignore-columns", help="columns the transform does not reproduce (processing times, "
                        "random ids), comma-separated")

@@ -27,7 +27,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 from . import faults
@@ -44,6 +44,7 @@ from .protocol.errors import (
     RetryLater,
     StaleAttempt,
 )
+from .protocol.intervals import replacement_refusal
 from .protocol.interventions import Intervention
 from .protocol.participant import Outcome, Participant, Result, Vote
 from .protocol.plan import Plan
@@ -226,15 +227,15 @@ class Coordinator:
             )
         latest = self.latest_seq()
         previous = self.ledger.read_plan(latest) if latest else None
-        if previous is not None and previous.params.get("interval"):
+        if previous is not None and previous.interval is not None:
             raise PlanningError(
                 f"cannot plan the next offsets of pipeline {self.pipeline!r}: its batches read data intervals (batch "
-                f"{previous.batch_id}: {previous.params['interval']}), and switching would re-read or skip records. "
+                f"{previous.batch_id}: {previous.interval}), and switching would re-read or skip records. "
                 "Keep batches='interval', or start a new pipeline name."
             )
         state = None
         if previous is not None:
-            if run_id is not None and previous.params.get("run_id") == run_id and self.ledger.read_decision(latest) is None:
+            if run_id is not None and previous.run_id == run_id and self.ledger.read_decision(latest) is None:
                 return previous  # a retry of the plan task that wrote it (I6)
             state = self.recover().state
         faults.fault_point(PLAN_AFTER_RECOVERY)
@@ -249,10 +250,10 @@ class Coordinator:
             intervention=self.ledger.read_intervention(latest) if state is BatchState.ABORTED else None,
         )
         created, winner = self.ledger.create_plan(plan)
-        if not created and (run_id is None or winner.params.get("run_id") != run_id):
+        if not created and (run_id is None or winner.run_id != run_id):
             raise ConcurrentPlanError(
                 f"batch {plan.batch_id} of pipeline {self.pipeline!r} was planned concurrently by another run "
-                f"({winner.params.get('run_id')!r}, not {run_id!r}). Run one DAG run at a time (max_active_runs=1); "
+                f"({winner.run_id!r}, not {run_id!r}). Run one DAG run at a time (max_active_runs=1); "
                 "this run must not process the batch."
             )
         self._update_head(winner.batch_seq, committed=latest if state is BatchState.COMMITTED else None)
@@ -397,7 +398,7 @@ class Coordinator:
                 decision = self._decide(seq, state, DecisionOutcome.ABORT, attempt, {}, f"commit found {reason}")
             else:
                 self._require_configured(plan)
-                invalid = []
+                invalid = self._replacement_refusals(plan, votes)
                 for name, vote in sorted(votes.items()):
                     result = self.participants[name].verify(vote)
                     if result.outcome is Outcome.RETRY_LATER:
@@ -418,14 +419,44 @@ class Coordinator:
         self._apply_commit(plan, decision)
         return self.describe(seq)
 
+    # -- replacements ------------------------------------------------------------
+    def replacement_refusal(self, plan: Plan) -> str | None:
+        """Why ``plan`` may not replace the committed batch it names, or None (``intervals.replacement_refusal``)."""
+        if plan.replaces is None:
+            return None
+        seq = plan.replaces.batch_seq
+        replaced = self.ledger.read_plan(seq) if 0 < seq < plan.batch_seq else None
+        return replacement_refusal(plan, replaced, replaced is not None and self.is_committed(seq))
+
+    def _replacement_refusals(self, plan: Plan, votes: Mapping[str, Vote]) -> list[str]:
+        """Before the decision: a replacement must be the plan's, and justified by the ledger alone."""
+        refusal = self.replacement_refusal(plan)
+        if refusal is not None:
+            return [f"refused: {refusal}"]
+        planned = plan.replaces.batch_seq if plan.replaces is not None else None
+        return [f"{name}: refused: its vote replaces batch {BatchId(vote.replaces)}, the plan "
+                + ("replaces none" if planned is None else f"batch {BatchId(planned)}")
+                for name, vote in sorted(votes.items()) if vote.replaces is not None and vote.replaces != planned]
+
+    def _committable_vote(self, plan: Plan, vote: Vote, justified: bool) -> Vote:
+        """The vote as it may be applied: a replacement the ledger does not justify (a COMMIT
+        decided by an older onceflow on a run's conf) is left out, so no committed batch is lost."""
+        if vote.replaces is None or (justified and vote.replaces == plan.replaces.batch_seq):
+            return vote
+        log.warning("batch %s of %s: %s's vote would remove committed batch %s, which the plan does not justify "
+                    "(%s); committed without removing it", plan.batch_id, self.pipeline, vote.participant,
+                    BatchId(vote.replaces), self.replacement_refusal(plan) or "the plan replaces another batch")
+        return replace(vote, replaces=None)
+
     def _apply_commit(self, plan: Plan, decision: Decision) -> None:
         seq = plan.batch_seq
         self._require_configured(plan)
+        justified = plan.replaces is not None and self.replacement_refusal(plan) is None
         for name in sorted(decision.votes):
             if self.ledger.read_done(seq, name) is not None:
                 continue
             faults.fault_point(COMMIT_EFFECT_BEFORE)
-            result = self.participants[name].commit(decision.votes[name])
+            result = self.participants[name].commit(self._committable_vote(plan, decision.votes[name], justified))
             if not result.ok:
                 raise self._outcome_error("commit", plan, name, result)
             faults.fault_point(COMMIT_EFFECT_AFTER)
@@ -523,15 +554,13 @@ class Coordinator:
         """Refuse, saying why and what to do, unless batch ``seq`` may be split or
         skipped now: the latest batch of an offsets pipeline, ABORTED, not yet
         intervened on. Returns its plan (a skip quarantines its ranges first)."""
-        from .protocol.intervals import interval_of
-
         latest = self.latest_seq()
         where = f"batch {BatchId(seq)} of pipeline {self.pipeline!r}"
         if seq < 1 or seq > latest:
             raise InterventionRefused(f"pipeline {self.pipeline!r} has no batch {BatchId(seq)} (latest: {BatchId(latest)})")
         plan = self.plan(seq)
-        if interval_of(plan) is not None:
-            raise InterventionRefused(f"{where} reads the data interval {interval_of(plan)}: an interval pipeline's "
+        if plan.interval is not None:
+            raise InterventionRefused(f"{where} reads the data interval {plan.interval}: an interval pipeline's "
                                       "batches cannot be split or skipped (reprocess the interval instead)")
         if seq != latest:
             raise InterventionRefused(f"{where} is not the latest batch ({BatchId(latest)} is): only the latest can be "
@@ -559,7 +588,7 @@ class Coordinator:
             raise InterventionRefused(f"batch {BatchId(seq)} of pipeline {self.pipeline!r}: another intervention was "
                                       f"recorded first ({winner.note()}); it stands")
         following = self.ledger.read_plan(seq + 1)
-        if following is not None and following.params.get("intervention") != intervention.note():
+        if following is not None and following.intervention != intervention.note():
             raise InterventionRefused(
                 f"batch {BatchId(seq + 1)} of pipeline {self.pipeline!r} was planned while this intervention was "
                 f"recorded and does not follow it ({intervention.note()} is void). Pause the DAG, let that batch "

@@ -198,7 +198,8 @@ def pipeline_dag(
 ):
     from airflow.sdk import DAG, Param, TriggerRule
 
-    from .operators.batch import REPLACE_COMMITTED, CommitBatchOperator, PlanBatchOperator, RollbackBatchOperator
+    from .operators.batch import CommitBatchOperator, PlanBatchOperator, RollbackBatchOperator
+    from .protocol.run_inputs import MAX_RECORDS, REPLACE_COMMITTED
     from .operators.spark import OnceflowSparkSubmitOperator, submit_defaults
 
     warehouse = warehouse or os.environ.get("ONCEFLOW_WAREHOUSE")
@@ -235,7 +236,7 @@ def pipeline_dag(
                     f"pipeline {spec.name!r}: {setting}={dag_kwargs[setting]} needs batches='interval': the batches of "
                     "an offsets pipeline follow each other, one run at a time, whatever the runs' dates"
                 )
-        run_params = {"max_records_per_partition": Param(
+        run_params = {MAX_RECORDS: Param(
             spec.max_records_per_partition, type=["null", "integer"], minimum=1,
             description="Upper bound of records read per input partition in this batch",
         )}
@@ -248,6 +249,8 @@ def pipeline_dag(
         default_args={"retries": retries, "retry_delay": timedelta(seconds=5)},
         params={
             **run_params,
+            # The transform's own (``PipelineSpec.run_params``); any other conf key is refused by the plan task.
+            **{name: Param(**schema) for name, schema in spec.run_params.items()},
             faults.RUN_PARAM: Param(
                 None, type=["null", "string"],
                 description=f"Test deployments only: faults to inject in this run ({faults.ENV_VAR} syntax, "

@@ -36,13 +36,12 @@ from .protocol.errors import ConcurrentPlanError
 from .protocol.intervals import (
     Interval,
     SlotBusy,
-    interval_of,
     interval_plan,
     iso,
     resolve_boundary,
     slot_of,
 )
-from .protocol.plan import Plan
+from .protocol.plan import Plan, Replacement
 from .protocol.planning import OffsetSource, PlanConfig, PlanningError, TopicPartition, check_not_lost, with_ids
 from .protocol.states import BatchState
 
@@ -85,21 +84,21 @@ class IntervalPlanner:
         """``reprocess``: given when the run asks to reprocess a committed interval;
         returns what that does to each output, or raises ``ReprocessRefused``."""
         index = self.ledger.latest_interval_index(interval)
-        previous, replay_of, extra = None, None, {}
+        previous, replay_of, replaces = None, None, None
         if index:
             seq = self.ledger.read_interval_batch(interval, index).batch_seq
             latest = self.coordinator.plan(seq)
-            if latest.params.get("run_id") == run_id and self.ledger.read_decision(seq) is None:
+            if latest.run_id == run_id and self.ledger.read_decision(seq) is None:
                 return IntervalPlanned(latest)  # a retry of the plan task that wrote it
             status = self.coordinator.recover(seq)
             if status.state is BatchState.COMMITTED:
                 if reprocess is None:
                     return IntervalPlanned(status.plan, already_committed=True)
-                previous, extra = latest, {"replaces": seq, "reprocessed": dict(reprocess())}
+                previous, replaces = latest, Replacement(seq, dict(reprocess()))
             else:
-                # Replays the same ranges (I6), and what it replaced, if it was a replacement.
-                previous, replay_of = latest, seq
-                extra = {k: latest.params[k] for k in ("replaces", "reprocessed") if k in latest.params}
+                # Replays the same ranges (I6), and what it replaced, if it was a justified replacement.
+                justified = self.coordinator.replacement_refusal(latest) is None
+                previous, replay_of, replaces = latest, seq, latest.replaces if justified else None
             check_not_lost(f"interval {interval} of pipeline {self.pipeline!r}",
                            {TopicPartition(r.topic, r.partition): r.start for r in previous.ranges if r.size}, source)
         else:
@@ -111,13 +110,15 @@ class IntervalPlanner:
 
         def make_plan(seq: int) -> Plan:
             slot = slot_of(seq, self.pool)
-            params = {**self.config.params, "run_id": run_id, "slot": slot, "batches_in_flight": self.pool}
+            # A replay reproduces the aborted batch (I6): its transform parameters too, not this run's.
+            params = previous.transform_params if replay_of is not None else self.config.transform_params
+            facts = dict(run_id=run_id, slot=slot, batches_in_flight=self.pool, transform_params=dict(params))
             sinks = with_ids(self.pipeline, self.config, slot)
             if previous is None:
                 return interval_plan(pipeline=self.pipeline, seq=seq, interval=interval, start=start, end=end,
-                                     partitions=partitions, source=source, sinks=sinks, now_ms=self._clock(), params=params)
+                                     partitions=partitions, source=source, sinks=sinks, now_ms=self._clock(), **facts)
             return Plan(self.pipeline, seq, previous.ranges, sinks, self._clock(), replay_of=replay_of,
-                        params={**params, "interval": interval.to_dict(), **extra})
+                        interval=interval, replaces=replaces, **facts)
 
         plan = self.coordinator.plan_new_batch(make_plan, before=self._check_slot_free)
         created, winner = self.ledger.create_interval_batch(IntervalBatch(interval, index + 1, plan.batch_seq))
@@ -136,7 +137,7 @@ class IntervalPlanner:
         and no other interval overlapping it (a changed schedule), which would read
         some records twice."""
         newest = self.coordinator.latest_seq()
-        if newest and interval_of(self.coordinator.plan(newest)) is None:
+        if newest and self.coordinator.plan(newest).interval is None:
             raise PlanningError(
                 f"cannot plan interval {interval} of pipeline {self.pipeline!r}: its batches so far read the next offsets "
                 f"(batch {BatchId(newest)}), not data intervals, and switching would re-read or skip records. Keep "
@@ -191,8 +192,8 @@ class IntervalPlanner:
         reach, other = self.pool, seq
         while (other := other - 1) >= max(1, seq - reach):
             plan = self.coordinator.plan(other)
-            reach = max(reach, int(plan.params.get("batches_in_flight") or 0))
-            if plan.params.get("slot") != slot:
+            reach = max(reach, plan.batches_in_flight or 0)
+            if plan.slot != slot:
                 continue
             status = self.coordinator.describe(other)
             if status.state.terminal:
@@ -200,7 +201,7 @@ class IntervalPlanner:
             if status.decision is not None:  # COMMITTING or ABORTING: finishing it is safe for anyone
                 self.coordinator.recover(other)
                 continue
-            held_by = interval_of(plan)
+            held_by = plan.interval
             named = held_by is not None and any(
                 (record := self.ledger.read_interval_batch(held_by, n)) is not None and record.batch_seq == other
                 for n in range(1, self.ledger.latest_interval_index(held_by) + 1)
@@ -212,7 +213,7 @@ class IntervalPlanner:
                 continue
             raise SlotBusy(
                 f"batch {BatchId(seq)} of pipeline {self.pipeline!r} would take slot {slot} of its transactional ids, "
-                f"still held by batch {BatchId(other)} (interval {held_by}, run {plan.params.get('run_id')!r}), which "
+                f"still held by batch {BatchId(other)} (interval {held_by}, run {plan.run_id!r}), which "
                 f"is {status.state.value}: waiting for it to finish. More than batches_in_flight={self.pool} batches "
                 "are in flight; if that run is gone, re-run it, or finish the batch with `onceflow recover "
                 f"--pipeline {self.pipeline} --batch {other}`."
@@ -250,7 +251,7 @@ def committed_prefix(coordinator: Coordinator, *, advance_hint: bool = True) -> 
         done = next((p for interval in sorted(by_start[at]) if (p := committed_batch(coordinator, interval))), None)
         if done is None:
             break
-        last, at = done, interval_of(done).end_ms
-    if advance_hint and last is not None and (hint is None or interval_of(last).end_ms > hint.end_ms):
-        ledger.write_prefix_hint(last.batch_seq, interval_of(last).end_ms)
+        last, at = done, done.interval.end_ms
+    if advance_hint and last is not None and (hint is None or last.interval.end_ms > hint.end_ms):
+        ledger.write_prefix_hint(last.batch_seq, last.interval.end_ms)
     return last

@@ -18,11 +18,10 @@ def consumed_to(reader) -> dict[tuple[str, int], int]:
     prefix); before any commit, where the first batch starts (the spec's start
     position)."""
     from .interval_batches import committed_prefix
-    from .protocol.intervals import interval_of
 
     ledger = reader.ledger
     latest = reader.latest_seq()
-    if latest and interval_of(reader.plan(latest)) is not None:
+    if latest and reader.plan(latest).interval is not None:
         prefix = committed_prefix(reader, advance_hint=False)
         if prefix is not None:
             return {(r.topic, r.partition): r.end for r in prefix.ranges}

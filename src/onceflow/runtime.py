@@ -11,11 +11,12 @@ driver (attempts and votes) and by the CLI (status, audit).
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
 from .deployment import Deployment, is_s3_uri  # noqa: F401  (where users import them from)
 from .protocol.plan import SinkPlan
 from .protocol.planning import PlanConfig
+from .protocol.run_inputs import RunInputs
 from .sinks import sink_kind
 from .spec import PipelineSpec
 
@@ -81,7 +82,7 @@ class PipelineRuntime:
         latest = coordinator.latest_seq()
         for seq in range(latest, max(0, latest - lookback), -1):
             plan = coordinator.ledger.read_plan(seq)
-            if plan is not None and plan.params.get("run_id") == run_id:
+            if plan is not None and plan.run_id == run_id:
                 return coordinator.describe(seq)
         return None
 
@@ -105,9 +106,8 @@ class PipelineRuntime:
         from .interval_batches import committed_prefix
         from .kafka.offsets_mirror import mirror_offsets
         from .protocol.errors import RetryLater
-        from .protocol.intervals import interval_of
 
-        if interval_of(plan) is not None:
+        if plan.interval is not None:
             prefix = committed_prefix(self.coordinator)
             if prefix is None:
                 return  # no interval is committed from the first one on yet
@@ -122,22 +122,23 @@ class PipelineRuntime:
 
         return KafkaOffsetSource(self.deployment.kafka.config(), timeout_s=timeout_s)
 
-    def interval_planner(self, params: Mapping[str, Any] | None = None):
+    def interval_planner(self, inputs: RunInputs | None = None):
         """The plan task's planner of an interval pipeline (``onceflow.interval_batches``)."""
         from .interval_batches import IntervalPlanner
 
-        return IntervalPlanner(self.coordinator, self.plan_config(params), grace_ms=self.spec.interval_grace_s * 1000,
+        return IntervalPlanner(self.coordinator, self.plan_config(inputs), grace_ms=self.spec.interval_grace_s * 1000,
                                pool=self.spec.batches_in_flight)
 
-    def plan_config(self, params: Mapping[str, Any] | None = None) -> PlanConfig:
-        params = dict(params or {})
-        max_records = params.get("max_records_per_partition", self.spec.max_records_per_partition)
+    def plan_config(self, inputs: RunInputs | None = None) -> PlanConfig:
+        """The planner's configuration: the spec's, with what this run asked for (validated ``RunInputs``)."""
+        inputs = inputs or RunInputs()
+        max_records = inputs.max_records_per_partition or self.spec.max_records_per_partition
         sinks = tuple(SinkPlan(s.name, s.kind, s.splits) for s in self.spec.sinks)
         return PlanConfig(
             topics=self.spec.topics,
             sinks=sinks,
             start=self.spec.start,
-            max_records_per_partition=int(max_records) if max_records else None,
+            max_records_per_partition=max_records,
             transactional_ids=lambda pipeline, sink, *slot: sink_kind(sink.kind).transactional_ids(pipeline, sink, *slot),
-            params=params,
+            transform_params=dict(inputs.transform),
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any, Mapping
 
 KAFKA_BOOTSTRAP_VAR = "ONCEFLOW_KAFKA_BOOTSTRAP"
 KAFKA_CONFIG_VAR = "ONCEFLOW_KAFKA_CONFIG"
@@ -26,6 +27,26 @@ ICEBERG_CATALOGS_VAR = "ONCEFLOW_ICEBERG_CATALOGS"
 
 class ConfigurationError(ValueError):
     """A setting is missing or wrong; the message names it and the fix."""
+
+
+def connection_extra(conn_id: str, extra: Any) -> dict[str, str | int | float | bool]:
+    """An Airflow connection's ``extra`` as settings: a JSON object of plain values (what a person
+    types in the connection form). Anything else is a ``ConfigurationError`` naming the connection
+    and the key, never a client's later, vaguer error."""
+    if extra is None or extra == "":
+        return {}
+    if not isinstance(extra, Mapping):
+        raise ConfigurationError(
+            f"Airflow connection {conn_id!r}: its extra must be a JSON object of settings, got "
+            f"{type(extra).__name__} {str(extra)[:60]!r}"
+        )
+    for key, value in extra.items():
+        if not isinstance(key, str) or not key or isinstance(value, (dict, list)) or value is None:
+            raise ConfigurationError(
+                f"Airflow connection {conn_id!r}: extra setting {str(key)[:80]!r} must be a string, number or "
+                f"boolean, got {type(value).__name__} {str(value)[:60]!r}"
+            )
+    return dict(extra)
 
 
 def kafka_client_config() -> dict:

@@ -99,6 +99,10 @@ class PipelineSpec:
     # The consumer group whose offsets mirror the committed ranges (lag tools).
     consumer_group: str | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    # The transform's run parameters: name -> an Airflow Param's keyword arguments (default,
+    # type, description, minimum, enum...). The DAG declares them; each run's values are
+    # recorded in its plan and passed to the transform as a third argument.
+    run_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # The input columns the transform uses (None: all of INPUT_COLUMNS). Each
     # one left out is not read from Kafka at all; `headers` costs the most.
     input_columns: tuple[str, ...] | None = None
@@ -140,10 +144,34 @@ class PipelineSpec:
         names = [s.name for s in self.sinks]
         if len(set(names)) != len(names):
             raise ConfigurationError(f"pipeline {self.name!r}: sink names must be unique, got {names}")
+        self._check_run_params()
         if ":" not in self.transform:
             raise ConfigurationError(
                 f"pipeline {self.name!r}: transform {self.transform!r} must be 'package.module:function'"
             )
+
+    def _check_run_params(self) -> None:
+        from .protocol.run_inputs import ONCEFLOW_PARAMS
+
+        for name, schema in self.run_params.items():
+            if not isinstance(name, str) or not name.isidentifier() or name in ONCEFLOW_PARAMS:
+                raise ConfigurationError(
+                    f"pipeline {self.name!r}: run_params name {name!r} is not valid: use a Python identifier other "
+                    f"than onceflow's own run parameters ({', '.join(sorted(ONCEFLOW_PARAMS))})"
+                )
+            if not isinstance(schema, Mapping):
+                raise ConfigurationError(
+                    f"pipeline {self.name!r}: run_params[{name!r}] must be an Airflow Param's keyword arguments, e.g. "
+                    '{"default": 10, "type": "integer", "minimum": 1}'
+                )
+
+    def apply_transform(self, records, plan) -> Mapping[str, Any]:
+        """``transform(records, batch id)``, or with the plan's transform parameters as a
+        third argument when the spec declares ``run_params`` (Spark driver)."""
+        function = self.transform_function()
+        if self.run_params:
+            return function(records, plan.batch_id, dict(plan.transform_params))
+        return function(records, plan.batch_id)
 
     @property
     def group_id(self) -> str:

@@ -7,7 +7,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .protocol.batch_id import BatchId
-from .protocol.intervals import interval_of
 
 # Stages of a batch, as (name, from timing, to timing) of BatchStatus.timings.
 STAGES = (
@@ -25,23 +24,26 @@ def stage_durations_ms(timings: dict[str, int]) -> dict[str, int]:
 def batch_row(status) -> dict[str, Any]:
     """One batch (a ``BatchStatus``) as plain data."""
     decision = status.decision
-    interval = interval_of(status.plan)
+    interval = status.plan.interval
     return {
         "batch": status.batch_id,
         "batch_seq": status.batch_seq,
-        "run_id": status.plan.params.get("run_id"),
+        "run_id": status.plan.run_id,
         "interval": None if interval is None else str(interval),  # an interval pipeline's data interval
         "state": status.state.value,
         "records": status.plan.records,
-        "backlog": status.plan.params.get("backlog"),  # input lag when planned
+        "backlog": status.plan.backlog,  # input lag when planned
         "ranges": [r.to_dict() for r in status.plan.ranges],
         "replay_of": status.plan.replay_of,
-        "replaces": status.plan.params.get("replaces"),  # a reprocessed interval: the committed batch it replaces
-        "reprocessed": status.plan.params.get("reprocessed"),  # ...and what that did to each output
-        "replanned": status.plan.params.get("replanned"),  # why a replay is smaller than the batch it replays
+        # A reprocessed interval: the committed batch it replaces, and what that did to each output.
+        "replaces": None if status.plan.replaces is None else status.plan.replaces.batch_seq,
+        "reprocessed": None if status.plan.replaces is None else dict(status.plan.replaces.outputs),
+        "replanned": status.plan.replanned,  # why a replay is smaller than the batch it replays
         # An operator's split or skip of this (aborted) batch, and the one the batch's plan followed.
         "intervention": None if status.intervention is None else status.intervention.to_dict(),
-        "follows_intervention": status.plan.params.get("intervention"),
+        "follows_intervention": status.plan.intervention,
+        # A plan of the old format: run parameters it carried that were not taken as facts.
+        "disbelieved": dict(status.plan.disbelieved),
         "attempt": status.attempt,
         "votes": {name: vote.records for name, vote in status.votes.items()},
         "withheld": {name: vote.withheld for name, vote in status.votes.items() if vote.withheld},

@@ -106,6 +106,8 @@ class WorldParticipant:
             self.world.refused.append(f"commit of unstaged {key} attempt {vote.attempt}")
             return FAILED
         self.world.visible[key] = vote
+        if vote.replaces is not None:  # as the file kind does: the replaced batch's output goes
+            self.world.visible.pop((self.name, vote.replaces), None)
         return DONE
 
     def abort(self, plan: Plan, votes: Sequence[Vote]) -> Result:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from onceflow_examples.clickstream import CLICKSTREAM
 from onceflow.settings import ConfigurationError
-from onceflow.spec import INPUT_COLUMNS, PipelineSpec
+from onceflow.spec import INPUT_COLUMNS, PipelineSpec, SinkSpec
 
 
 def test_input_columns_are_kept_in_input_order_and_survive_the_trip_to_spark():
@@ -62,3 +64,25 @@ def test_how_runs_map_to_batches_is_checked_when_the_spec_is_written(field, valu
         dataclasses.replace(CLICKSTREAM, **{field: value})
     hourly = dataclasses.replace(CLICKSTREAM, batches="interval", max_records_per_partition=None)
     assert PipelineSpec.from_json(hourly.to_json()).batches == "interval"
+
+
+_words = st.one_of(st.text(max_size=120), st.sampled_from(["", "a.b", "-x", "clicks", "Ünïcode", "x" * 101]))
+_counts = st.integers(-5, 10**12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(name=_words, topic=_words, transform=_words, sink=_words, kind=st.sampled_from(["files", "kafka", "iceberg", "zip"]),
+       target=_words, splits=_counts, max_records=st.none() | _counts, grace=_counts, in_flight=_counts,
+       batches=st.sampled_from(["offsets", "interval", "hourly"]),
+       run_params=st.dictionaries(_words, st.one_of(st.integers(), st.fixed_dictionaries({"default": st.integers()})),
+                                  max_size=2))
+def test_any_spec_field_value_builds_a_spec_or_is_refused_naming_the_field(
+        name, topic, transform, sink, kind, target, splits, max_records, grace, in_flight, batches, run_params):
+    """A spec of the right types and any values: built, or refused with a ConfigurationError that
+    names the pipeline or the sink, never another error later."""
+    try:
+        PipelineSpec(name, (topic,), transform, (SinkSpec(sink, kind, target, splits=splits),),
+                     max_records_per_partition=max_records, interval_grace_s=grace, batches_in_flight=in_flight,
+                     batches=batches, run_params=run_params)
+    except ConfigurationError as refused:
+        assert str(refused).startswith(("pipeline ", "sink ")), refused

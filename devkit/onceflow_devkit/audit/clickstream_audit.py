@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
 from onceflow.kafka.headers import batch_and_split
-from onceflow.audit.ranges import committed_plans, contiguity_errors
+from onceflow.audit.ranges import committed_plans, contiguity_errors, replaced_batches
 from onceflow.protocol.plan import OffsetRange, Plan
 from onceflow_devkit.audit import clickstream_oracle as oracle
 
@@ -301,7 +301,7 @@ def audit_clickstream(runtime, hides_aborted: bool = True) -> AuditReport:
     statuses = [s for _, s in committed]
     # A reprocessed interval's batch replaces the committed one it names: the
     # input is counted once, from the replacement.
-    replaced = {p.params.get("replaces") for p, _ in committed}
+    replaced, _ = replaced_batches(runtime.coordinator, committed)
     plans = [p for p, _ in committed if p.batch_seq not in replaced]
     retired = [p for p, _ in committed if p.batch_seq in replaced]
 

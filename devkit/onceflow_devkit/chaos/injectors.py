@@ -251,7 +251,7 @@ def _abort_after_commit_decision(target: RunTarget, fault: schedule.Fault) -> In
 
     def decided_not_applied():
         status = coordinator.describe()
-        if status is None or status.plan.params.get("run_id") != target.run_id or status.decision is None:
+        if status is None or status.plan.run_id != target.run_id or status.decision is None:
             return None
         return status if status.decision.outcome is DecisionOutcome.COMMIT and not status.done else None
 
@@ -330,7 +330,7 @@ def _fence_open_transactions(target: RunTarget, fault: schedule.Fault) -> Inject
 
     def voted_undecided():
         status = coordinator.describe()
-        if status is None or status.plan.params.get("run_id") != target.run_id:
+        if status is None or status.plan.run_id != target.run_id:
             return None
         if status.attempt and not status.missing_votes and status.decision is None:
             return status

@@ -111,7 +111,7 @@ def _ledger_figures(coordinator) -> LedgerFigures:
             figures.unfinished += 1
         done = status.done.get(BATCH_EFFECT)
         # done_by is "airflow:<dag>/<run id>/<task>#try<n>@<host>:<pid>" (operators.batch)
-        if done is not None and f"/{status.plan.params.get('run_id')}/" not in done.done_by:
+        if done is not None and f"/{status.plan.run_id}/" not in done.done_by:
             figures.recovered += 1
     return figures
 

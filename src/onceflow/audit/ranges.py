@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..protocol.intervals import interval_of
 from ..protocol.interventions import Action
 from ..protocol.plan import Plan
 from ..protocol.states import BatchState
@@ -24,7 +23,7 @@ def accounted_plans(coordinator) -> tuple[list[tuple[Plan, Any]], list[Plan]]:
         if status.state is BatchState.COMMITTED:
             committed.append((status.plan, status))
         elif (status.intervention is not None and status.intervention.action is Action.SKIP and following is not None
-              and following.plan.params.get("intervention") == status.intervention.note()):
+              and following.plan.intervention == status.intervention.note()):
             skipped.append(status.plan)
     return committed, skipped
 
@@ -34,12 +33,32 @@ def committed_plans(coordinator) -> list[tuple[Plan, Any]]:
     return accounted_plans(coordinator)[0]
 
 
+def replaced_batches(coordinator, committed: Iterable[tuple[Plan, Any]]) -> tuple[set[int], list[str]]:
+    """The committed batches that a later committed batch really replaced (a reprocessed
+    interval: same interval, same ranges; ``Coordinator.replacement_refusal``), and why each
+    other replacement a plan names was not taken. A batch only named stays expected in
+    every output: a ledger's word never excuses missing output."""
+    replaced, refused = set(), []
+    for plan, _ in committed:
+        if "replaces" in plan.disbelieved:
+            refused.append(f"batch {plan.batch_id}'s plan (old format) carries 'replaces' from its run's parameters "
+                           f"({plan.disbelieved['replaces']})")
+        if plan.replaces is None:
+            continue
+        refusal = coordinator.replacement_refusal(plan)
+        if refusal is None:
+            replaced.add(plan.replaces.batch_seq)
+        else:
+            refused.append(refusal)
+    return replaced, refused
+
+
 def contiguity_errors(plans: Iterable[Plan]) -> list[str]:
     """I1: per partition, committed ranges follow each other without gap or
     overlap; for an interval pipeline, I8 (tiling): intervals that meet in time
     meet in every partition, and no two overlap anywhere."""
     plans = list(plans)
-    if plans and all(interval_of(p) is not None for p in plans):
+    if plans and all(p.interval is not None for p in plans):
         return tiling_errors(plans)
     errors = []
     last_end: dict[tuple[str, int], tuple[int, str]] = {}
@@ -62,9 +81,9 @@ def tiling_errors(plans: list[Plan]) -> list[str]:
     """I8 over committed interval batches (any order): per partition, sorted by
     interval, adjacent intervals share their boundary and none overlaps the next."""
     errors = []
-    ordered = sorted(plans, key=lambda p: interval_of(p).start_ms)
+    ordered = sorted(plans, key=lambda p: p.interval.start_ms)
     for before, after in zip(ordered, ordered[1:]):
-        first, second = interval_of(before), interval_of(after)
+        first, second = before.interval, after.interval
         ends = {(r.topic, r.partition): r.end for r in before.ranges}
         for rng in after.ranges:
             end = ends.get((rng.topic, rng.partition))

@@ -22,7 +22,11 @@ Plus each output's findings (a manifest naming a file that is gone, a file no
 manifest lists) and the committed ranges' gaps and overlaps (I1, I8).
 
 The ledger says only *which* batches committed and their plans; the votes are
-never read, so the audit shares no bookkeeping with the commit it checks —
+never read, so the audit shares no bookkeeping with the commit it checks. A
+plan that names a batch it replaces is not taken at its word: only a
+replacement of the same interval with the same ranges excuses the replaced
+batch's rows from the outputs (``replaced_batches``); any other is reported
+and the batch it names is audited as its own —
 except on a Kafka broker that shows aborted records to read_committed
 consumers (Tansu), where only the votes can tell a committed record from an
 aborted one, and the report says so. A replay equals the original only for a
@@ -40,7 +44,7 @@ from typing import Any, Sequence
 
 from ..settings import ConfigurationError
 from ..sinks import AuditScope, sink_kind
-from .ranges import accounted_plans, contiguity_errors
+from .ranges import accounted_plans, contiguity_errors, replaced_batches
 
 
 @dataclass
@@ -87,6 +91,8 @@ class ReplayReport:
     contiguity_errors: list[str]
     seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)  # batches an operator skipped: their input is in the quarantine
+    # Replacements the ledger names but does not justify: the batches they name are audited as their own.
+    replacements_refused: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -101,6 +107,7 @@ class ReplayReport:
             "ignored_columns": self.ignored_columns,
             "contiguity_errors": self.contiguity_errors,
             "skipped_batches": self.skipped,
+            "replacements_refused": self.replacements_refused,
             "seconds": round(self.seconds, 1),
             "outputs": {
                 name: {"ok": o.ok, "reading": o.reading, "findings": o.findings, "examples": o.examples,
@@ -126,6 +133,8 @@ class ReplayReport:
             lines += [f"    e.g. {e}" for e in o.examples]
             lines.append(f"    read: {o.reading}")
         lines += [f"  contiguity: {e}" for e in self.contiguity_errors]
+        lines += [f"  replacement not taken: {r}; that batch's input is expected in every output"
+                  for r in self.replacements_refused]
         lines += [f"  skipped by an operator (input in the quarantine, not replayed): {', '.join(self.skipped)}"] \
             if self.skipped else []
         return "\n".join(lines)
@@ -207,7 +216,7 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
     register_data_sources(spark, spec)
     committed_parquet.register(spark)
     # A reprocessed interval's commit removed the batch it replaces from outputs that replace.
-    replaced = {int(p.params["replaces"]) for p, _ in committed if p.params.get("replaces")}
+    replaced, refused = replaced_batches(runtime.coordinator, committed)
     transform = spec.transform_function()
 
     expected: dict[str, list] = {s.name: [] for s in spec.sinks}
@@ -254,4 +263,4 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
             release(records)
     tiles = sorted([*(p for p, _ in committed if p.batch_seq not in replaced), *skipped], key=lambda p: p.batch_seq)
     return ReplayReport(spec.name, len(committed), audited, list(ignore_columns), reports, contiguity_errors(tiles),
-                        time.monotonic() - started, skipped=[p.batch_id for p in skipped])
+                        time.monotonic() - started, skipped=[p.batch_id for p in skipped], replacements_refused=refused)

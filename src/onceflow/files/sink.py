@@ -72,9 +72,7 @@ class FileSink:
                 raise ValueError(f"{entry.path} is not staged under {staging}: it cannot be part of "
                                  f"batch {layout.batch_id(batch_seq)} attempt {attempt}")
         payload = {"sink_uri": self.sink_uri, "files": [e.to_dict() for e in files]}
-        if replaces is not None:
-            payload["replaces"] = replaces
-        return Vote(self.name, batch_seq, attempt, payload, records=sum(e.rows for e in files))
+        return Vote(self.name, batch_seq, attempt, payload, records=sum(e.rows for e in files), replaces=replaces)
 
     # -- Participant ---------------------------------------------------------
 
@@ -144,7 +142,7 @@ class FileSink:
 
     def _commit(self, vote: Vote, entries: list[FileEntry]) -> Result:
         seq = vote.batch_seq
-        manifest = Manifest.of(self.name, seq, vote.attempt, entries, replaces=vote.payload.get("replaces"))
+        manifest = Manifest.of(self.name, seq, vote.attempt, entries, replaces=vote.replaces)
         manifest_path = layout.manifest_path(self.sink_uri, seq)
         existing = self.storage.read_bytes(manifest_path)
         if existing is not None:

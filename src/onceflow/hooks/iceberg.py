@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from ..settings import ConfigurationError
+from ..settings import ConfigurationError, connection_extra
 
 DEFAULT_CONN_ID = "onceflow_iceberg"
 
@@ -21,7 +21,7 @@ DEFAULT_CONN_ID = "onceflow_iceberg"
 def catalog_properties(conn_id: str, extra: dict) -> dict[str, str]:
     """The catalog properties of a connection's ``extra``; ``uri`` (or a catalog ``type``
     that needs none) is required."""
-    properties = {str(k): str(v) for k, v in dict(extra or {}).items()}
+    properties = {k: str(v) for k, v in connection_extra(conn_id, extra).items()}
     if not properties.get("uri") and not properties.get("type"):
         raise ConfigurationError(
             f"Airflow connection {conn_id!r} has no catalog in its extra: set extra to the pyiceberg catalog "

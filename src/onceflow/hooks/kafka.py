@@ -7,7 +7,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from ..kafka.cluster import KafkaCluster
-from ..settings import ConfigurationError
+from ..settings import ConfigurationError, connection_extra
 
 DEFAULT_CONN_ID = "onceflow_kafka"
 
@@ -18,9 +18,9 @@ def cluster_from_extra(conn_id: str, extra: dict) -> KafkaCluster:
     Every setting is passed unchanged to every client; ``bootstrap.servers``
     is required.
     """
-    config = dict(extra or {})
+    config = connection_extra(conn_id, extra)
     bootstrap = config.pop("bootstrap.servers", None)
-    if not bootstrap:
+    if not isinstance(bootstrap, str) or not bootstrap.strip():
         raise ConfigurationError(
             f"Airflow connection {conn_id!r} has no 'bootstrap.servers' in its extra: set extra to a JSON "
             'object of librdkafka settings, e.g. {"bootstrap.servers": "broker:9092"}'

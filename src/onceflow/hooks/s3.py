@@ -7,16 +7,18 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from ..s3_connection import S3Connection
+from ..settings import connection_extra
 
 DEFAULT_CONN_ID = "onceflow_s3"
 
 
-def connection_from_fields(login: str | None, password: str | None, extra: dict) -> S3Connection:
+def connection_from_fields(login: str | None, password: str | None, extra: dict,
+                           conn_id: str = DEFAULT_CONN_ID) -> S3Connection:
     """An ``S3Connection`` from a connection's fields, in the Amazon provider's
     format: login/password are a static key pair (both empty: the worker's
     default AWS credential chain), extra ``endpoint_url`` (empty: AWS itself),
     ``region_name``, ``aws_session_token``."""
-    extra = dict(extra or {})
+    extra = {k: str(v) for k, v in connection_extra(conn_id, extra).items()}
     return S3Connection(
         endpoint_url=extra.get("endpoint_url") or None,
         access_key=login or None,
@@ -49,6 +51,6 @@ class S3ConnectionHook(BaseHook):
 
     def connection(self, what: str = "the S3 warehouse") -> S3Connection:
         conn = self.get_connection(self.aws_conn_id)
-        return connection_from_fields(conn.login, conn.password, conn.extra_dejson).checked(
+        return connection_from_fields(conn.login, conn.password, conn.extra_dejson, self.aws_conn_id).checked(
             f"{what} (Airflow connection {self.aws_conn_id!r})"
         )

@@ -109,9 +109,8 @@ class IcebergTableSink:
                                  f"batch {BatchId(batch_seq)} attempt {attempt}")
         payload: dict[str, Any] = {"table": self.table_name, "location": table_location,
                                    "planned_at_ms": planned_at_ms, "files": entries}
-        if replaces is not None:
-            payload["replaces"] = replaces
-        return Vote(self.name, batch_seq, attempt, payload, records=sum(int(f["rows"]) for f in entries))
+        return Vote(self.name, batch_seq, attempt, payload, records=sum(int(f["rows"]) for f in entries),
+                    replaces=replaces)
 
     # -- Participant ---------------------------------------------------------
 
@@ -210,8 +209,7 @@ class IcebergTableSink:
                 state = "is missing" if size is None else f"has {size} bytes, the vote recorded {entry['size']}"
                 raise NotCommittable(f"data file {entry['path']} {state}. Abort the batch and re-run it (its offsets "
                                      "did not move)")
-        replaces = vote.payload.get("replaces")
-        return None if replaces is None else self._replaced_files(table, int(replaces))
+        return None if vote.replaces is None else self._replaced_files(table, vote.replaces)
 
     def _verify(self, vote: Vote) -> Result:
         table = self._catalog().load_table(self.table_name)
@@ -247,7 +245,7 @@ class IcebergTableSink:
             faults.fault_point(AFTER_SNAPSHOT)
             self._clean_up(table, vote)
             snapshot = self._snapshot_of(catalog.load_table(self.table_name), vote.batch_seq, vote.payload["planned_at_ms"])
-            more = f", replacing batch {BatchId(vote.payload['replaces'])} ({len(replaced)} files removed)" if replaced is not None else ""
+            more = f", replacing batch {BatchId(vote.replaces)} ({len(replaced)} files removed)" if replaced is not None else ""
             return Result(Outcome.DONE, f"{len(vote.payload['files'])} data files, {vote.records} rows committed "
                           f"in snapshot {snapshot.snapshot_id if snapshot else '?'}{more}")
         return Result(Outcome.RETRY_LATER, f"{self._what(vote.batch_seq)}: {CONFLICT_RETRIES} commits in a row lost "
@@ -271,7 +269,7 @@ class IcebergTableSink:
                     for data_file in added:
                         append.append_data_file(data_file)
                 return
-            summary[REPLACES_KEY] = str(BatchId(int(vote.payload["replaces"])))
+            summary[REPLACES_KEY] = str(BatchId(vote.replaces))
             with transaction.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
                 for data_file in replaced:
                     overwrite.delete_data_file(data_file)

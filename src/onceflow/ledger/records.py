@@ -2,7 +2,7 @@
 
 Each file is JSON::
 
-    {"format": 1, "kind": "decision", "writer": "onceflow 0.1.0",
+    {"format": 2, "kind": "decision", "writer": "onceflow 0.1.0",
      "sha256": "<sha256 of the canonical body>", "body": {...}}
 
 The checksum makes a truncated or hand-edited file detectable: onceflow
@@ -25,7 +25,10 @@ from ..protocol.participant import Vote
 from ..protocol.plan import Plan
 from .errors import LedgerCorruptError, LedgerFormatError
 
-FORMAT = 1
+# 2: a plan's protocol facts are typed fields (``facts``), apart from the transform's run
+# parameters; format 1 kept both in one ``params`` dictionary (``Plan.from_dict`` reads it).
+# An older onceflow refuses format 2 rather than misread a plan's facts.
+FORMAT = 2
 # The oldest format this version still reads. Raise it when a format change
 # is not readable any more; batches left unfinished in an older format must
 # then be finished by the version that wrote them.

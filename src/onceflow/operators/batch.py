@@ -33,6 +33,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ..protocol import run_inputs
 from ..protocol.batch_id import BatchId
 from ..protocol.states import BatchState
 from ..spec import INTERVAL, PipelineSpec
@@ -130,7 +131,7 @@ class _BatchOperator(BaseOperator):
 # How long a plan task waiting for its interval to close sleeps between looks.
 INTERVAL_POKE = timedelta(seconds=30)
 # Interval pipelines' run param: reprocess the interval even if it is committed, replacing its outputs.
-REPLACE_COMMITTED = "replace_committed"
+REPLACE_COMMITTED = run_inputs.REPLACE_COMMITTED
 
 
 def backfill_refusal(pipeline: str, context) -> str | None:
@@ -172,16 +173,23 @@ class PlanBatchOperator(_BatchOperator):
     """Recover any unfinished batch, then bind this DAG run to its batch.
 
     Returns (XCom) ``{"batch_seq", "batch_id", "records", "ranges"}``. Run
-    params: ``max_records_per_partition`` overrides the spec for this run.
-    A run whose batch is already committed is skipped with a log line saying
-    so; a run whose batch was aborted re-executes the same immutable ranges.
+    params (``onceflow.protocol.run_inputs``): ``max_records_per_partition``
+    overrides the spec for this run; a run with a parameter the DAG does not
+    declare is refused before anything is written. A run whose batch is
+    already committed is skipped with a log line saying so; a run whose batch
+    was aborted re-executes the same immutable ranges.
     """
 
     def execute(self, context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
+        try:
+            inputs = self.run_inputs(context)
+        except run_inputs.RunParamsRefused as refused:
+            log.error("%s", refused)
+            raise AirflowFailException(str(refused)) from None  # no retry: the run's conf will not change
         if self.pipeline.batches == INTERVAL:
-            return self._plan_interval(context)
+            return self._plan_interval(context, inputs)
         refusal = backfill_refusal(self.pipeline.name, context)
         if refusal:
             log.error(refusal)
@@ -189,13 +197,12 @@ class PlanBatchOperator(_BatchOperator):
         runtime = self.runtime(context)
         coordinator = runtime.coordinator
         run_id = context["run_id"]
-        params = self._params(context)
         done = runtime.batch_of_run(run_id)
         if done is not None and done.state is BatchState.COMMITTED:
             self._skip_committed(done.plan)
         runtime.check_outputs()
         with runtime.offset_source() as source:
-            plan = coordinator.plan_next(source, runtime.plan_config(params), run_id=run_id)
+            plan = coordinator.plan_next(source, runtime.plan_config(inputs), run_id=run_id)
         if plan.batch_seq > 1:
             # plan_next first recovered the previous batch: if that finished a
             # commit some earlier task could not, finish its aftermath too.
@@ -205,22 +212,21 @@ class PlanBatchOperator(_BatchOperator):
         self.announce(context, runtime)  # what its recovery finished, if anything
         return self._planned(plan)
 
-    def _plan_interval(self, context) -> dict[str, Any]:
+    def _plan_interval(self, context, inputs: run_inputs.RunInputs) -> dict[str, Any]:
         """An interval pipeline's run: the batch of its data interval (``onceflow.interval_batches``)."""
         from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
 
         from ..protocol.errors import ConcurrentPlanError
-        from ..protocol.intervals import PlanMustWait, ReprocessRefused, interval_of
+        from ..protocol.intervals import PlanMustWait, ReprocessRefused
         from ..sinks import reprocessing
 
         interval = run_interval(self.pipeline.name, context)
         runtime = self.runtime(context)
         runtime.check_outputs()
-        params = self._params(context)
-        reprocess = functools.partial(reprocessing, self.pipeline) if params.get(REPLACE_COMMITTED) else None
+        reprocess = functools.partial(reprocessing, self.pipeline) if inputs.replace_committed else None
         try:
             with runtime.offset_source() as source:
-                planned = runtime.interval_planner(params).plan(source, interval, context["run_id"], reprocess)
+                planned = runtime.interval_planner(inputs).plan(source, interval, context["run_id"], reprocess)
         except (ReprocessRefused, ConcurrentPlanError) as refused:
             log.error("%s", refused)
             raise AirflowFailException(str(refused)) from None  # no retry: the outcome would be the same
@@ -232,14 +238,18 @@ class PlanBatchOperator(_BatchOperator):
         if planned.already_committed:
             runtime.after_commit(planned.plan)  # idempotent: finishes an aftermath a crash cut short
             self._skip_committed(planned.plan, f"to replace its outputs, run it with {REPLACE_COMMITTED}=true")
-        replaces = planned.plan.params.get("replaces")
-        log.info("run %s reads interval %s%s", context["run_id"], interval_of(planned.plan),
-                 f", replacing committed batch {BatchId(replaces)} ({planned.plan.params['reprocessed']})" if replaces else "")
+        replaces = planned.plan.replaces
+        log.info("run %s reads interval %s%s", context["run_id"], planned.plan.interval,
+                 f", replacing committed batch {BatchId(replaces.batch_seq)} ({dict(replaces.outputs)})" if replaces else "")
         return self._planned(planned.plan)
 
-    @staticmethod
-    def _params(context) -> dict[str, Any]:
-        return {k: v for k, v in (context.get("params") or {}).items() if v is not None}
+    def run_inputs(self, context) -> run_inputs.RunInputs:
+        """What this run asks of the planner: its conf checked against the DAG's declared params."""
+        dag_run = context.get("dag_run")
+        conf = getattr(dag_run, "conf", None) if dag_run is not None else None
+        dag = context.get("dag") or self.dag
+        return run_inputs.read_run_inputs(self.pipeline.name, conf, context.get("params") or {}, dag.params.keys(),
+                                          self.pipeline.run_params.keys())
 
     def _skip_committed(self, plan, hint: str = "") -> None:
         """A cleared or re-run run whose batch is committed: say so in the task

@@ -32,43 +32,11 @@ records.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
 from .batch_id import BatchId
-from .plan import OffsetRange, Plan, SinkPlan
+from .plan import Interval, OffsetRange, Plan, SinkPlan, iso
 from .planning import OffsetSource, OffsetsLostError, PlanningError, TopicPartition, check_not_lost
-
-
-def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True, order=True)
-class Interval:
-    """A data interval ``[start_ms, end_ms)``, epoch milliseconds."""
-
-    start_ms: int
-    end_ms: int
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.start_ms < self.end_ms:
-            raise ValueError(f"a data interval must end after it starts, got [{self.start_ms}, {self.end_ms}) ms")
-
-    def __str__(self) -> str:
-        return f"{iso(self.start_ms)}/{iso(self.end_ms)}"
-
-    @property
-    def key(self) -> str:
-        """Its ledger path segment; sorts by start."""
-        return f"{self.start_ms:015d}-{self.end_ms:015d}"
-
-    def to_dict(self) -> dict[str, int]:
-        return {"start_ms": self.start_ms, "end_ms": self.end_ms}
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "Interval":
-        return cls(int(raw["start_ms"]), int(raw["end_ms"]))
 
 
 @dataclass(frozen=True)
@@ -185,9 +153,10 @@ def interval_plan(
     source: OffsetSource,
     sinks: Sequence[SinkPlan],
     now_ms: int,
-    params: Mapping[str, Any],
+    **facts: Any,
 ) -> Plan:
-    """The plan of batch ``seq``: the records of ``interval``, ``[B(start), B(end))`` per partition."""
+    """The plan of batch ``seq``: the records of ``interval``, ``[B(start), B(end))`` per partition.
+    ``facts``: the planner's other facts of the plan (run id, slot...)."""
     ranges = []
     for tp in sorted(partitions):
         a, b = start.offset(tp), end.offset(tp)
@@ -205,14 +174,31 @@ def interval_plan(
     )
     return Plan(
         pipeline, seq, tuple(ranges), tuple(sinks), now_ms, replay_of=None,
-        params={**params, "interval": interval.to_dict(), "backlog": sum(r.size for r in ranges)},
+        interval=interval, backlog=sum(r.size for r in ranges), **facts,
     )
 
 
-def interval_of(plan: Plan) -> Interval | None:
-    """The data interval a batch reads; None for a batch of an offsets pipeline."""
-    raw = plan.params.get("interval")
-    return Interval.from_dict(raw) if raw else None
+def replacement_refusal(plan: Plan, replaced: Plan | None, replaced_committed: bool) -> str | None:
+    """Why ``plan`` may not remove or overwrite the committed batch it names (``plan.replaces``),
+    or None when it may: a batch replaces only a committed batch of its own interval that read
+    exactly its ranges, as the interval planner records when a run asks to reprocess (I7).
+    Anything else in a ledger (a plan of the old format that took a run's conf for a fact, an
+    edited record) would delete committed output: the commit refuses it and the audit reports it."""
+    if plan.replaces is None:
+        return None
+    target = BatchId(plan.replaces.batch_seq)
+    what = f"batch {plan.batch_id} names committed batch {target} as the batch it replaces"
+    if plan.interval is None:
+        return f"{what}, but it reads no data interval: only a reprocessed interval replaces a batch"
+    if replaced is None or plan.replaces.batch_seq >= plan.batch_seq:
+        return f"{what}, but no batch {target} was planned before it"
+    if replaced.interval != plan.interval:
+        return f"{what}, but batch {target} read interval {replaced.interval}, not {plan.interval}"
+    if replaced.ranges != plan.ranges:
+        return f"{what}, but batch {target} read other offset ranges of interval {plan.interval}"
+    if not replaced_committed:
+        return f"{what}, but batch {target} is not committed"
+    return None
 
 
 def slot_of(seq: int, pool: int) -> int:
@@ -230,9 +216,9 @@ __all__ = [
     "PlanMustWait",
     "ReprocessRefused",
     "SlotBusy",
-    "interval_of",
     "interval_plan",
     "iso",
+    "replacement_refusal",
     "resolve_boundary",
     "slot_of",
 ]

@@ -64,6 +64,9 @@ class Vote:
     records: int = 0
     # Records the output cannot take (a Kafka topic's size limit): kept aside, published with the batch.
     withheld: int = 0
+    # A reprocessed interval: the committed batch whose output this vote's commit removes or
+    # overwrites. The coordinator commits it only as the plan's justified replacement.
+    replaces: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +76,7 @@ class Vote:
             "payload": dict(self.payload),
             "records": self.records,
             **({"withheld": self.withheld} if self.withheld else {}),
+            **({"replaces": self.replaces} if self.replaces is not None else {}),
         }
 
     @classmethod
@@ -84,7 +88,13 @@ class Vote:
             payload=dict(raw.get("payload", {})),
             records=int(raw.get("records", 0)),
             withheld=int(raw.get("withheld", 0)),
+            # Votes of ledger format 1 kept it in the file and Iceberg kinds' payloads.
+            replaces=_batch_seq(raw.get("replaces", dict(raw.get("payload", {})).pop("replaces", None))),
         )
+
+
+def _batch_seq(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 @runtime_checkable

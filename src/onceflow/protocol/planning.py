@@ -123,7 +123,8 @@ class PlanConfig:
     # (slot: None in an offsets pipeline, the batch's slot in an interval one).
     # The sink's kind answers (onceflow.sinks); planning never asks which kind it is.
     transactional_ids: Callable[..., tuple[str, ...]] = no_transactional_ids
-    params: Mapping[str, Any] = field(default_factory=dict)
+    # The transform's run parameters (``RunInputs.transform``): recorded in each plan, read by the transform only.
+    transform_params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from ..settings import ConfigurationError
@@ -167,7 +168,7 @@ def check_not_lost(what: str, starts: Mapping[TopicPartition, int], source: Offs
 def _check_same_topics(pipeline: str, seq: int, previous: Plan | None, ids: Mapping[str, str]) -> None:
     """A topic deleted and created again under the same name is another log: its
     offsets say nothing about what was read. Refuse, rather than skip or re-read."""
-    known = (previous.params.get("topic_ids") or {}) if previous else {}
+    known = previous.topic_ids if previous else {}
     changed = sorted(t for t, old in known.items() if t in ids and ids[t] != old)
     if changed:
         raise PlanningError(
@@ -217,9 +218,9 @@ def next_plan(
     must be terminal: recovery runs first. ``intervention``: an operator's
     split or skip of ``previous``, if it is ABORTED."""
     seq = previous.batch_seq + 1 if previous else 1
-    params = {**config.params, "start_position": str(config.start), "max_records_per_partition": config.max_records_per_partition}
-    if run_id is not None:
-        params["run_id"] = run_id
+    facts: dict[str, Any] = dict(run_id=run_id, start_position=str(config.start),
+                                 max_records_per_partition=config.max_records_per_partition,
+                                 transform_params=dict(config.transform_params))
     sinks = with_ids(pipeline, config)
     if previous is not None and previous_state is not None and not previous_state.terminal:
         raise PlanningError(
@@ -229,22 +230,21 @@ def next_plan(
 
     ids = dict(source.topic_ids(config.topics))
     _check_same_topics(pipeline, seq, previous, ids)
-    if ids:
-        params["topic_ids"] = ids
+    facts["topic_ids"] = ids
     if intervention is not None and (previous is None or intervention.batch_seq != previous.batch_seq
                                      or previous_state is not BatchState.ABORTED):
         raise ValueError(f"an intervention on batch {BatchId(intervention.batch_seq)} does not concern the batch before "
                          f"{BatchId(seq)}, or that batch is not aborted")
     skipped = intervention is not None and intervention.action is Action.SKIP
     if intervention is not None:  # what shows that it took effect (the intervention itself is a request)
-        params["intervention"] = intervention.note()
+        facts["intervention"] = intervention.note()
     if previous is not None and previous_state is BatchState.ABORTED and not skipped:
         starts = {TopicPartition(r.topic, r.partition): r.start for r in previous.ranges}
         check_not_lost(f"batch {BatchId(seq)} of pipeline {pipeline!r}", starts, source)
         ranges, why = _replay_ranges(previous, config.max_records_per_partition, intervention)
-        if why:
-            params["replanned"] = why
-        return Plan(pipeline, seq, ranges, sinks, now_ms, replay_of=previous.batch_seq, params=params)
+        # A replay reproduces the aborted batch (I6): its transform parameters too, not this run's.
+        facts["transform_params"] = dict(previous.transform_params)
+        return Plan(pipeline, seq, ranges, sinks, now_ms, replay_of=previous.batch_seq, replanned=why, **facts)
 
     current = list(source.partitions(config.topics))
     # Where the previous batch ended: committed, or skipped (its records quarantined).
@@ -289,5 +289,5 @@ def next_plan(
     # ranges, so adding them back later resumes where they stopped (I1).
     ranges.extend(OffsetRange(t, p, end, end) for (t, p), end in sorted(committed_ends.items()) if t not in config.topics)
     # The input lag when this batch was planned: the UI charts it over time.
-    params["backlog"] = sum(stable[tp] - starts[tp] for tp in current)
-    return Plan(pipeline, seq, tuple(ranges), sinks, now_ms, replay_of=None, params=params)
+    backlog = sum(stable[tp] - starts[tp] for tp in current)
+    return Plan(pipeline, seq, tuple(ranges), sinks, now_ms, replay_of=None, backlog=backlog, **facts)

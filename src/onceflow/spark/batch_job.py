@@ -5,7 +5,7 @@ Call sequence::
     plan    = coordinator.plan(seq)               the immutable plan (I6)
     attempt = coordinator.begin_attempt(seq)      fences every older attempt (I5)
     records = format("onceflow_kafka_range")      exactly the planned ranges, the spec's input_columns, cached once
-    outputs = spec.transform(records, batch_id)   {sink name: DataFrame}
+    outputs = spec.apply_transform(records, plan) {sink name: DataFrame}
     per sink, repartitioned to the plan's splits:
         its kind's pre_commit (onceflow.sinks)    files: staged Parquet; kafka: open transactions;
                                                   the data source's commit votes -> ledger
@@ -96,17 +96,17 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
     try:
         input_records = records.count()
         seconds = {"read": time.perf_counter() - started}
-        outputs = spec.transform_function()(records, plan.batch_id)
+        outputs = spec.apply_transform(records, plan)
         missing = sorted({s.name for s in spec.sinks} - outputs.keys())
         if missing:
             raise ValueError(f"transform {spec.transform} returned no DataFrame for sink(s) {missing} of pipeline {spec.name!r}")
 
         batch_options = {"pipeline": spec.name, "deployment": deployment, "batch_seq": str(seq),
                          "planned_at_ms": str(plan.created_at_ms), "attempt": str(attempt), **job_fault_options()}
-        if plan.params.get("slot") is not None:  # an interval batch: its slot of transactional ids
-            batch_options["slot"] = str(plan.params["slot"])
-        if plan.params.get("replaces"):  # a reprocessed interval: the committed batch it replaces
-            batch_options["replaces"] = str(plan.params["replaces"])
+        if plan.slot is not None:  # an interval batch: its slot of transactional ids
+            batch_options["slot"] = str(plan.slot)
+        if plan.replaces is not None:  # a reprocessed interval: the committed batch it replaces
+            batch_options["replaces"] = str(plan.replaces.batch_seq)
         for i, sink in enumerate(spec.sinks):
             if i:
                 faults.fault_point(JOB_BETWEEN_OUTPUTS)

@@ -209,7 +209,7 @@ def machine(new_storage):
                 if decision is not None and decision.outcome is DecisionOutcome.ABORT and seq < latest:
                     following = self.ledger.read_plan(seq + 1)
                     assert following.replay_of == seq  # I6 replay: the same ranges, or (said why) a prefix of each
-                    if "replanned" in following.params:
+                    if following.replanned is not None:
                         assert [(r.topic, r.partition, r.start) for r in following.ranges] == [
                             (r.topic, r.partition, r.start) for r in plan.ranges]
                         assert all(f.end <= r.end for f, r in zip(following.ranges, plan.ranges))

@@ -18,7 +18,7 @@ from onceflow.interval_batches import IntervalPlanner
 from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.reader import read_range
 from onceflow.ledger.storage import open_ledger_storage
-from onceflow.protocol.intervals import Interval, interval_of
+from onceflow.protocol.intervals import Interval
 from onceflow.protocol.planning import PlanConfig
 
 from tests.doubles.helpers import SINKS, kafka_ids, prepare_all, world_coordinator
@@ -72,9 +72,9 @@ def test_intervals_planned_at_the_same_moment_tile_the_log_and_a_late_record_lan
         plans = list(pool.map(plan_task, hours))
 
     assert sorted(p.batch_seq for p in plans) == list(range(1, 7))
-    assert len({p.params["slot"] for p in plans}) == 6  # six batches in flight, six slots of ids
+    assert len({p.slot for p in plans}) == 6  # six batches in flight, six slots of ids
     for plan, interval in zip(plans, hours):
-        assert interval_of(plan) == interval
+        assert plan.interval == interval
         for rng in plan.ranges:
             stamps = stamps_in(kafka_config, rng)
             assert len(stamps) == PER_HOUR, (interval, rng)
@@ -94,7 +94,7 @@ def test_intervals_planned_at_the_same_moment_tile_the_log_and_a_late_record_lan
         late = planner.plan(source, seventh, run_id="scheduled__7").plan
         again = [planner.plan(source, i, run_id="backfill-again").already_committed for i in hours]
     assert again == [True] * 6  # committed intervals are no-ops
-    holders = [(interval_of(p), r.partition) for p in [*plans, late] for r in p.ranges
+    holders = [(p.interval, r.partition) for p in [*plans, late] for r in p.ranges
                if T0 + H + 123 in stamps_in(kafka_config, r)]
     assert holders == [(seventh, 0)]
     assert [r.start for r in late.ranges] == [r.end for r in plans[-1].ranges]

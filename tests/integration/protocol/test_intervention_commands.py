@@ -1,7 +1,8 @@
 """``onceflow split`` and ``onceflow skip`` against a real broker and an S3 warehouse over HTTP:
 a batch that keeps failing is split, then skipped; the skipped records are in the quarantine,
 byte for byte, the next batch starts after them, status and the audit's range check account
-for them, and every refusal exits 2 saying why."""
+for them, and every refusal exits 2 saying why. Then every command fuzzed with what a person
+could type: each answers with a message, and no committed batch changes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from confluent_kafka import Producer
 
 from onceflow import faults
@@ -20,6 +23,7 @@ from onceflow.deployment import Deployment
 from onceflow.interventions import skip_batch
 from onceflow.runtime import PipelineRuntime
 from onceflow.spec import FILES, PipelineSpec, SinkSpec
+from onceflow.protocol.run_inputs import RunInputs
 from tests.integration.kafka.helpers import create_topic
 
 SPEC: PipelineSpec  # set by the test: the commands find the pipeline here, as --spec says
@@ -65,7 +69,7 @@ def test_a_failing_batch_is_split_then_skipped_into_the_quarantine_and_the_pipel
 
     def plan(run_id: str, **params):
         with runtime.offset_source() as source:
-            return coordinator.plan_next(source, runtime.plan_config(params), run_id=run_id)
+            return coordinator.plan_next(source, runtime.plan_config(RunInputs(**params)), run_id=run_id)
 
     def commit(plan) -> None:  # what the spark task and the commit task do, for an output of no rows
         attempt = coordinator.begin_attempt(plan.batch_seq)
@@ -87,7 +91,7 @@ def test_a_failing_batch_is_split_then_skipped_into_the_quarantine_and_the_pipel
     assert (row["batch_seq"], row["state"], row["intervention"]["action"], row["intervention"]["by"]) == (2, "aborted", "split", "ana")
     split = plan_and_fail("run-2")
     assert [(r.start, r.end) for r in split.ranges] == [(5, 9), (5, 9)] and split.replay_of == 2
-    assert "split to at most 4 records per partition by ana" in split.params["intervention"]
+    assert "split to at most 4 records per partition by ana" in split.intervention
 
     # An interrupted skip (before its record is written) changes nothing; run again, it reuses the copy.
     faults.arm("ledger.intervention.before_write", "raise")
@@ -135,3 +139,58 @@ def test_a_failing_batch_is_split_then_skipped_into_the_quarantine_and_the_pipel
     plan("run-4")
     code, _, err = run("skip", "--reason", "too early")
     assert code == 2 and "is planned, not aborted: finish it first with `onceflow recover`" in err
+
+
+# Values a person could type, or paste by mistake: numbers out of range, words, unicode, huge.
+_typed = st.one_of(st.integers(-10, 10**20).map(str), st.text(max_size=40), st.text(min_size=2000, max_size=3000),
+                   st.sampled_from(["0", "-1", "1e3", "3-7,9", "7-3", "²", "", " ", "1,,2", "abc-def"]))
+_options = {"split": ["--batch", "--records", "--reason", "--by"], "skip": ["--batch", "--reason", "--by"],
+            "recover": ["--batch"], "status": ["--limit"], "audit": ["--batches", "--sample"]}
+
+
+@st.composite
+def _command(draw):
+    name = draw(st.sampled_from(sorted(_options)))
+    chosen = draw(st.lists(st.sampled_from(_options[name]), unique=True))
+    argv = [name, *[part for option in chosen for part in (option, draw(_typed))]]
+    if name == "audit":  # only arguments refused before a Spark session starts (a valid audit is tested elsewhere)
+        argv += ["--batches", draw(st.sampled_from(["x", "3-", "1,b"])), "--sample", draw(_typed)]
+    return argv
+
+
+def test_any_arguments_to_the_commands_are_answered_and_leave_every_committed_batch_intact(
+        kafka_env, tmp_path, capsys):
+    global SPEC
+    topic = create_topic(kafka_env.config(), partitions=2, prefix="fuzz")
+    SPEC = PipelineSpec("fuzzed", (topic,), "m:f", (SinkSpec("out", FILES, "out"),))
+    produce(kafka_env.config(), topic, 20)
+    runtime = PipelineRuntime(SPEC, Deployment.from_environment(f"file://{tmp_path}/wh"))
+    coordinator = runtime.coordinator
+    with runtime.offset_source() as source:
+        first = coordinator.plan_next(source, runtime.plan_config(RunInputs(max_records_per_partition=5)), run_id="r1")
+    attempt = coordinator.begin_attempt(first.batch_seq)
+    coordinator.record_vote(first.batch_seq, attempt, coordinator.participants["out"].vote_for(first.batch_seq, attempt, []))
+    coordinator.commit(first.batch_seq)
+    with runtime.offset_source() as source:
+        coordinator.plan_next(source, runtime.plan_config(), run_id="r2")
+    coordinator.recover()  # batch 2 aborted: what split and skip act on
+    options = ["--pipeline", "fuzzed", "--spec", f"{__name__}:SPEC", "--warehouse", f"file://{tmp_path}/wh"]
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(argv=_command())
+    def answered(argv):
+        try:
+            code = main([*argv, *options])
+        except SystemExit as exit_:  # argparse: a malformed argument, named on stderr
+            code = exit_.code
+        out, err = capsys.readouterr()
+        assert code in (0, 1, 2), (argv, code)
+        if code == 2:
+            assert err.startswith("onceflow: ") or "error: argument" in err or "required" in err, (argv, err)
+        assert coordinator.describe(first.batch_seq).state.value == "committed"
+        assert main(["status", *options]) == 0
+        capsys.readouterr()
+
+    answered()
+    with runtime.offset_source() as source:  # the pipeline plans its next batch
+        assert coordinator.plan_next(source, runtime.plan_config(), run_id="r3").batch_seq > 2

@@ -1,8 +1,9 @@
 """``onceflow audit`` by replay on real outputs: files, an Iceberg table and two Kafka
 topics of committed batches, compared with the batches computed again from their
 plans; then the outputs are tampered with the way real incidents do (a record
-produced twice, a Parquet file lost, a file copied in) and the audit must say
-which output, which batch and how many rows.
+produced twice, a Parquet file lost, a file copied in, a committed batch removed on a
+run parameter's word by an older onceflow) and the audit must say which output, which
+batch and how many rows.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from onceflow.spark.batch_job import run_batch
 from onceflow.storage.local import local_path
 from onceflow_devkit.services.iceberg_catalog import table_of
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
+from tests.doubles import legacy
 from tests.integration.spark.test_batch_job import produce
 from tests.integration.spark.test_iceberg_datasource import iceberg_pipeline
 
@@ -129,3 +131,21 @@ def test_replay_matches_every_output_then_finds_each_tampering(spark, _brokers, 
     assert "part-00099-copy.parquet: in the batch's directory and not in its manifest" in findings
     assert report.outputs["clicks_dead_letter"].ok and report.outputs["page_minute_table"].ok, report.summary()
     # (--batches: the shop_orders e2e test audits one batch of a tampered output through the CLI.)
+
+    # What an older onceflow did with the run conf {"replaces": 1} of an offsets pipeline: the plan of
+    # batch 2 carried it, and the commit removed batch 1 from the file output. The audit does not take
+    # the plan's word for a replacement: batch 1's rows are missing, and it says so.
+    legacy.write_plan(runtime.coordinator.ledger, second, {"replaces": first.batch_seq, "run_id": second.run_id,
+                                                          "reprocessed": {"page_minute_counts": "replaced"}},
+                      overwrite=True)
+    runtime.storage.delete(layout.manifest_path(files_root, first.batch_seq))
+    shutil.rmtree(batch_1)
+    report = replay_audit(spark, runtime, shows_aborted=shows_aborted)
+    assert not report.ok
+    counts = {b.batch: b for b in report.outputs["page_minute_counts"].batches}
+    assert counts[first.batch_id].missing == counts[first.batch_id].expected > 0, report.summary()
+    assert f"batch {first.batch_id}: 0 found" in report.summary()
+    assert report.replacements_refused and f"batch {second.batch_id}'s plan (old format) carries 'replaces'" in \
+        report.replacements_refused[0], report.summary()
+    oracle = audit_clickstream(runtime, hides_aborted=not shows_aborted)
+    assert not oracle.ok, oracle.summary()

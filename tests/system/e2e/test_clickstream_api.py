@@ -12,6 +12,7 @@ import time
 
 from onceflow_devkit.local_airflow.metadata import MetadataDb
 from onceflow.protocol.states import BatchState
+from tests.system.e2e.conftest import refused_runs
 
 DAG_ID = "clickstream_exactly_once"
 REPORT_DAG_ID = "clickstream_page_report"
@@ -77,3 +78,17 @@ def test_a_triggered_run_commits_feeds_the_downstream_dag_and_clearing_it_change
         }
         assert world.runtime.coordinator.latest_seq() == 1  # no new batch
         assert world.audit().to_dict() == report.to_dict()
+
+        # A run conf cannot set what onceflow records about a batch: each of these once deleted a committed
+        # batch, killed the pipeline or failed in Spark; now the plan task refuses it, naming the key.
+        # (Every key and value: test_run_conf_fuzz.py, slow.)
+        confs = [{"replaces": 1}, {"interval": "2026-11-25T00:00:00Z/2026-11-25T01:00:00Z"}, {"slot": 3}]
+        for conf, log in zip(confs, refused_runs(api, DAG_ID, confs).values()):
+            key = next(iter(conf))
+            assert f"run parameter(s) {key!r} that the pipeline does not declare" in log, log
+            assert "It accepts only: faults, max_records_per_partition" in log, log
+        assert world.runtime.coordinator.latest_seq() == 1  # nothing was planned
+        run_id = api.trigger(DAG_ID, conf={"max_records_per_partition": PER_PARTITION})
+        assert api.wait_for_run(DAG_ID, run_id, timeout=600) == "success", api.explain(DAG_ID, run_id)
+        report = world.audit()  # from the raw input and the real outputs: batch 1 intact, batch 2 beside it
+        assert report.ok and report.committed_batches == 2 and report.input_records == 4 * PER_PARTITION, report.summary()

@@ -33,7 +33,7 @@ from onceflow import faults
 from onceflow.files.layout import seq_of_batch_dir
 from onceflow.operators.batch import REPLACE_COMMITTED
 from onceflow.protocol.batch_id import BatchId
-from onceflow.protocol.intervals import Interval, interval_of
+from onceflow.protocol.intervals import Interval
 from onceflow.protocol.states import BatchState
 from onceflow.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
@@ -90,7 +90,7 @@ def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_an
             assert api.wait_for_run(DAG_ID, faulted, timeout=600) == "failed", api.explain(DAG_ID, faulted)
             assert api.task_states(DAG_ID, faulted)["rollback"] == "success"
             aborted = runtime.batch_of_run(faulted)
-            assert aborted.state is BatchState.ABORTED and interval_of(aborted.plan) == Interval(t0 + 5 * H, t0 + 6 * H)
+            assert aborted.state is BatchState.ABORTED and aborted.plan.interval == Interval(t0 + 5 * H, t0 + 6 * H)
 
             first = api.create_backfill(DAG_ID, iso(t0), iso(t0 + 5 * H), max_active_runs=3, reprocess_behavior="none")
             backfill = wait_until_finished(api, lambda: api.runs(DAG_ID, run_type="backfill"), 6, timeout=1200)
@@ -125,16 +125,16 @@ def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_an
                 assert run["state"] == "success", api.explain(DAG_ID, run["dag_run_id"])
                 assert api.task_states(DAG_ID, run["dag_run_id"])["commit"] == "success"
 
-        batches = {interval_of(s.plan): s for r in [*backfill, *scheduled] if (s := runtime.batch_of_run(r["dag_run_id"]))}
+        batches = {s.plan.interval: s for r in [*backfill, *scheduled] if (s := runtime.batch_of_run(r["dag_run_id"]))}
         assert sorted(batches) == [Interval(t0 + i * H, t0 + (i + 1) * H) for i in range(7)]
         assert all(s.state is BatchState.COMMITTED for s in batches.values())
         hour_6 = batches[Interval(t0 + 5 * H, t0 + 6 * H)].plan
         assert hour_6.replay_of == aborted.batch_seq and hour_6.ranges == aborted.plan.ranges
         for hour in range(2):
             replacement = batches[Interval(t0 + hour * H, t0 + (hour + 1) * H)].plan
-            old = runtime.reader.describe(replacement.params["replaces"])
+            old = runtime.reader.describe(replacement.replaces.batch_seq)
             assert old.state is BatchState.COMMITTED and old.plan.ranges == replacement.ranges
-            assert replacement.params["reprocessed"] == {
+            assert replacement.replaces.outputs == {
                 "page_minute_counts": "replaced", "page_minute_table": "replaced", "clicks_enriched": "republished",
                 "clicks_dead_letter": "republished"}
         batch_dirs = [s for name in runtime.storage.list_dir(runtime.sink_uri("page_minute_counts"))
@@ -143,7 +143,7 @@ def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_an
         # The table swapped each replaced hour's rows in one overwrite snapshot naming the batch it replaces.
         table = table_of(runtime, "page_minute_table")
         swaps = {s.summary["onceflow.replaces"] for s in table.metadata.snapshots if s.summary["onceflow.replaces"]}
-        assert swaps == {str(BatchId(batches[Interval(t0 + h * H, t0 + (h + 1) * H)].plan.params["replaces"])) for h in range(2)}
+        assert swaps == {str(BatchId(batches[Interval(t0 + h * H, t0 + (h + 1) * H)].plan.replaces.batch_seq)) for h in range(2)}
 
         report = audit_clickstream(runtime)
         assert report.ok, report.summary()

@@ -24,6 +24,7 @@ import pytest
 from onceflow_devkit.local_airflow.auth import auth_env
 from onceflow.layout import quarantine_dir
 from onceflow.storage.local import local_path
+from onceflow.protocol.run_inputs import RunInputs
 from tests.support import ROOT
 from tests.system.e2e.conftest import broker_with_topics, make_world
 
@@ -272,7 +273,7 @@ def test_an_operator_splits_the_failing_batch_from_the_page(page_world):
     assert coordinator.recover(3).state.value == "committed"
     world.produce(300, seed=13)
     with world.runtime.offset_source() as source:
-        failing = coordinator.plan_next(source, world.runtime.plan_config(CONF), run_id="manual__failing")
+        failing = coordinator.plan_next(source, world.runtime.plan_config(RunInputs(**CONF)), run_id="manual__failing")
     assert coordinator.rollback(failing.batch_seq, "the spark task failed on every try").state.value == "aborted"
     split, skip = (f"/onceflow/api/pipelines/{DAG_ID}/batches/4/{action}" for action in ("split", "skip"))
     order = {"records": 50, "reason": "poison record in clicks[0]"}
@@ -327,7 +328,39 @@ def test_an_operator_splits_the_failing_batch_from_the_page(page_world):
     assert again.status_code == 409 and "already intervened" in again.json()["detail"], again.text
     # The next plan follows it: batch 4's ranges again, at most 50 records per partition.
     with world.runtime.offset_source() as source:
-        replay = coordinator.plan_next(source, world.runtime.plan_config(CONF), run_id="manual__replay")
-    assert replay.params["intervention"] == recorded.note()
+        replay = coordinator.plan_next(source, world.runtime.plan_config(RunInputs(**CONF)), run_id="manual__replay")
+    assert replay.intervention == recorded.note()
     assert [(r.partition, r.start) for r in replay.ranges] == [(r.partition, r.start) for r in failing.ranges]
     assert all(r.size <= 50 for r in replay.ranges) and replay.records > 0
+
+
+def test_the_pages_api_answers_any_input_without_a_server_error_and_leaves_committed_batches_as_they_are(page_world):
+    """Every route of the page's API (its FastAPI schema, which the server does not publish) fuzzed
+    by schemathesis against the real api-server, as a signed-in user who may split and skip."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis.checks import not_a_server_error
+
+    from onceflow.ui.app import app
+
+    world, _ = page_world
+    coordinator = world.runtime.reader
+    committed = {seq: coordinator.describe(seq) for seq in range(1, coordinator.latest_seq() + 1)}
+    committed = {seq: s.decision for seq, s in committed.items() if s.state.value == "committed"}
+    schema = schemathesis.openapi.from_dict(app.openapi())
+    with closing(_client(world, "grace")) as grace:
+        headers = {"Authorization": grace.headers["Authorization"]}
+        for result in schema.get_all_operations():
+            operation = result.ok()
+
+            @settings(max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            @given(case=operation.as_strategy())
+            def answered(case):
+                response = case.call(base_url=f"{world.airflow.api_url}/onceflow", headers=headers, timeout=60)
+                case.validate_response(response, checks=[not_a_server_error])
+
+            answered()
+    after = {seq: coordinator.describe(seq).decision for seq in committed}
+    assert after == committed
+    report = world.audit()
+    assert report.ok, report.summary()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from onceflow.hooks.iceberg import catalog_properties
 from onceflow.hooks.kafka import KafkaConfigHook, cluster_from_extra
 from onceflow.hooks.s3 import S3ConnectionHook, connection_from_fields
 from onceflow.settings import ConfigurationError
@@ -39,3 +42,24 @@ def test_the_hooks_declare_their_connection_types_and_forms():
     assert (KafkaConfigHook.conn_type, S3ConnectionHook.conn_type) == ("onceflow_kafka", "onceflow_s3")
     assert "extra" in KafkaConfigHook.get_ui_field_behaviour()["relabeling"]
     assert "password" in S3ConnectionHook.get_ui_field_behaviour()["relabeling"]
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=300),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=30), inner, max_size=4),
+                     max_leaves=10)
+_extras = st.one_of(_json, st.dictionaries(st.sampled_from(["bootstrap.servers", "uri", "type", "endpoint_url",
+                                                            "region_name", "aws_session_token", "security.protocol", ""]),
+                                           _json, max_size=4))
+
+
+@settings(max_examples=400, deadline=None)
+@given(extra=_extras, login=st.none() | st.text(max_size=20), password=st.none() | st.text(max_size=20))
+def test_any_connection_extra_is_read_or_refused_naming_the_connection(extra, login, password):
+    """What a person can type into a connection form: each hook reads it, or refuses it naming the
+    connection (and the setting), never with a client's error later."""
+    for read in (lambda: cluster_from_extra("k", extra), lambda: catalog_properties("i", extra),
+                 lambda: connection_from_fields(login, password, extra, "s")):
+        try:
+            read()
+        except ConfigurationError as refused:
+            assert "Airflow connection" in str(refused) or "S3 credentials are half given" in str(refused), refused

@@ -298,12 +298,11 @@ def test_newer_and_older_formats_are_refused_with_what_to_do(local, monkeypatch)
     coord, world, parts = world_coordinator(local)
     plan = coord.plan_next(source(), config())
     prepare_all(coord, parts, plan)
-    monkeypatch.setattr(records, "FORMAT", 2)
-    monkeypatch.setattr(records, "MIN_FORMAT", 2)
+    monkeypatch.setattr(records, "FORMAT", records.FORMAT + 1)
+    monkeypatch.setattr(records, "MIN_FORMAT", records.FORMAT)
     with pytest.raises(LedgerFormatError, match=r"older onceflow.*half-committed.*finish it with the older version"):
         coord.commit(plan.batch_seq)
-    monkeypatch.setattr(records, "FORMAT", 1)
-    monkeypatch.setattr(records, "MIN_FORMAT", 1)
+    monkeypatch.undo()
     path = Path(local.describe(coord.ledger.plan_key(plan.batch_seq)))
     doc = json.loads(path.read_text())
     doc["format"] = 9
@@ -382,7 +381,7 @@ def test_an_operator_splits_or_skips_only_the_latest_aborted_batch_and_the_next_
         coord.intervene(split(2, 5))
     replay = coord.plan_next(src, config())
     assert [(r.start, r.end) for r in replay.ranges] == [(100, 103), (40, 40)] and replay.replay_of == 2
-    assert replay.params["intervention"] == split(2).note()
+    assert replay.intervention == split(2).note()
     with pytest.raises(InterventionRefused, match="not the latest"):
         coord.intervene(Intervention(2, Action.SKIP, "ana", "late", 1))
 
@@ -391,7 +390,7 @@ def test_an_operator_splits_or_skips_only_the_latest_aborted_batch_and_the_next_
     coord.intervene(Intervention(3, Action.SKIP, "ana", "still poison", 1))
     after = coord.plan_next(src, config())
     assert [(r.start, r.end) for r in after.ranges] == [(103, 203), (40, 40)] and after.replay_of is None
-    assert coord.describe(3).intervention.action is Action.SKIP and "still poison" in after.params["intervention"]
+    assert coord.describe(3).intervention.action is Action.SKIP and "still poison" in after.intervention
     assert poison.batch_seq == 2 and not world.visible.get(("files", 2)) and not world.visible.get(("files", 3))
 
 

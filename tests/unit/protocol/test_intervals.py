@@ -13,7 +13,7 @@ import pytest
 
 from onceflow.interval_batches import IntervalPlanner, committed_prefix
 from onceflow.ledger.storage import open_ledger_storage
-from onceflow.protocol.intervals import Interval, IntervalNotClosed, OffsetsLostError, SlotBusy, interval_of
+from onceflow.protocol.intervals import Interval, IntervalNotClosed, OffsetsLostError, SlotBusy
 from onceflow.protocol.planning import PlanningError, TopicPartition
 from onceflow.protocol.states import BatchState
 
@@ -95,7 +95,7 @@ def test_intervals_planned_in_any_order_tile_the_log_and_read_their_own_records(
         plans.append(planned.plan)
     assert not tiling_errors(plans)
     for plan in plans:
-        interval = interval_of(plan)
+        interval = plan.interval
         for r in plan.ranges:
             stamps = log.stamps[TopicPartition(r.topic, r.partition)][r.start:r.end]
             assert len(stamps) == 60 and all(interval.start_ms <= t < interval.end_ms for t in stamps), (interval, r)
@@ -147,7 +147,7 @@ def test_a_late_record_lands_in_exactly_one_interval(pipeline):
     log.append(P1, T0 + 3 * H)
     done += [planner.plan(log, i, run_id=str(i)).plan for i in (third, second)]
     late = len(every_minute(0, 3))  # its offset in partition 0
-    holders = [interval_of(p) for p in done for r in p.ranges if r.partition == 0 and r.start <= late < r.end]
+    holders = [p.interval for p in done for r in p.ranges if r.partition == 0 and r.start <= late < r.end]
     assert holders == [third]
     assert not tiling_errors(done)
 
@@ -167,7 +167,7 @@ def test_a_committed_interval_is_a_no_op_and_an_aborted_one_replays_its_ranges(p
     coord.rollback(aborted.batch_seq, "spark task failed")
     replay = planner.plan(log, two, run_id="r2").plan
     assert replay.batch_seq > aborted.batch_seq and replay.replay_of == aborted.batch_seq
-    assert replay.ranges == aborted.ranges and interval_of(replay) == two
+    assert replay.ranges == aborted.ranges and replay.interval == two
     assert coord.ledger.latest_interval_index(two) == 2
 
 
@@ -187,12 +187,12 @@ def test_batches_in_flight_take_distinct_slots_and_wait_for_a_free_one(pipeline)
     plans = [planner.plan(log, i, run_id=str(i)).plan for i in hours(5)[:4]]
     ids = [p.sink("events").transactional_ids for p in plans]
     assert len({i for group in ids for i in group}) == 8  # 4 batches x 2 splits, none shared
-    assert [p.params["slot"] for p in plans] == [1, 2, 3, 0]
+    assert [p.slot for p in plans] == [1, 2, 3, 0]
     with pytest.raises(SlotBusy, match=r"slot 1 .* held by batch 0000000001 .* batches_in_flight=4"):
         planner.plan(log, hours(5)[4], run_id="fifth")
     commit(coord, parts, plans[0])
     fifth = planner.plan(log, hours(5)[4], run_id="fifth").plan
-    assert fifth.params["slot"] == 1 and fifth.sink("events").transactional_ids == ids[0]
+    assert fifth.slot == 1 and fifth.sink("events").transactional_ids == ids[0]
 
 
 def test_records_deleted_before_they_were_read_fail_the_plan_naming_them(pipeline):
@@ -273,7 +273,7 @@ def test_reprocessing_a_committed_interval_replaces_its_batch_and_the_ledger_say
     how = {"files": "replaced", "events": "republished"}
     replacement = planner.plan(log, interval, run_id="backfill", reprocess=lambda: how).plan
     assert replacement.ranges == committed.ranges and replacement.replay_of is None
-    assert (replacement.params["replaces"], replacement.params["reprocessed"]) == (committed.batch_seq, how)
+    assert (replacement.replaces.batch_seq, replacement.replaces.outputs) == (committed.batch_seq, how)
     assert planner.plan(log, interval, run_id="backfill", reprocess=lambda: how).plan == replacement  # plan task retried
     commit(coord, parts, replacement)
     assert planner.plan(log, interval, run_id="later").already_committed  # no reprocess asked: a no-op again
@@ -290,7 +290,7 @@ def test_a_replacement_that_was_aborted_is_replayed_as_a_replacement(pipeline):
     coord.rollback(replacement.batch_seq, "the spark task failed")
     replay = planner.plan(log, interval, run_id="backfill").plan  # e.g. --reprocess-behavior failed
     assert replay.replay_of == replacement.batch_seq
-    assert (replay.params["replaces"], replay.params["reprocessed"]) == (committed.batch_seq, how)
+    assert (replay.replaces.batch_seq, replay.replaces.outputs) == (committed.batch_seq, how)
 
 
 def test_a_smaller_pool_still_waits_for_every_batch_holding_the_same_slot(pipeline):
@@ -299,12 +299,12 @@ def test_a_smaller_pool_still_waits_for_every_batch_holding_the_same_slot(pipeli
     plans = [planner.plan(log, i, run_id=str(i)).plan for i in hours(6)[:3]]  # pool 4: slots 1, 2, 3
     commit(coord, parts, plans[2])
     smaller = IntervalPlanner(coord, config(), grace_ms=0, pool=2, clock=clock)
-    assert smaller.plan(log, hours(6)[3], run_id="fourth").plan.params["slot"] == 0
+    assert smaller.plan(log, hours(6)[3], run_id="fourth").plan.slot == 0
     # Batch 5 takes slot 1: batch 3 (5 - 2) is finished, but batch 1, planned with 4 slots, holds slot 1.
     with pytest.raises(SlotBusy, match=r"slot 1 .* held by batch 0000000001"):
         smaller.plan(log, hours(6)[4], run_id="fifth")
     commit(coord, parts, plans[0])
-    assert smaller.plan(log, hours(6)[4], run_id="fifth").plan.params["slot"] == 1
+    assert smaller.plan(log, hours(6)[4], run_id="fifth").plan.slot == 1
 
 
 def test_a_slot_held_by_a_decided_batch_is_freed_by_finishing_it(pipeline):
@@ -323,7 +323,7 @@ def test_a_slot_held_by_a_decided_batch_is_freed_by_finishing_it(pipeline):
         faults.disarm()
     assert coord.describe(first.batch_seq).state is BatchState.COMMITTING
     second = small.plan(log, hours(2)[1], run_id="second").plan  # finishes the commit, then takes the slot
-    assert coord.describe(first.batch_seq).state is BatchState.COMMITTED and second.params["slot"] == 0
+    assert coord.describe(first.batch_seq).state is BatchState.COMMITTED and second.slot == 0
 
 
 def test_the_input_lag_counts_from_the_committed_prefix_or_before_it_from_the_earliest_interval(pipeline):

@@ -115,14 +115,14 @@ def test_bad_settings_fail_fast():
 def test_a_replay_takes_the_same_ranges_unless_it_cannot_get_through(src):
     first = plan_after(None, None, src)  # 80 and 50 records
     same = plan_after(first, BatchState.ABORTED, src)
-    assert same.ranges == first.ranges and "replanned" not in same.params
+    assert same.ranges == first.ranges and same.replanned is None
     # the run asks for smaller batches: the replay shrinks from the same starts, and says why
     smaller = plan_after(first, BatchState.ABORTED, src, max_records_per_partition=30)
     assert ends(smaller) == [(0, 20, 50), (1, 0, 30)] and smaller.replay_of == 1
-    assert "at most 30 records per partition" in smaller.params["replanned"]
+    assert "at most 30 records per partition" in smaller.replanned
     # a replay aborted again is halved, and again, down to one record
     halved = plan_after(same, BatchState.ABORTED, src)
-    assert ends(halved) == [(0, 20, 60), (1, 0, 40)] and "halved to 40" in halved.params["replanned"]
+    assert ends(halved) == [(0, 20, 60), (1, 0, 40)] and "halved to 40" in halved.replanned
     quartered = plan_after(halved, BatchState.ABORTED, src)
     assert ends(quartered) == [(0, 20, 40), (1, 0, 20)]
     # nothing is skipped: the next batch starts where the shrunk one ended
@@ -132,7 +132,7 @@ def test_a_replay_takes_the_same_ranges_unless_it_cannot_get_through(src):
 def test_a_topic_created_again_under_the_same_name_is_refused_never_read_on(src):
     src.ids["t"] = "id-one"
     first = plan_after(None, None, src)
-    assert first.params["topic_ids"] == {"t": "id-one"}
+    assert first.topic_ids == {"t": "id-one"}
     src.ids["t"] = "id-two"  # deleted and created again: its offsets now count another log
     src.produce("t", 0, 500)  # and it has already passed the old end
     for state in (BatchState.COMMITTED, BatchState.ABORTED):
@@ -149,11 +149,11 @@ def test_an_operators_split_caps_the_replay_and_a_skip_starts_after_the_aborted_
     split = Intervention(1, Action.SPLIT, "ana", "record 57 crashes the transform", 1, max_records_per_partition=10)
     replay = plan_after(first, BatchState.ABORTED, src, intervention=split)
     assert ends(replay) == [(0, 20, 30), (1, 0, 10)] and replay.replay_of == 1
-    assert replay.params["replanned"] == replay.params["intervention"] == split.note()
+    assert replay.replanned == replay.intervention == split.note()
     assert "split to at most 10 records per partition by ana: record 57" in split.note()
     # the run's own smaller cap wins; the plan still says which intervention it followed
     smaller = plan_after(first, BatchState.ABORTED, src, intervention=split, max_records_per_partition=4)
-    assert ends(smaller) == [(0, 20, 24), (1, 0, 4)] and smaller.params["intervention"] == split.note()
+    assert ends(smaller) == [(0, 20, 24), (1, 0, 4)] and smaller.intervention == split.note()
     # a split replay aborted again is halved, as any replay
     assert ends(plan_after(replay, BatchState.ABORTED, src)) == [(0, 20, 25), (1, 0, 5)]
 
@@ -162,7 +162,7 @@ def test_an_operators_split_caps_the_replay_and_a_skip_starts_after_the_aborted_
     src.produce("t", 1, 10)
     after = plan_after(first, BatchState.ABORTED, src, intervention=skip)
     assert ends(after) == [(0, 100, 100), (1, 50, 60)] and after.replay_of is None and after.batch_seq == 2
-    assert after.params["intervention"] == skip.note() and "130 records quarantined" in skip.note()
+    assert after.intervention == skip.note() and "130 records quarantined" in skip.note()
 
 
 def test_an_intervention_concerns_the_aborted_batch_before_the_plan_only(src):

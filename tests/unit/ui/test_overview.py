@@ -101,10 +101,11 @@ def test_an_interval_batch_shows_its_data_interval_and_the_batch_it_replaces(tmp
 
 
 def test_records_withheld_as_too_large_for_their_topic_are_shown_beside_the_output():
+    from onceflow.protocol.plan import OffsetRange, Plan
     from onceflow.status import batch_row, format_rows
 
     status = SimpleNamespace(
-        batch_id="0000000004", batch_seq=4, plan=SimpleNamespace(params={}, records=12, ranges=(), replay_of=None),
+        batch_id="0000000004", batch_seq=4, plan=Plan("p", 4, (OffsetRange("clicks", 0, 0, 12),)),
         state=BatchState.COMMITTED, attempt=1, missing_votes=(), decision=None, done={}, timings={}, intervention=None,
         votes={"out": Vote("out", 4, 1, {}, records=10, withheld=2), "files": Vote("files", 4, 1, {}, records=12)})
     row = batch_row(status)
@@ -116,21 +117,21 @@ def test_records_withheld_as_too_large_for_their_topic_are_shown_beside_the_outp
 
 def test_an_operators_split_or_skip_is_shown_with_who_why_and_where_the_records_are():
     from onceflow.protocol.interventions import Action, Intervention, QuarantinedRange
-    from onceflow.protocol.plan import OffsetRange
+    from onceflow.protocol.plan import OffsetRange, Plan
     from onceflow.status import batch_row, format_rows
 
     rng = OffsetRange("clicks", 0, 5, 9)
     skip = Intervention(3, Action.SKIP, "ana", "record v6 is poison", 1_700_000_000_000,
                         quarantine=(QuarantinedRange(rng, 4, "s3://b/wh/_onceflow/p/quarantine/0000000003/clicks/0-5-9.parquet"),))
     status = SimpleNamespace(
-        batch_id="0000000003", batch_seq=3, plan=SimpleNamespace(params={}, records=4, ranges=(rng,), replay_of=2),
+        batch_id="0000000003", batch_seq=3, plan=Plan("p", 3, (rng,), replay_of=2),
         state=BatchState.ABORTED, attempt=1, missing_votes=(), decision=None, done={}, timings={}, intervention=skip, votes={})
     row = batch_row(status)
     text = format_rows([row])
     assert "skipped; quarantined: 4 in s3://b/wh/_onceflow/p/quarantine/0000000003/clicks/0-5-9.parquet, by ana" in text
     assert "record v6 is poison" in text
     following = SimpleNamespace(**{**vars(status), "batch_seq": 4, "batch_id": "0000000004", "intervention": None,
-                                   "plan": SimpleNamespace(params={"intervention": skip.note()}, records=0, ranges=(), replay_of=None)})
+                                   "plan": Plan("p", 4, (), intervention=skip.note())})
     assert f"follows: {skip.note()}" in format_rows([batch_row(following)])
     html = render("run.html", view={"dag_id": "p", "batch": {**row, "dead_letters": None, "stages_ms": {}}}, run_id="r")
     assert "skipped, 4 records quarantined by ana: record v6 is poison" in html and "4 records in s3://b/wh/" in html

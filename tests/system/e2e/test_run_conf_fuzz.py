@@ -1,0 +1,67 @@
+"""Run confs through a real Airflow (api-server, scheduler, dag-processor) as the Trigger dialog,
+``airflow dags trigger --conf`` or the REST API send them: every key the plan's one parameter
+dictionary carried before facts were typed, with a wrong and a plausible value, then confs drawn
+at random. Each run is refused at its plan task, naming what was wrong, before anything is
+written; every committed batch stays intact (the audit reads the raw input and the real outputs);
+the pipeline plans and commits its next batch. Slow (about 4 minutes): ``make test`` sends three of
+these confs in test_clickstream_api.py."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.system.e2e.conftest import broker_with_topics, make_world, refused_runs
+from tests.unit.protocol.test_run_inputs import PLAN_PARAMS_KEYS, VALUES
+
+pytestmark = pytest.mark.slow
+DAG_ID = "clickstream_exactly_once"
+PER_PARTITION = 100
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    with broker_with_topics() as broker:
+        world = make_world(broker, tmp_path_factory.mktemp("conf-fuzz"))
+        world.produce(6 * PER_PARTITION, seed=7)
+        with world.airflow, world.airflow.api() as api:
+            api.wait_for_dag(DAG_ID, timeout=180)
+            api.unpause(DAG_ID)
+            run_id = api.trigger(DAG_ID, conf={"max_records_per_partition": PER_PARTITION})
+            assert api.wait_for_run(DAG_ID, run_id, timeout=600) == "success", api.explain(DAG_ID, run_id)
+            yield world, api, world.audit()
+
+
+@pytest.mark.parametrize("key", PLAN_PARAMS_KEYS)
+def test_a_protocol_key_in_a_run_conf_is_refused_naming_it(running, key):
+    world, api, committed = running
+    confs = [{key: VALUES[key][0]}, {key: VALUES[key][1]}]
+    for log in refused_runs(api, DAG_ID, confs).values():
+        assert f"run parameter(s) {key!r} that the pipeline does not declare" in log, log
+    assert world.runtime.coordinator.latest_seq() == 1
+    assert world.audit().to_dict() == committed.to_dict()
+
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.text(max_size=5000),
+                    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=3))
+
+
+def test_random_confs_are_refused_or_run_and_the_pipeline_goes_on(running):
+    world, api, committed = running
+    confs = []
+
+    @settings(max_examples=8, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(conf=st.dictionaries(st.one_of(st.sampled_from(PLAN_PARAMS_KEYS), st.text(min_size=1, max_size=200)),
+                                _values, min_size=1, max_size=4))
+    def draw(conf):
+        confs.append(conf)
+
+    draw()
+    for conf, log in zip(confs, refused_runs(api, DAG_ID, confs).values()):
+        assert "that the pipeline does not declare" in log and repr(sorted(conf)[0][:80]) in log, (conf, log)
+    assert world.runtime.coordinator.latest_seq() == 1
+    run_id = api.trigger(DAG_ID, conf={"max_records_per_partition": PER_PARTITION})
+    assert api.wait_for_run(DAG_ID, run_id, timeout=600) == "success", api.explain(DAG_ID, run_id)
+    report = world.audit()
+    assert report.ok and report.committed_batches == 2 and report.input_records == 4 * PER_PARTITION, report.summary()

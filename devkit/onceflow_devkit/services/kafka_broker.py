@@ -1,6 +1,7 @@
-"""The embedded Kafka-protocol brokers: noida-db (default) and Tansu.
+"""The brokers the dev kit starts: noida-db (default) and Tansu, embedded
+Kafka-protocol brokers, and Apache Kafka itself run from its jars (apache_kafka).
 
-Neither is Apache Kafka. ``CAPABILITIES`` records, per broker, the behaviours
+Neither embedded broker is Apache Kafka. ``CAPABILITIES`` records, per broker, the behaviours
 that differ (ENVIRONMENT.md measured them); tests name the capability they
 rely on and are skipped with that reason on a broker that lacks it.
 """
@@ -10,8 +11,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from onceflow.kafka.cluster import KafkaCluster
+from onceflow_devkit.services import apache_kafka
 from onceflow_devkit.services.process import ManagedProcess, ServiceError, pick_port
 from onceflow_devkit.services.s3 import S3Endpoint
 
@@ -73,8 +76,13 @@ CAPABILITIES: dict[str, frozenset[str]] = {
     "tansu": frozenset({KEEPS_OPEN_TXNS_ON_RESTART, SURVIVES_SIGKILL}),
     # An external cluster named by ONCEFLOW_KAFKA_BOOTSTRAP is taken to be Apache Kafka.
     "external": APACHE_KAFKA,
+    # Apache Kafka from its jars (apache_kafka.VERSIONS): the newest 4.x and the last 3.x line.
+    "apache": APACHE_KAFKA,
+    "apache-3.9": APACHE_KAFKA,
 }
+# The matrix tests parametrize over by default; start_broker also starts ALL_BROKERS.
 BROKERS = ("noida", "tansu")
+ALL_BROKERS = BROKERS + tuple(apache_kafka.VERSIONS)
 
 
 @dataclass(frozen=True, repr=False)
@@ -126,15 +134,22 @@ def start_broker(
     s3: S3Endpoint | None = None,
     port: int | None = None,
     die_with_parent: bool = False,
+    settings: Mapping[str, str] | None = None,
 ) -> KafkaBroker:
-    """Start an embedded broker; Tansu stores its log in S3 so it survives restarts.
+    """Start a broker; Tansu stores its log in S3 so it survives restarts, Apache
+    Kafka keeps its data (and open transactions) in ``proc``'s directory.
 
     ``port`` pins the port (a restart keeps the address clients know); by
-    default the usual Kafka port is used when free.
+    default the usual Kafka port is used when free. ``settings``: Apache Kafka
+    server properties (e.g. ``transaction.max.timeout.ms``), kept across restarts.
     """
     port = port or pick_port(DEFAULT_PORT)
     bootstrap = f"127.0.0.1:{port}"
     env = dict(os.environ)
+    if kind in apache_kafka.VERSIONS:
+        bootstrap = apache_kafka.start_node(proc, apache_kafka.VERSIONS[kind], port, settings=settings,
+                                            die_with_parent=die_with_parent)
+        return KafkaBroker(bootstrap, name=kind)
     if kind == "noida":
         argv = [_noida_binary(), "start", "--only", "kafka", "--kafka-port", str(port), "--data-dir", str(proc.data_dir)]
     elif kind == "tansu":
@@ -151,7 +166,7 @@ def start_broker(
             "--storage-engine", f"s3://{TANSU_BUCKET}/",
         ]
     else:
-        raise ServiceError(f"unknown broker {kind!r}: choose one of {', '.join(BROKERS)}")
+        raise ServiceError(f"unknown broker {kind!r}: choose one of {', '.join(ALL_BROKERS)}")
     proc.start(argv, port=port, env=env, ready=lambda: broker_answers(bootstrap), timeout=60, die_with_parent=die_with_parent)
     return KafkaBroker(bootstrap, name=kind)
 

@@ -44,7 +44,7 @@ from ..layout import kafka_staging_dir, withheld_dir
 from ..storage import Storage, storage_for
 from .headers import REPAIR
 from .lifetime import DEFAULT_SAFETY_FRACTION
-from .writer import StagedCopyDamaged, TxnHandle, handle_headers, open_staged
+from .writer import TRANSACTION_VERSION, StagedCopyDamaged, TxnHandle, handle_headers, open_staged
 
 AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit: EndTxn sent for every split, nothing verified yet")
 
@@ -72,8 +72,8 @@ def _where(h: TxnHandle) -> str:
     return f"batch {h.batch_id} split {h.split} ({h.transactional_id}) on {h.topic}"
 
 
-def _identity(h: TxnHandle) -> tuple[str, int, int]:
-    return h.transactional_id, h.producer_id, h.epoch
+def _identity(h: TxnHandle) -> tuple[str, int, int, int]:
+    return h.transactional_id, h.producer_id, h.epoch, h.transaction_version or TRANSACTION_VERSION
 
 
 def _worst(results: Sequence[Result]) -> Result:

@@ -13,8 +13,15 @@ visibility afterwards. A connection closed without an answer (Tansu, stale
 epoch) is an explicit outcome too, handled like a fencing error.
 
 Idempotency: a retried EndTxn with the same outcome answers no error on every
-broker tried (ENVIRONMENT.md); this module retries transient errors itself
+broker tried (docs/brokers.md); this module retries transient errors itself
 until ``timeout_s``.
+
+The request version is chosen on purpose, never negotiated up: Apache Kafka
+4.x takes EndTxn v5 and newer on the transactions-v2 path (KIP-890: the epoch
+is bumped at every commit), v0-v4 on the v1 path. onceflow's producers
+(librdkafka) begin their transactions on v1, and each vote's handle records
+that version; EndTxn speaks at most ``END_TXN_MAX_VERSION[that version]``
+whatever kafka-python and the broker could agree on (docs/brokers.md).
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ class Action(enum.Enum):
 
 CONNECTION_CLOSED = -1000    # pseudo error code: the broker closed the connection without answering
 
+# Transaction protocol version -> the newest EndTxn request version on its path. v2 (epoch bumped at
+# every EndTxn, KIP-890) is not spoken: a handle that names it is refused, not guessed at.
+END_TXN_MAX_VERSION = {1: 4}
+
 # error code -> (name, action). Anything not listed is FAIL: unknown is not success.
 ACTIONS: dict[int, tuple[str, Action]] = {
     0: ("NONE", Action.DONE),
@@ -70,6 +81,8 @@ class EndTxnReply:
     error_code: int
     error_name: str
     attempts: int
+    # The EndTxn request version the last attempt spoke (None: no EndTxn was sent).
+    version: int | None = None
 
     def __str__(self) -> str:
         return f"{self.error_name} ({self.error_code}) after {self.attempts} attempt(s) -> {self.action.value}"
@@ -86,11 +99,17 @@ def end_txn(
     producer_epoch: int,
     commit: bool,
     timeout_s: float = 30.0,
+    *,
+    transaction_version: int,
 ) -> EndTxnReply:
-    """Send EndTxn for the recorded handle; retry RETRY answers until ``timeout_s``.
+    """Send EndTxn for the recorded handle, on the path of the transaction protocol version its
+    producer began on; retry RETRY answers until ``timeout_s``.
 
     Returns the last answer; the caller acts on ``reply.action``.
     """
+    if transaction_version not in END_TXN_MAX_VERSION:
+        return EndTxnReply(Action.FAIL, 35, f"UNSUPPORTED_TRANSACTION_VERSION_{transaction_version}", 0)
+    max_version = END_TXN_MAX_VERSION[transaction_version]
     deadline = time.monotonic() + timeout_s
     attempts = 0
     backoff = 0.05
@@ -98,8 +117,10 @@ def end_txn(
     try:
         while True:
             attempts += 1
+            version = None
             try:
-                code = _find_and_end(client, transactional_id, producer_id, producer_epoch, commit, timeout_s)
+                code, version = _find_and_end(client, transactional_id, producer_id, producer_epoch, commit, timeout_s,
+                                              max_version)
             except (KafkaConnectionError, ConnectionError) as exc:
                 log.info("EndTxn for %s: connection closed without response (%s)", transactional_id, exc)
                 code = CONNECTION_CLOSED
@@ -107,7 +128,7 @@ def end_txn(
                 code = 7
             name, action = classify(code)
             if action is not Action.RETRY or time.monotonic() + backoff > deadline:
-                return EndTxnReply(action, code, name, attempts)
+                return EndTxnReply(action, code, name, attempts, version)
             time.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
     finally:
@@ -116,21 +137,24 @@ def end_txn(
 
 def end_txns(
     config: Mapping[str, Any],
-    handles: Sequence[tuple[str, int, int]],
+    handles: Sequence[tuple[str, int, int, int]],
     commit: bool,
     timeout_s: float = 30.0,
 ) -> list[EndTxnReply]:
-    """``end_txn`` for each (transactional id, producer id, epoch), one after another.
+    """``end_txn`` for each (transactional id, producer id, epoch, transaction version), one after another.
 
     Not concurrently: Tansu once answered "no error" to one of two EndTxn
     requests sent at the same time and left that transaction open (a chaos
     run; its last stable offset never moved again). Answers come back in the
     order of ``handles``.
     """
-    return [end_txn(config, tid, pid, epoch, commit, timeout_s) for tid, pid, epoch in handles]
+    return [end_txn(config, tid, pid, epoch, commit, timeout_s, transaction_version=version)
+            for tid, pid, epoch, version in handles]
 
 
-def _find_and_end(client, transactional_id: str, producer_id: int, epoch: int, commit: bool, timeout_s: float) -> int:
+def _find_and_end(client, transactional_id: str, producer_id: int, epoch: int, commit: bool, timeout_s: float,
+                  max_version: int) -> tuple[int, int | None]:
+    """(error code, EndTxn version spoken): FindCoordinator, then EndTxn to that coordinator."""
     timeout_ms = int(timeout_s * 1000)
     client.get_broker_version(timeout_ms)
     node = client.least_loaded_node()
@@ -145,10 +169,8 @@ def _find_and_end(client, transactional_id: str, producer_id: int, epoch: int, c
     else:
         error, coordinator = found.error_code, found.node_id
     if error:
-        return error
-    reply = client.send_and_receive(
-        coordinator,
-        EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch, committed=commit),
-        timeout_ms=timeout_ms,
-    )
-    return reply.error_code
+        return error, None
+    request = EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch,
+                            committed=commit, max_version=max_version)
+    reply = client.send_and_receive(coordinator, request, timeout_ms=timeout_ms)
+    return reply.error_code, request.API_VERSION

@@ -56,6 +56,10 @@ from .partitioners import DEFAULT as DEFAULT_PARTITIONER, partition_function
 from .headers import CURRENT_FORMAT, REPAIR, record_headers
 from .reader import HEADERS_TYPE
 
+# The transaction protocol version librdkafka's producers begin on (confluent-kafka 2.x: v1; KIP-890's
+# v2 is not spoken). Recorded in each handle: the commit's EndTxn takes that version's path.
+TRANSACTION_VERSION = 1
+
 STAGED_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE)]
 )
@@ -111,6 +115,9 @@ class TxnHandle:
     max_record_bytes: int = 0
     # The headers' format (``headers.FORMATS``); 0 in votes from before this field.
     record_format: int = 0
+    # The transaction protocol version the producer began on (``txn_protocol``); 0 in votes
+    # from before this field, whose producers all spoke v1.
+    transaction_version: int = 0
 
     @property
     def records(self) -> int:
@@ -459,6 +466,7 @@ class TransactionalSplitWriter:
             withheld_sha256=self._withheld_file.digest.hexdigest() if self._withheld_file else "",
             max_record_bytes=self.max_record_bytes,
             record_format=self.record_format,
+            transaction_version=TRANSACTION_VERSION,
         )
 
     def abandon(self) -> None:

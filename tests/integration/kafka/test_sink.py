@@ -20,7 +20,7 @@ from onceflow.kafka.ids import repair_id, transactional_ids
 from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
 from onceflow.kafka.txn_protocol import end_txn
 from onceflow.kafka.headers import REPAIR, record_headers
-from onceflow.kafka.writer import PreCommitError, TransactionalSplitWriter, staged_uri
+from onceflow.kafka.writer import TRANSACTION_VERSION, PreCommitError, TransactionalSplitWriter, staged_uri
 from onceflow.protocol.participant import Outcome, Vote
 from onceflow.protocol.plan import Plan, SinkPlan
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
@@ -130,7 +130,7 @@ def test_zombie_that_keeps_writing_after_it_was_fenced_gets_nothing_into_the_out
         zombie.write_batch(_values("zombie", 50, 100))
         zombie.precommit()
     # The winner's init_transactions bumped the epoch: the zombie's is the one before.
-    end_txn(config, handle.transactional_id, handle.producer_id, handle.epoch - 1, commit=True, timeout_s=5)
+    end_txn(config, handle.transactional_id, handle.producer_id, handle.epoch - 1, commit=True, timeout_s=5, transaction_version=TRANSACTION_VERSION)
 
     result = _participant(kafka_broker, pipeline, tmp_path).commit(_vote(handle))
 

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from onceflow.kafka.txn_protocol import end_txn
 from onceflow.kafka.visibility import SEEK_GAP, Observer, State, confirm_aborted
 from onceflow.kafka.headers import CURRENT_FORMAT, batch_and_split
-from onceflow.kafka.writer import TransactionalSplitWriter, TxnHandle, staged_uri
+from onceflow.kafka.writer import TRANSACTION_VERSION, TransactionalSplitWriter, TxnHandle, staged_uri
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.integration.kafka.helpers import create_topic
 from tests.support import require
@@ -96,7 +96,7 @@ def test_open_splits_are_open_and_committed_ones_settle_in_one_scan(interleaved)
     with Observer(config, timeout_s=15) as observer:
         assert [v.state for v in observer.observe(handles)] == [State.OPEN, State.OPEN]
         for h in handles:
-            assert end_txn(config, h.transactional_id, h.producer_id, h.epoch, commit=True).error_name == "NONE"
+            assert end_txn(config, h.transactional_id, h.producer_id, h.epoch, commit=True, transaction_version=TRANSACTION_VERSION).error_name == "NONE"
         views = observer.settle(handles)
     assert [v.state for v in views] == [State.COMMITTED, State.COMMITTED], [v.describe() for v in views]
     assert [sum(pv.original for pv in v.partitions) for v in views] == [h.records for h in handles]
@@ -105,8 +105,8 @@ def test_open_splits_are_open_and_committed_ones_settle_in_one_scan(interleaved)
 def test_a_committed_and_an_aborted_split_are_told_apart_in_one_scan(kafka_broker, interleaved):
     require(kafka_broker, HIDES_ABORTED_RECORDS)
     config, (committed, aborted), _ = interleaved
-    end_txn(config, committed.transactional_id, committed.producer_id, committed.epoch, commit=True)
-    end_txn(config, aborted.transactional_id, aborted.producer_id, aborted.epoch, commit=False)
+    end_txn(config, committed.transactional_id, committed.producer_id, committed.epoch, commit=True, transaction_version=TRANSACTION_VERSION)
+    end_txn(config, aborted.transactional_id, aborted.producer_id, aborted.epoch, commit=False, transaction_version=TRANSACTION_VERSION)
     with Observer(config, timeout_s=15) as observer:
         views = confirm_aborted(observer, [committed, aborted], observer.settle([committed, aborted]))
         # From each partition's start, every record counted: the same verdicts.
@@ -139,7 +139,7 @@ def test_splits_pre_committed_by_older_onceflow_versions_settle_beside_a_current
     with Observer(config, timeout_s=15) as observer:
         assert [v.state for v in observer.observe(as_voted)] == [State.OPEN] * 3
         for h in as_voted:
-            assert end_txn(config, h.transactional_id, h.producer_id, h.epoch, commit=True).error_name == "NONE"
+            assert end_txn(config, h.transactional_id, h.producer_id, h.epoch, commit=True, transaction_version=TRANSACTION_VERSION).error_name == "NONE"
         views = observer.settle(as_voted)
         from_start = observer.observe(as_voted, from_start=True)
     assert [v.state for v in views] == [State.COMMITTED] * 3, [v.describe() for v in views]

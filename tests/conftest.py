@@ -2,9 +2,10 @@
 
 - ``s3_endpoint``: moto_server (or ``ONCEFLOW_S3_ENDPOINT``); ``s3_bucket``
   gives each test a fresh bucket.
-- ``kafka_broker``: parametrized over the embedded brokers (noida, tansu) and,
-  when ``ONCEFLOW_KAFKA_BOOTSTRAP`` is set, the external one. Narrow it with
-  ``ONCEFLOW_TEST_BROKERS=noida,tansu,external``.
+- ``kafka_broker``: parametrized over Apache Kafka 4.x (started from its jars),
+  the compatible brokers noida and tansu (slow) and, when
+  ``ONCEFLOW_KAFKA_BOOTSTRAP`` is set, the external one. Choose with
+  ``ONCEFLOW_TEST_BROKERS=apache,apache-3.9,noida,tansu,external``.
 - ``restart_broker``: restart the embedded broker a test runs on.
 - ``spark``: a local[2] SparkSession whose Python workers use this venv.
 - ``spark_standalone``: a Spark standalone master and worker (cluster mode).
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from onceflow_devkit.services.kafka_broker import BROKERS, KafkaBroker, start_broker
+from onceflow_devkit.services.kafka_broker import COMPATIBLE, DEFAULT_BROKER, KafkaBroker, start_broker
 from onceflow_devkit.services.process import ManagedProcess
 from onceflow_devkit.services.s3 import ACCESS_KEY as S3_ACCESS_KEY, SECRET_KEY as S3_SECRET_KEY, S3Endpoint, start_moto
 from onceflow_devkit.services.spark_connect import SparkConnectServer, start_connect_server
@@ -66,12 +67,20 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(TEST_HOME, ignore_errors=True)
 
 
-def _broker_params() -> list[str]:
+def _broker_names() -> list[str]:
+    """The brokers of the matrix: Apache Kafka, then the compatible brokers (and the external one)."""
     wanted = os.environ.get("ONCEFLOW_TEST_BROKERS")
-    names = list(BROKERS) + (["external"] if os.environ.get("ONCEFLOW_KAFKA_BOOTSTRAP") else [])
     if wanted:
-        names = [n for n in wanted.split(",") if n]
-    return names
+        return [n for n in wanted.split(",") if n]
+    return [DEFAULT_BROKER, *COMPATIBLE] + (["external"] if os.environ.get("ONCEFLOW_KAFKA_BOOTSTRAP") else [])
+
+
+def _broker_params() -> list:
+    """The ``kafka_broker`` matrix: by default the compatible brokers are in the slow set (``make test``
+    runs Apache Kafka); named in ``ONCEFLOW_TEST_BROKERS``, each runs as asked."""
+    chosen = bool(os.environ.get("ONCEFLOW_TEST_BROKERS"))
+    return [name if chosen or name not in COMPATIBLE else pytest.param(name, marks=pytest.mark.slow)
+            for name in _broker_names()]
 
 
 @pytest.fixture(scope="session")
@@ -144,8 +153,8 @@ def kafka_broker(request, _brokers) -> KafkaBroker:
 
 @pytest.fixture
 def one_kafka_broker(_brokers) -> KafkaBroker:
-    """The first broker of the matrix (noida by default): for tests whose subject is not the broker."""
-    return _brokers.get(_broker_params()[0])
+    """The first broker of the matrix (Apache Kafka by default): for tests whose subject is not the broker."""
+    return _brokers.get(_broker_names()[0])
 
 
 @pytest.fixture

@@ -38,9 +38,24 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+# Apache Kafka, the broker the demo and the tests run on, comes from Maven Central as jars
+# (devkit/kafka/pom.xml; cached in ~/.cache/onceflow, fetched below once).
+if ! command -v mvn >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "onceflow setup: installing maven (Debian package) to fetch Apache Kafka's jars"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven; } >/dev/null 2>&1 \
+      || fail "could not install maven. Install it (apt-get install maven) to run Apache Kafka, or run on a compatible broker: ONCEFLOW_TEST_BROKERS=noida make test, onceflow demo --broker noida"
+  else
+    fail "Maven (mvn) fetches Apache Kafka's jars and was not found. Install it (apt-get install maven), or run on a compatible broker: ONCEFLOW_TEST_BROKERS=noida make test, onceflow demo --broker noida"
+  fi
+fi
+
+fetch_kafka() { .venv/bin/python -m onceflow_devkit.services.apache_kafka >/dev/null || fail "fetching Apache Kafka's jars with Maven failed (see above)"; }
+
 stamp=.venv/.onceflow-installed
 want=$(cat requirements.txt constraints.txt pyproject.toml devkit/pyproject.toml examples/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/onceflow ]; then
+  fetch_kafka
   exit 0
 fi
 
@@ -57,4 +72,5 @@ pyspark_pin=$(grep -E '^pyspark==' requirements.txt)
 .venv/bin/python -c 'import pyspark, onceflow, onceflow_devkit, onceflow_examples; assert pyspark.__version__ == "'"${pyspark_pin#pyspark==}"'", pyspark.__version__' \
   || fail "PySpark in .venv is not ${pyspark_pin#pyspark==} after the repair step; remove .venv and run again."
 echo "$want" > "$stamp"
+fetch_kafka
 echo "onceflow setup: .venv is ready"

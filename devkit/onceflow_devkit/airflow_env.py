@@ -49,7 +49,7 @@ def onceflow_airflow(
         **({"python": Path(python)} if python else {}),
     )
     airflow.set_connection(
-        "onceflow_kafka", {"conn_type": "onceflow_kafka", "extra": {"bootstrap.servers": kafka.bootstrap, **kafka.client_config}}
+        "onceflow_kafka", {"conn_type": "onceflow_kafka", "extra": kafka.connection_extra()}
     )
     airflow.set_connection("onceflow_spark", spark_connect.connection() if spark_connect else
                            {"conn_type": "spark", "host": spark_master})

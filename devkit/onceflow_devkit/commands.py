@@ -22,7 +22,7 @@ import sys
 
 from onceflow.cli import add_pipeline_arguments, runtime_from_args
 from onceflow_devkit.chaos.schedule import ALL_KINDS
-from onceflow_devkit.services.kafka_broker import BROKERS
+from onceflow_devkit.services.kafka_broker import BROKERS, COMPATIBLE, DEFAULT_BROKER
 from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
 
 
@@ -87,7 +87,7 @@ def _chaos(args: argparse.Namespace) -> int:
     from onceflow_devkit.chaos.figures import combined
     from onceflow_devkit.chaos.runner import WAREHOUSES, run_matrix
 
-    brokers = BROKERS if args.broker == "all" else (args.broker,)
+    brokers = (DEFAULT_BROKER, *COMPATIBLE) if args.broker == "all" else (args.broker,)
     warehouses = WAREHOUSES if args.warehouse == "all" else (args.warehouse,)
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (lambda text: print(text, flush=True))
     results = run_matrix(args.batches, args.seed, brokers, warehouses, say=say,
@@ -122,12 +122,14 @@ def _chaos_report(args: argparse.Namespace) -> int:
 def add_commands(sub) -> None:
     services = sub.add_parser("services", help="start, stop or inspect the embedded stack (dev kit)")
     services.add_argument("action", choices=["up", "down", "status"])
-    services.add_argument("--broker", choices=BROKERS, default="noida", help="embedded Kafka broker (default: noida)")
+    services.add_argument("--broker", choices=BROKERS, default=DEFAULT_BROKER,
+                          help=f"Kafka broker (default: {DEFAULT_BROKER}, Apache Kafka 4.x; noida and tansu are "
+                          "Kafka-compatible brokers)")
     services.add_argument("--json", action="store_true", help="status as JSON")
     services.set_defaults(func=_services)
 
     demo = sub.add_parser("demo", help="run the demo end to end on the embedded stack (dev kit)")
-    demo.add_argument("--broker", choices=BROKERS, default="noida")
+    demo.add_argument("--broker", choices=BROKERS, default=DEFAULT_BROKER)
     demo.add_argument("--keep-running", action="store_true",
                       help="leave the stack and Airflow up afterwards, and print the onceflow page's URL")
     demo.add_argument("--stop", action="store_true", help="stop what --keep-running left up")
@@ -144,7 +146,7 @@ def add_commands(sub) -> None:
     chaos = sub.add_parser("chaos", help="faulted batches of the example pipeline through Airflow, then an audit (dev kit)")
     chaos.add_argument("--batches", type=int, required=True, help="faulted batches in all (split over the combinations)")
     chaos.add_argument("--seed", type=int, required=True, help="the same seed asks for the same faults in the same order")
-    chaos.add_argument("--broker", choices=[*BROKERS, "all"], default="noida")
+    chaos.add_argument("--broker", choices=[*BROKERS, "all"], default=DEFAULT_BROKER)
     chaos.add_argument("--warehouse", choices=["file", "s3", "all"], default="file",
                        help="file: a local directory; s3: the embedded S3 behind a fault-injecting proxy")
     chaos.add_argument("--records-per-partition", type=int, default=100, help="input records per partition and batch")

@@ -27,6 +27,7 @@ import time
 
 from onceflow.protocol.batch_id import BatchId
 from onceflow.settings import ICEBERG_CATALOGS_VAR
+from onceflow_devkit.services.kafka_broker import DEFAULT_BROKER
 from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, forget_embedded_catalogs, table_history
 
@@ -61,7 +62,7 @@ def _spark_connect_process(home):
     return ManagedProcess("spark-connect", home / "spark-connect")
 
 
-def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: bool = False) -> int:
+def run_demo(broker: str = DEFAULT_BROKER, warehouse: str | None = None, keep_running: bool = False) -> int:
     from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY
     from onceflow_examples.clickstream_data import generate, produce
 
@@ -71,7 +72,6 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
     from onceflow.audit.replay import replay_audit
     from onceflow.cli import audit_session
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
-    from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
     from onceflow_devkit.local_airflow.metadata import MetadataDb
     from onceflow_devkit.services.spark_connect import start_connect_server
 
@@ -130,11 +130,10 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
                 _say(f"[run {n}]   unexpected outcome: {result.describe()}")
                 return 1
 
-        shows_aborted = HIDES_ABORTED_RECORDS not in info.kafka.capabilities
-        report = audit_clickstream(runtime, hides_aborted=not shows_aborted)
+        report = audit_clickstream(runtime, hides_aborted=info.kafka.broker.hides_aborted)
         _say(report.summary())
         with audit_session(runtime.spec, remote=server.url) as spark:  # `onceflow audit --remote`: replayed on the server
-            replayed = replay_audit(spark, runtime, shows_aborted=shows_aborted)
+            replayed = replay_audit(spark, runtime)
         _say(replayed.summary())
         for line in table_history(runtime, "page_minute_table"):
             _say(line)
@@ -147,7 +146,7 @@ def run_demo(broker: str = "noida", warehouse: str | None = None, keep_running: 
         recheck = (f"set -a; . {stack.env_file}; . {catalogs_env}; set +a; export ONCEFLOW_HOME={home / 'stack'} "
                    f"ONCEFLOW_WAREHOUSE={warehouse} ONCEFLOW_DAGS_FOLDER={DAGS_FOLDER}\n"
                    "          .venv/bin/onceflow status --pipeline clickstream; .venv/bin/onceflow audit --pipeline clickstream"
-                   + (" --kafka-shows-aborted" if shows_aborted else "") + "; .venv/bin/onceflow oracle-audit --pipeline clickstream")
+                   "; .venv/bin/onceflow oracle-audit --pipeline clickstream")
         if keep_running:
             airflow.start(timeout=180, detach=True)
             _say(f"[ui]      the onceflow page: {airflow.api_url}/plugin/onceflow (Airflow's UI, Plugins > onceflow);"

@@ -162,7 +162,7 @@ def _audit(args: argparse.Namespace) -> int:
     ignore = [c.strip() for c in (args.ignore_columns or "").split(",") if c.strip()]
     with audit_session(runtime.spec, args.remote, args.master) as spark:
         report = replay_audit(spark, runtime, batches=args.batches, sample=args.sample, seed=args.seed,
-                              ignore_columns=ignore, shows_aborted=args.kafka_shows_aborted)
+                              ignore_columns=ignore)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
     return 0 if report.ok else 1
 
@@ -205,8 +205,6 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--seed", type=int, default=0, help="the draw of --sample (default 0)")
     audit.add_argument("--ignore-columns", help="columns the transform does not reproduce (processing times, "
                        "random ids), comma-separated")
-    audit.add_argument("--kafka-shows-aborted", action="store_true", help="the Kafka cluster shows aborted records "
-                       "to read_committed consumers (Tansu): count only the offsets the committed votes name")
     audit.add_argument("--master", help="Spark master of a local session (default local[2]; under spark-submit, "
                        "its session)")
     audit.add_argument("--remote", help="a Spark Connect server, sc://host:port (the pipeline's code joins the "

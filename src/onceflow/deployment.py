@@ -105,6 +105,7 @@ class Deployment:
                 "kafka": {
                     "bootstrap": self.kafka.bootstrap,
                     "client_config": {k: v for k, v in self.kafka.client_config.items() if not is_secret(k)},
+                    "profile": self.kafka.profile,
                 },
                 "s3": None if self.s3 is None else self.s3.public(),
                 "catalogs": {name: public_properties(props) for name, props in self.catalogs.items()},
@@ -120,7 +121,8 @@ class Deployment:
         credential chain."""
         raw = json.loads(text)
         secrets = {k: v for k, v in settings.kafka_client_config().items() if is_secret(k)}
-        kafka = KafkaCluster(raw["kafka"]["bootstrap"], {**raw["kafka"]["client_config"], **secrets})
+        kafka = KafkaCluster(raw["kafka"]["bootstrap"], {**raw["kafka"]["client_config"], **secrets},
+                             raw["kafka"].get("profile", "apache"))
         s3 = None
         if raw["s3"]:
             s3 = S3Connection(**raw["s3"]).checked(f"this Spark worker (warehouse {raw['warehouse']}; {EXECUTOR_SECRETS_HINT})")

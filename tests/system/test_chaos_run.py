@@ -28,9 +28,9 @@ def _assert_exactly_once(figures, min_faulted: int) -> None:
 @pytest.mark.chaos
 @pytest.mark.slow  # 3 min; make test's bounded run is the Spark Connect one below
 @pytest.mark.timeout(1800)  # ~5 min on 2 idle cores; a loaded machine triples it
-def test_a_bounded_chaos_run_on_noida_and_files_loses_and_duplicates_nothing(tmp_path):
+def test_a_bounded_chaos_run_on_apache_kafka_and_files_loses_and_duplicates_nothing(tmp_path):
     kinds = (schedule.POINT_CRASH, schedule.KILL_SPARK_SUBMIT, schedule.BROKER_RESTART, schedule.BROKER_FENCE)
-    figures = run_chaos(ChaosOptions(4, seed=8, broker="noida", warehouse="file", kinds=kinds,
+    figures = run_chaos(ChaosOptions(4, seed=8, broker="apache", warehouse="file", kinds=kinds,
                                      records_per_partition=50, home=tmp_path / "chaos"))
     _assert_exactly_once(figures, min_faulted=3)
 
@@ -42,7 +42,7 @@ def test_a_bounded_chaos_run_in_spark_connect_mode_loses_and_duplicates_nothing(
     # its Python workers and started again, and a killed worker. Three kinds keep make test under 20
     # minutes; the abort path of a crashed fault point is the interval backfill test's faulted hour.
     kinds = (schedule.KILL_CONNECT_CLIENT, schedule.RESTART_CONNECT_SERVER, schedule.KILL_PYTHON_WORKER)
-    figures = run_chaos(ChaosOptions(3, seed=8, broker="noida", warehouse="file", kinds=kinds, spark="connect",
+    figures = run_chaos(ChaosOptions(3, seed=8, broker="apache", warehouse="file", kinds=kinds, spark="connect",
                                      records_per_partition=50, home=tmp_path / "chaos"))
     _assert_exactly_once(figures, min_faulted=2)
     assert {schedule.KILL_CONNECT_CLIENT, schedule.RESTART_CONNECT_SERVER} <= set(figures.injected_by_kind), figures.summary()
@@ -51,7 +51,8 @@ def test_a_bounded_chaos_run_in_spark_connect_mode_loses_and_duplicates_nothing(
 @pytest.mark.chaos
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
-@pytest.mark.parametrize("broker,warehouse", [("noida", "s3"), ("tansu", "file"), ("tansu", "s3")])
+@pytest.mark.parametrize("broker,warehouse", [("apache", "s3"), ("noida", "file"), ("noida", "s3"), ("tansu", "file"),
+                                              ("tansu", "s3")])
 def test_chaos_on_every_broker_and_warehouse_loses_and_duplicates_nothing(tmp_path, broker, warehouse):
     kinds = schedule.kinds_for(warehouse == "s3")
     figures = run_chaos(ChaosOptions(len(kinds), seed=7, broker=broker, warehouse=warehouse, kinds=kinds,

@@ -111,13 +111,13 @@ def test_one_batch_runs_through_airflow_from_the_installed_wheel(fresh_venv, tmp
     from onceflow_devkit.airflow_env import onceflow_airflow
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
     from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
-    from onceflow_devkit.services.kafka_broker import start_broker
+    from onceflow_devkit.services.kafka_broker import DEFAULT_BROKER, start_broker
     from onceflow_devkit.services.process import ManagedProcess
     from onceflow_examples.clickstream import CLICKSTREAM
     from onceflow_examples.clickstream_data import generate, produce
 
     proc = ManagedProcess("wheel-kafka", tmp_path / "kafka").reset()
-    broker = start_broker("noida", proc, die_with_parent=True)
+    broker = start_broker(DEFAULT_BROKER, proc, die_with_parent=True)
     try:
         ensure_topics(broker.config(), ["clicks", *(s.target for s in CLICKSTREAM.sinks if s.kind == "kafka")])
         produced = produce(broker.config(), "clicks", generate(400, seed=19, malformed_ratio=0.1))

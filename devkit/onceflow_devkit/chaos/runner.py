@@ -35,6 +35,7 @@ from onceflow import faults
 from onceflow.kafka.sink import DEFAULT_SAFETY_FRACTION
 from onceflow.settings import ConfigurationError
 from onceflow_devkit.chaos import schedule
+from onceflow_devkit.services.kafka_broker import DEFAULT_BROKER
 from onceflow_devkit.services.stack import onceflow_home
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, forget_embedded_catalogs
 from onceflow_devkit.chaos.figures import BatchRun, ChaosFigures, LedgerFigures
@@ -61,7 +62,7 @@ TRANSACTION_TIMEOUT_MS = 120_000
 class ChaosOptions:
     batches: int
     seed: int
-    broker: str = "noida"
+    broker: str = DEFAULT_BROKER
     warehouse: str = "file"            # "file" (file:// under the run's home) or "s3" (moto behind the fault proxy)
     records_per_partition: int = 100   # per batch; the input topic has 2 partitions
     run_timeout_s: float = 900.0

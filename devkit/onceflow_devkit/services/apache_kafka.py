@@ -325,3 +325,8 @@ def start_apache_cluster(home: Path, nodes: int = 3, version: str = VERSIONS["ap
         launch(proc, spec, die_with_parent, wait=False)
     _await_answers(list(zip(procs, specs)), timeout=120)
     return ApacheCluster(procs, die_with_parent)
+
+
+if __name__ == "__main__":  # tools/bootstrap.sh: fetch every version now, so the first test does not
+    for fetched in map(fetch, VERSIONS.values()):
+        print(f"onceflow setup: Apache Kafka jars in {fetched}")

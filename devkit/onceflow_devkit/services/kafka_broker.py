@@ -1,9 +1,11 @@
-"""The brokers the dev kit starts: noida-db (default) and Tansu, embedded
-Kafka-protocol brokers, and Apache Kafka itself run from its jars (apache_kafka).
+"""The brokers the dev kit starts: Apache Kafka itself, run from its jars
+(``apache_kafka``: the newest 4.x, the default, and 3.9), and two
+Kafka-compatible brokers from PyPI wheels, noida-db and Tansu.
 
-Neither embedded broker is Apache Kafka. ``CAPABILITIES`` records, per broker, the behaviours
-that differ (ENVIRONMENT.md measured them); tests name the capability they
-rely on and are skipped with that reason on a broker that lacks it.
+Apache Kafka is the reference. ``CAPABILITIES`` records, per broker, the
+behaviours where a compatible broker differs (docs/brokers.md has the
+measurements); tests name the capability they rely on and are skipped with
+that reason on a broker that lacks it.
 """
 
 from __future__ import annotations
@@ -80,9 +82,11 @@ CAPABILITIES: dict[str, frozenset[str]] = {
     "apache": APACHE_KAFKA,
     "apache-3.9": APACHE_KAFKA,
 }
-# The matrix tests parametrize over by default; start_broker also starts ALL_BROKERS.
-BROKERS = ("noida", "tansu")
-ALL_BROKERS = BROKERS + tuple(apache_kafka.VERSIONS)
+DEFAULT_BROKER = "apache"
+# Apache Kafka's versions (apache_kafka.VERSIONS), then the compatible brokers; start_broker starts any.
+APACHE = tuple(apache_kafka.VERSIONS)
+COMPATIBLE = ("noida", "tansu")
+BROKERS = (*APACHE, *COMPATIBLE)
 
 
 @dataclass(frozen=True, repr=False)
@@ -150,6 +154,7 @@ def start_broker(
         bootstrap = apache_kafka.start_node(proc, apache_kafka.VERSIONS[kind], port, settings=settings,
                                             die_with_parent=die_with_parent)
         return KafkaBroker(bootstrap, name=kind)
+    profile = kind  # a compatible broker's profile has its name (onceflow.kafka.profiles)
     if kind == "noida":
         argv = [_noida_binary(), "start", "--only", "kafka", "--kafka-port", str(port), "--data-dir", str(proc.data_dir)]
     elif kind == "tansu":
@@ -166,9 +171,9 @@ def start_broker(
             "--storage-engine", f"s3://{TANSU_BUCKET}/",
         ]
     else:
-        raise ServiceError(f"unknown broker {kind!r}: choose one of {', '.join(ALL_BROKERS)}")
+        raise ServiceError(f"unknown broker {kind!r}: choose one of {', '.join(BROKERS)}")
     proc.start(argv, port=port, env=env, ready=lambda: broker_answers(bootstrap), timeout=60, die_with_parent=die_with_parent)
-    return KafkaBroker(bootstrap, name=kind)
+    return KafkaBroker(bootstrap, profile=profile, name=kind)
 
 
 def _ensure_bucket(s3: S3Endpoint, bucket: str) -> None:

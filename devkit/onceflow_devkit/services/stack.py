@@ -15,7 +15,7 @@ import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from onceflow_devkit.services.kafka_broker import BROKERS, KafkaBroker, start_broker
+from onceflow_devkit.services.kafka_broker import BROKERS, DEFAULT_BROKER, KafkaBroker, start_broker
 from onceflow_devkit.services.process import ManagedProcess, ServiceError, pick_port
 from onceflow_devkit.services.s3 import S3Endpoint, start_moto
 
@@ -33,7 +33,7 @@ class StackInfo:
     def env(self) -> dict[str, str]:
         """The variables that point onceflow's CLI and Spark jobs at this stack."""
         return {"ONCEFLOW_KAFKA_BOOTSTRAP": self.kafka.bootstrap, "ONCEFLOW_S3_ENDPOINT": self.s3.endpoint_url,
-                **self.s3.credentials_env()}
+                **self.kafka.profile_env(), **self.s3.credentials_env()}
 
     def to_json(self) -> str:
         return json.dumps({"kafka": asdict(self.kafka), "s3": asdict(self.s3)}, indent=2)
@@ -72,7 +72,7 @@ class EmbeddedStack:
             return None
         return StackInfo.from_json(self.info_file.read_text())
 
-    def up(self, broker: str = "noida") -> StackInfo:
+    def up(self, broker: str = DEFAULT_BROKER) -> StackInfo:
         """Start whatever is not running. Idempotent; stale PID files from a
         killed run are detected and replaced."""
         if broker not in BROKERS:

@@ -27,9 +27,9 @@ plan that names a batch it replaces is not taken at its word: only a
 replacement of the same interval with the same ranges excuses the replaced
 batch's rows from the outputs (``replaced_batches``); any other is reported
 and the batch it names is audited as its own —
-except on a Kafka broker that shows aborted records to read_committed
-consumers (Tansu), where only the votes can tell a committed record from an
-aborted one, and the report says so. A replay equals the original only for a
+except on a Kafka broker whose profile shows aborted records to
+read_committed consumers (Tansu), where only the votes can tell a committed
+record from an aborted one, and the report says so. A replay equals the original only for a
 deterministic transform: ignore columns of processing time or random ids.
 """
 
@@ -199,10 +199,9 @@ def _compare(expected, found, columns: Sequence[str], audited: Sequence[str], re
 
 
 def replay_audit(spark, runtime, batches: str | None = None, sample: int | None = None, seed: int = 0,
-                 ignore_columns: Sequence[str] = (), shows_aborted: bool = False, examples: int = 5) -> ReplayReport:
+                 ignore_columns: Sequence[str] = (), examples: int = 5) -> ReplayReport:
     """Replay the selected committed batches of ``runtime``'s pipeline and compare every output
-    (module docstring). ``shows_aborted``: the Kafka cluster shows aborted records to
-    read_committed consumers (Tansu)."""
+    (module docstring)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -251,7 +250,7 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
                 else schemas[sink.name]
             with_batch = StructType([*schema.fields, StructField("batch", StringType())])
             want = want if want is not None else spark.createDataFrame([], with_batch)
-            scope = AuditScope(scope_batches, schema, statuses, shows_aborted)
+            scope = AuditScope(scope_batches, schema, statuses)
             output = sink_kind(sink.kind).committed_output(spark, sink, spec, deployment, scope)
             found = output.frame if output.frame is not None else spark.createDataFrame([], with_batch)
             columns = [c for c in found.columns if c != "batch" and c not in ignore_columns]

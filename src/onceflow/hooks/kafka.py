@@ -16,7 +16,8 @@ def cluster_from_extra(conn_id: str, extra: dict) -> KafkaCluster:
     """The cluster a connection's ``extra`` (librdkafka settings) names.
 
     Every setting is passed unchanged to every client; ``bootstrap.servers``
-    is required.
+    is required; ``onceflow.broker.profile`` (default ``apache``) names the broker's
+    profile (``onceflow.kafka.profiles``) and reaches no client.
     """
     config = connection_extra(conn_id, extra)
     bootstrap = config.pop("bootstrap.servers", None)

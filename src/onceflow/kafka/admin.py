@@ -7,10 +7,16 @@ from typing import Any, Iterable, Mapping
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from .config import base_config
+
+
+def _admin(config: Mapping[str, Any]) -> AdminClient:
+    return AdminClient(base_config(config))
+
 
 def ensure_topics(config: Mapping[str, Any], names: Iterable[str], partitions: int = 2, timeout_s: float = 30.0) -> list[str]:
     """Create the topics that do not exist yet; returns the ones created. Idempotent."""
-    admin = AdminClient(dict(config))
+    admin = _admin(config)
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     wanted = [n for n in dict.fromkeys(names) if n not in existing]
     if not wanted:
@@ -29,7 +35,7 @@ def ensure_topics(config: Mapping[str, Any], names: Iterable[str], partitions: i
 
 def delete_topics(config: Mapping[str, Any], names: Iterable[str], timeout_s: float = 30.0) -> None:
     """Delete the topics that exist (benchmarks drop what they made). Idempotent."""
-    admin = AdminClient(dict(config))
+    admin = _admin(config)
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     doomed = [n for n in dict.fromkeys(names) if n in existing]
     if doomed:
@@ -41,7 +47,7 @@ def broker_setting(config: Mapping[str, Any], name: str, timeout_s: float = 30.0
     """One broker's value of ``name`` (DescribeConfigs), or None when the broker reports none."""
     from confluent_kafka.admin import ConfigResource
 
-    admin = AdminClient(dict(config))
+    admin = _admin(config)
     broker = next(iter(admin.list_topics(timeout=timeout_s).brokers))
     return _described(admin, ConfigResource(ConfigResource.Type.BROKER, str(broker)), name, timeout_s)
 
@@ -50,7 +56,7 @@ def topic_setting(config: Mapping[str, Any], topic: str, name: str, timeout_s: f
     """The topic's value of ``name`` (DescribeConfigs), or None when the broker reports none."""
     from confluent_kafka.admin import ConfigResource
 
-    return _described(AdminClient(dict(config)), ConfigResource(ConfigResource.Type.TOPIC, topic), name, timeout_s)
+    return _described(_admin(config), ConfigResource(ConfigResource.Type.TOPIC, topic), name, timeout_s)
 
 
 def _described(admin: AdminClient, resource, name: str, timeout_s: float) -> str | None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import settings
+from .profiles import PROFILE_KEY, BrokerProfile, profile, split_profile
 
 # oauthbearer.config holds client secrets; every sasl.oauthbearer.* setting stays out of Spark options.
 _SECRET_MARKERS = ("password", "secret", "token", "jaas", "credentials", "key.pem", "keystore.pem", "oauthbearer")
@@ -28,10 +29,25 @@ def redact(config: Mapping[str, Any]) -> dict[str, Any]:
 class KafkaCluster:
     bootstrap: str
     client_config: Mapping[str, Any] = field(default_factory=dict)
+    # The broker profile (``profiles.PROFILES``): Apache Kafka unless the connection names another.
+    profile: str = "apache"
+
+    def __post_init__(self) -> None:
+        client_config, named = split_profile(self.client_config)
+        object.__setattr__(self, "client_config", client_config)
+        if named != "apache":  # the setting among the client settings (a connection's extra) names it
+            object.__setattr__(self, "profile", named)
+        profile(self.profile)
+
+    @property
+    def broker(self) -> BrokerProfile:
+        """What this cluster's broker needs from onceflow."""
+        return profile(self.profile)
 
     @classmethod
     def from_environment(cls) -> "KafkaCluster":
-        """The cluster ``ONCEFLOW_KAFKA_BOOTSTRAP`` names, with ``ONCEFLOW_KAFKA_CONFIG``."""
+        """The cluster ``ONCEFLOW_KAFKA_BOOTSTRAP`` names, with ``ONCEFLOW_KAFKA_CONFIG``
+        (``onceflow.broker.profile`` among those settings chooses the broker profile)."""
         bootstrap = os.environ.get(settings.KAFKA_BOOTSTRAP_VAR)
         if not bootstrap:
             raise settings.ConfigurationError(
@@ -43,6 +59,17 @@ class KafkaCluster:
     def config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings for any client of this cluster."""
         return {"bootstrap.servers": self.bootstrap, **self.client_config, **overrides}
+
+    def connection_extra(self) -> dict[str, Any]:
+        """This cluster as an Airflow connection's extra (``hooks.kafka``): its settings and profile."""
+        return {**self.config(), **({PROFILE_KEY: self.profile} if self.profile != "apache" else {})}
+
+    def profile_env(self) -> dict[str, str]:
+        """``ONCEFLOW_KAFKA_CONFIG`` naming the profile, for a process that takes the cluster from its environment."""
+        import json
+
+        return {settings.KAFKA_CONFIG_VAR: json.dumps({**self.client_config, PROFILE_KEY: self.profile})} \
+            if self.profile != "apache" else {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.bootstrap!r}, {redact(self.client_config)!r})"

@@ -16,6 +16,11 @@ from confluent_kafka import KafkaException, Producer
 from .config import producer_config
 
 
+# A fence opens no transaction: its transaction.timeout.ms need only be one that every broker accepts
+# (at most its transaction.max.timeout.ms; librdkafka's 60 s default is refused by a broker set lower).
+FENCE_TRANSACTION_TIMEOUT_MS = 1000
+
+
 class FencingError(RuntimeError):
     """An id could not be fenced; its open transaction may still commit."""
 
@@ -24,7 +29,7 @@ def fence_transactional_ids(config: Mapping[str, Any], ids: Iterable[str], timeo
     """``init_transactions`` on every id; returns the ids fenced."""
     fenced = []
     for txn_id in ids:
-        producer = Producer(producer_config(config, txn_id))
+        producer = Producer(producer_config(config, txn_id, **{"transaction.timeout.ms": FENCE_TRANSACTION_TIMEOUT_MS}))
         try:
             producer.init_transactions(timeout_s)
         except KafkaException as exc:

@@ -35,7 +35,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from ..protocol.plan import OffsetRange
 from ..protocol.planning import TopicPartition
-from .config import consumer_config
+from .config import base_config, consumer_config
 from .reader import read_range
 
 STATS_INTERVAL_MS = 50
@@ -106,7 +106,7 @@ class KafkaOffsetSource:
         from confluent_kafka import TopicCollection
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({k: v for k, v in self._config.items() if not callable(v)})
+        admin = AdminClient({k: v for k, v in base_config(self._config).items() if not callable(v)})
         found = {}
         for topic, future in admin.describe_topics(TopicCollection(list(topics)), request_timeout=self.timeout_s).items():
             topic_id = str(future.result(timeout=self.timeout_s).topic_id)

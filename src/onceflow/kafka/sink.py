@@ -38,6 +38,7 @@ from ..protocol.plan import Plan
 from .config import base_config, producer_config
 from .fencing import FencingError, fence_transactional_ids
 from .ids import is_split_id, repair_id
+from .profiles import PROFILES, BrokerProfile
 from .txn_protocol import Action, EndTxnReply, end_txns
 from .visibility import Observer, SplitView, State, confirm_aborted, observe
 from ..layout import kafka_staging_dir, withheld_dir
@@ -98,6 +99,7 @@ class KafkaSinkParticipant:
         transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
         safety_fraction: float = DEFAULT_SAFETY_FRACTION,
         timeout_s: float = 30.0,
+        broker: BrokerProfile = PROFILES["apache"],
     ):
         if not 0 < safety_fraction < 1:
             raise ValueError(f"safety_fraction must be between 0 and 1 (exclusive), got {safety_fraction}")
@@ -109,6 +111,7 @@ class KafkaSinkParticipant:
         self.transaction_timeout_ms = transaction_timeout_ms
         self.safety_fraction = safety_fraction
         self.timeout_s = timeout_s
+        self.broker = broker
 
     @property
     def max_vote_age_ms(self) -> int:
@@ -169,7 +172,8 @@ class KafkaSinkParticipant:
         with Observer(self.config, self.timeout_s) as obs:
             before = confirm_aborted(obs, handles, obs.observe(handles))
             still_open = [i for i, view in enumerate(before) if view.state is State.OPEN]
-            replies = dict(zip(still_open, end_txns(self.config, [_identity(handles[i]) for i in still_open], True, self.timeout_s)))
+            replies = dict(zip(still_open, end_txns(self.config, [_identity(handles[i]) for i in still_open], True, self.timeout_s,
+                                                        concurrent=self.broker.concurrent_end_txn)))
             faults.fault_point(AFTER_END_TXN)
             ended = [i for i, reply in replies.items() if reply.action not in (Action.RETRY, Action.FAIL)]
             after = dict(zip(ended, confirm_aborted(obs, [handles[i] for i in ended], obs.settle([handles[i] for i in ended]))))
@@ -266,7 +270,8 @@ class KafkaSinkParticipant:
                 f"{h.records} records are NOT in the output. Restore the staged copy and re-run commit",
             )
         rid = repair_id(h.transactional_id)
-        producer = Producer(producer_config(self.config, rid, **{"linger.ms": 20},
+        producer = Producer(producer_config(self.config, rid, **{"linger.ms": 20,
+                                                                 "transaction.timeout.ms": self.transaction_timeout_ms},
                                             **({"message.max.bytes": h.max_record_bytes} if h.max_record_bytes else {})))
         try:
             producer.init_transactions(self.timeout_s)  # fences other repairers, aborts a half-done repair
@@ -309,7 +314,8 @@ class KafkaSinkParticipant:
     def abort(self, plan: Plan, votes: Sequence[Vote]) -> Result:
         """End known transactions, fence every id the plan allows, delete staging."""
         written = [h for vote in votes for h in handles_of(vote) if h.partitions]
-        replies = end_txns(self.config, [_identity(h) for h in written], False, self.timeout_s)
+        replies = end_txns(self.config, [_identity(h) for h in written], False, self.timeout_s,
+                           concurrent=self.broker.concurrent_end_txn)
         details = [f"{h.transactional_id}: EndTxn(abort) {reply.error_name}" for h, reply in zip(written, replies)]
         try:
             ids = plan.sink(self.name).transactional_ids

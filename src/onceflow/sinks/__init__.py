@@ -42,10 +42,9 @@ class AuditScope:
     batches: frozenset[str] | None
     # The replayed output's schema (a Spark StructType): the columns to read back.
     schema: Any
-    # The committed batches' statuses by batch id: only for a Kafka broker that shows aborted
-    # records to read_committed consumers (Tansu), where the decided votes say which records count.
+    # The committed batches' statuses by batch id: for an output that cannot tell its committed rows
+    # apart by its own marks (a Kafka broker whose profile shows aborted records), the decided votes say.
     committed: Mapping[str, Any]
-    shows_aborted: bool = False
 
     def covers(self, batch_id: str) -> bool:
         return self.batches is None or batch_id in self.batches
@@ -118,7 +117,7 @@ class SinkKind(Protocol):
                          scope: AuditScope) -> CommittedOutput:
         """What any reader of the output sees of the batches in ``scope``, each row with the batch that
         wrote it, told apart by the output's own marks, never by the ledger's votes (but see
-        ``AuditScope.shows_aborted``) [``onceflow audit``: Spark driver; the reads run on executors]."""
+        ``AuditScope.committed``) [``onceflow audit``: Spark driver; the reads run on executors]."""
 
 
 @functools.cache  # every SinkSpec asks (kinds()); the installed packages do not change under a process
@@ -190,7 +189,7 @@ class CommittedOutput:
     apart from its rows (a manifest naming a file that is gone, a file no manifest
     lists); each one fails the audit. ``reading``: how the rows were told apart.
     ``set_aside``: rows readers see that the output cannot attribute to a committed
-    batch without the votes (``AuditScope.shows_aborted``), left out of the comparison.
+    batch without the votes (``AuditScope.committed``), left out of the comparison.
     """
 
     frame: Any

@@ -110,6 +110,7 @@ class KafkaKind:
             staging_root=deployment.warehouse,
             storage=deployment.storage(),
             transaction_timeout_ms=sink.transaction_timeout_ms,
+            broker=deployment.kafka.broker,
         )
 
     def pre_commit(self, frame: Any, sink, sink_plan, deployment, job_options: Mapping[str, str]) -> None:
@@ -157,7 +158,7 @@ class KafkaKind:
         if scope.batches is not None:
             records = records.filter(F.col("batch").isin(sorted(scope.batches)))
         reading = f"topic {sink.target} as a read_committed consumer sees it, records by the batch their onceflow headers name"
-        if scope.shows_aborted:  # aborted attempts are visible: keep each committed split's records, by its vote
+        if not deployment.kafka.broker.hides_aborted:  # aborted attempts are visible: keep each committed split's records, by its vote
             written = [(batch, str(h.split), int(p), w.first_offset, w.last_offset)
                        for batch, status in scope.committed.items() if sink.name in status.decision.votes
                        for h in handles_of(status.decision.votes[sink.name]) for p, w in h.partitions.items()]

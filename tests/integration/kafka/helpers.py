@@ -11,10 +11,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def create_topic(config: Mapping[str, Any], partitions: int = 2, prefix: str = "t",
-                 topic_config: Mapping[str, str] | None = None) -> str:
+                 topic_config: Mapping[str, str] | None = None, replication: int = 1) -> str:
     topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
     admin = AdminClient(dict(config))
-    admin.create_topics([NewTopic(topic, partitions, 1, config=dict(topic_config or {}))])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, replication, config=dict(topic_config or {}))])[topic].result(30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # metadata can lag the create on both brokers
         meta = admin.list_topics(topic, timeout=5).topics.get(topic)
@@ -35,10 +35,12 @@ def produce_txn(config: Mapping[str, Any], topic: str, values: list[bytes], part
     (producer.commit_transaction if commit else producer.abort_transaction)(30)
 
 
-def read_committed(config: Mapping[str, Any], topic: str, partitions: int, timeout_s: float = 20.0) -> list[tuple[int, bytes, list]]:
-    """Every record a read_committed consumer sees, up to each partition's end: (partition, value, headers)."""
+def read_committed(config: Mapping[str, Any], topic: str, partitions: int, timeout_s: float = 20.0,
+                   isolation: str = "read_committed") -> list[tuple[int, bytes, list]]:
+    """Every record a read_committed (or ``isolation``) consumer sees, up to each partition's end:
+    (partition, value, headers)."""
     consumer = Consumer(
-        {**config, "group.id": f"audit-{uuid.uuid4().hex[:6]}", "isolation.level": "read_committed",
+        {**config, "group.id": f"audit-{uuid.uuid4().hex[:6]}", "isolation.level": isolation,
          "enable.auto.commit": False, "enable.partition.eof": True}
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])

@@ -42,7 +42,8 @@ def topic(kafka_broker) -> str:
 
 
 def _participant(kafka_broker, pipeline, tmp_path, **kwargs) -> KafkaSinkParticipant:
-    return KafkaSinkParticipant("out", pipeline, kafka_broker.config(), staging_root=str(tmp_path), **kwargs)
+    return KafkaSinkParticipant("out", pipeline, kafka_broker.config(), staging_root=str(tmp_path),
+                                broker=kafka_broker.broker, **kwargs)
 
 
 def _vote(*handles) -> Vote:
@@ -279,7 +280,7 @@ def test_staged_copy_on_s3_repairs_a_broker_abort(kafka_broker, topic, pipeline,
     handle = writer.precommit()
     writer.abandon()
     fence_transactional_ids(config, [handle.transactional_id])
-    participant = KafkaSinkParticipant("out", pipeline, config, staging_root=root, storage=s3)
+    participant = KafkaSinkParticipant("out", pipeline, config, staging_root=root, storage=s3, broker=kafka_broker.broker)
 
     result = participant.commit(_vote(handle))
 

@@ -27,6 +27,10 @@ PARTITIONS = 2
 BIG = DEFAULT_MESSAGE_MAX_BYTES + 200_000  # over librdkafka's default limit: refused at produce()
 
 
+def _participant(kafka_broker, pipeline, tmp_path) -> KafkaSinkParticipant:
+    return KafkaSinkParticipant("out", pipeline, kafka_broker.config(), staging_root=str(tmp_path), broker=kafka_broker.broker)
+
+
 def rows(values: list[bytes]) -> pa.RecordBatch:
     keys = [f"k{i}".encode() for i in range(len(values))]
     return pa.RecordBatch.from_pydict({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())})
@@ -48,7 +52,7 @@ def test_a_record_kafka_refuses_is_withheld_and_published_with_the_committed_bat
     handle = precommit(kafka_broker, pipeline, topic, tmp_path, "0000000001", rows([small[0], big, *small[1:]]))
     assert (handle.records, handle.withheld) == (5, 1)
 
-    participant = KafkaSinkParticipant("out", pipeline, kafka_broker.config(), staging_root=str(tmp_path))
+    participant = _participant(kafka_broker, pipeline, tmp_path)
     vote = Vote("out", 1, 1, vote_payload([handle]), records=handle.records, withheld=handle.withheld)
     assert participant.verify(vote).ok
     result = participant.commit(vote)
@@ -69,7 +73,7 @@ def test_an_aborted_batch_publishes_none_of_its_withheld_records(kafka_broker, t
     pipeline, topic = f"pipe-{uuid.uuid4().hex[:8]}", create_topic(kafka_broker.config(), PARTITIONS, prefix="big")
     handle = precommit(kafka_broker, pipeline, topic, tmp_path, "0000000001", rows([b"a", b"y" * BIG]))
     assert handle.withheld == 1
-    participant = KafkaSinkParticipant("out", pipeline, kafka_broker.config(), staging_root=str(tmp_path))
+    participant = _participant(kafka_broker, pipeline, tmp_path)
     plan = Plan(pipeline, 1, (), (SinkPlan("out", "kafka", 1, transactional_ids(pipeline, "out", 1)),))
     vote = Vote("out", 1, 1, vote_payload([handle]), records=1, withheld=1)
     assert participant.abort(plan, [vote]).ok  # (what an abort does to the topic: test_sink.py)
@@ -89,7 +93,7 @@ def test_a_topic_with_a_lower_limit_than_the_producer_gets_no_record_or_record_b
     handle = precommit(kafka_broker, pipeline, topic, tmp_path, "0000000001", rows([*many, b"z" * 25_000]),
                        max_record_bytes=max_record_bytes_of(kafka_broker.config(), topic_limit=int(reported)))
     assert (handle.records, handle.withheld) == (40, 1)
-    participant = KafkaSinkParticipant("out", pipeline, kafka_broker.config(), staging_root=str(tmp_path))
+    participant = _participant(kafka_broker, pipeline, tmp_path)
     assert participant.commit(Vote("out", 1, 1, vote_payload([handle]), records=40, withheld=1)).ok
     assert Counter(v for _, v, _ in read_committed(kafka_broker.config(), topic, PARTITIONS)) == Counter(many)
 
@@ -110,7 +114,7 @@ def test_a_repair_keeps_to_the_topics_limit_too(kafka_broker, tmp_path):
                        max_record_bytes=max_record_bytes_of(kafka_broker.config(), topic_limit=limit))
     assert handle.max_record_bytes == limit
     fence_transactional_ids(kafka_broker.config(), [handle.transactional_id])
-    participant = KafkaSinkParticipant("out", pipeline, kafka_broker.config(), staging_root=str(tmp_path))
+    participant = _participant(kafka_broker, pipeline, tmp_path)
     result = participant.commit(Vote("out", 1, 1, vote_payload([handle]), records=40))
     assert result.outcome is Outcome.DONE and "repaired from the staged copy" in result.detail, result.detail
     assert Counter(v for _, v, _ in read_committed(kafka_broker.config(), topic, PARTITIONS)) == Counter(many)

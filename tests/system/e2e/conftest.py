@@ -18,7 +18,7 @@ from onceflow.kafka.admin import ensure_topics
 from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
 from onceflow.runtime import Deployment, PipelineRuntime
-from onceflow_devkit.services.kafka_broker import start_broker
+from onceflow_devkit.services.kafka_broker import DEFAULT_BROKER, start_broker
 from onceflow_devkit.services.process import ManagedProcess
 from tests.conftest import TEST_HOME
 
@@ -98,7 +98,7 @@ def refused_runs(api, dag_id: str, confs: list[dict], timeout: float = 300.0) ->
 def broker_with_topics():
     """A fresh broker with the clickstream pipelines' topics, stopped on exit."""
     proc = ManagedProcess(f"e2e-kafka-{uuid.uuid4().hex[:6]}", TEST_HOME / f"e2e-{uuid.uuid4().hex[:6]}").reset()
-    broker = start_broker("noida", proc, die_with_parent=True)
+    broker = start_broker(DEFAULT_BROKER, proc, die_with_parent=True)
     outputs = [s.target for spec in (CLICKSTREAM, CLICKSTREAM_HOURLY) for s in spec.sinks if s.kind == "kafka"]
     ensure_topics(broker.config(), ["clicks", *outputs])
     try:

@@ -4,38 +4,23 @@ read_committed, a SIGKILL restart that keeps data and an open transaction, 3.9, 
 from __future__ import annotations
 
 import os
-import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.kafka.admin import ensure_topics
 from onceflow_devkit.services.apache_kafka import start_apache_cluster
 from onceflow_devkit.services.kafka_broker import KafkaBroker
 from onceflow_devkit.smoke import kafka_round_trip
+from tests.integration.kafka.helpers import read_committed
 from tests.support import ROOT
 
 
-def _read(broker: KafkaBroker, topic: str, partitions: int, isolation: str, want: int, timeout: float = 20) -> list[bytes]:
-    """Values up to the end of every partition (the last stable offset, read_committed), at least ``want``."""
-    consumer = Consumer(broker.config(**{"group.id": f"check-{uuid.uuid4().hex[:6]}", "isolation.level": isolation,
-                                         "enable.auto.commit": False, "enable.partition.eof": True}))
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    seen, at_eof = [], set()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not (len(at_eof) == partitions and len(seen) >= want):
-        msg = consumer.poll(0.2)
-        if msg is None:
-            continue
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
-                at_eof.add(msg.partition())
-            continue
-        seen.append(msg.value())
-    consumer.close()
-    return seen
+def _read(broker: KafkaBroker, topic: str, partitions: int, isolation: str, timeout: float = 20) -> list[bytes]:
+    """Values up to the end of every partition (the last stable offset, read_committed)."""
+    return [value for _, value, _ in read_committed(broker.config(), topic, partitions, timeout, isolation)]
 
 
 def _producer(broker: KafkaBroker, topic: str) -> Producer:
@@ -70,11 +55,11 @@ def test_a_sigkilled_node_keeps_committed_records_and_the_open_transaction(_brok
 
     assert _brokers.restart("apache", kill=True).bootstrap == broker.bootstrap
     # The records are there, the transaction still open: read_committed stops at its first record.
-    assert sorted(_read(broker, topic, 1, "read_uncommitted", 10)) == sorted(committed + pending)
-    assert sorted(_read(broker, topic, 1, "read_committed", 5)) == sorted(committed)
+    assert sorted(_read(broker, topic, 1, "read_uncommitted")) == sorted(committed + pending)
+    assert sorted(_read(broker, topic, 1, "read_committed")) == sorted(committed)
     # The coordinator still knows it: the same producer commits it after the restart.
     producer.commit_transaction(60)
-    assert sorted(_read(broker, topic, 1, "read_committed", 10)) == sorted(committed + pending)
+    assert sorted(_read(broker, topic, 1, "read_committed")) == sorted(committed + pending)
 
 
 @pytest.mark.slow
@@ -106,7 +91,7 @@ def test_a_three_node_cluster_commits_a_transaction_with_one_node_killed(apache_
     values = [f"v-{i}".encode() for i in range(30)]
     _send(producer, topic, values, partitions=3)
     producer.commit_transaction(60)
-    assert sorted(_read(broker, topic, 3, "read_committed", 31, timeout=60)) == sorted(values + [b"before"])
+    assert sorted(_read(broker, topic, 3, "read_committed", timeout=60)) == sorted(values + [b"before"])
 
     apache_cluster.start(0)  # rejoins with its data
     assert apache_cluster.procs[0].running_pid() is not None

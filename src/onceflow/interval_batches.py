@@ -13,13 +13,14 @@ task, in this order::
        - ABORTED: the next batch replays its exact ranges (I6)
     2. else its two boundaries, each read from the ledger or resolved and
        recorded once (the end first, so that the start is held below it)
-    3. the next free seq whose slot of transactional ids is free, the plan
+    3. the next free seq whose slot is free (at most batches_in_flight at once), the plan
     4. the interval's index record naming that batch (create-if-absent: of two
        runs planning one interval at once, the loser aborts its own batch)
 
 Batches of different intervals never touch each other: each has its own
-attempts, votes and decision (per-batch fencing), and its own slot of
-transactional ids (``protocol.intervals.slot_of``).
+attempts, votes and decision (per-batch fencing), and its own Kafka
+transactional ids (``kafka.ids``); its slot (``protocol.intervals.slot_of``)
+only bounds how many run at once.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class IntervalPlanner:
             # A replay reproduces the aborted batch (I6): its transform parameters too, not this run's.
             params = previous.transform_params if replay_of is not None else self.config.transform_params
             facts = dict(run_id=run_id, slot=slot, batches_in_flight=self.pool, transform_params=dict(params))
-            sinks = with_ids(self.pipeline, self.config, slot)
+            sinks = with_ids(self.pipeline, self.config, seq)
             if previous is None:
                 return interval_plan(pipeline=self.pipeline, seq=seq, interval=interval, start=start, end=end,
                                      partitions=partitions, source=source, sinks=sinks, now_ms=self._clock(), **facts)
@@ -212,7 +213,7 @@ class IntervalPlanner:
                 self.coordinator.recover(other)
                 continue
             raise SlotBusy(
-                f"batch {BatchId(seq)} of pipeline {self.pipeline!r} would take slot {slot} of its transactional ids, "
+                f"batch {BatchId(seq)} of pipeline {self.pipeline!r} would take slot {slot} of batches_in_flight, "
                 f"still held by batch {BatchId(other)} (interval {held_by}, run {plan.run_id!r}), which "
                 f"is {status.state.value}: waiting for it to finish. More than batches_in_flight={self.pool} batches "
                 "are in flight; if that run is gone, re-run it, or finish the batch with `onceflow recover "

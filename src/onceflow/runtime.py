@@ -139,6 +139,6 @@ class PipelineRuntime:
             sinks=sinks,
             start=self.spec.start,
             max_records_per_partition=max_records,
-            transactional_ids=lambda pipeline, sink, *slot: sink_kind(sink.kind).transactional_ids(pipeline, sink, *slot),
+            transactional_ids=lambda pipeline, sink, seq: sink_kind(sink.kind).transactional_ids(pipeline, sink, seq),
             transform_params=dict(inputs.transform),
         )

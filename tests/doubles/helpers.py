@@ -11,10 +11,9 @@ from tests.doubles.fakes import FakeSource, World, participants
 SINKS = (SinkPlan("files", "files", 1), SinkPlan("events", "kafka", 2))
 
 
-def kafka_ids(pipeline: str, sink: SinkPlan, slot: int | None = None) -> tuple[str, ...]:
-    """Stand-in for the Kafka sink kind's transactional ids."""
-    in_slot = "" if slot is None else f"-slot{slot}"
-    return tuple(f"onceflow-{pipeline}-{sink.name}{in_slot}-{i}" for i in range(sink.splits)) if sink.kind == "kafka" else ()
+def kafka_ids(pipeline: str, sink: SinkPlan, batch_seq: int) -> tuple[str, ...]:
+    """Stand-in for the Kafka sink kind's transactional ids: each batch its own."""
+    return tuple(f"onceflow-{pipeline}-{sink.name}-b{batch_seq}-{i}" for i in range(sink.splits)) if sink.kind == "kafka" else ()
 
 
 def config(max_records: int | None = 100, **kw) -> PlanConfig:

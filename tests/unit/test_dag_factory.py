@@ -197,3 +197,34 @@ def test_parsing_the_dag_files_imports_no_client_library(tmp_path):
     imported = set(json.loads(done.stdout.splitlines()[-1]))
     assert "onceflow" in imported and len(dags) == 3
     assert not imported & CLIENT_LIBRARIES, sorted(imported & CLIENT_LIBRARIES)
+
+
+def test_a_transforms_run_parameters_are_declared_params_recorded_in_the_plan_and_passed_to_it_alone():
+    """The transform's parameters: Params of the DAG, a namespace of the plan apart from its facts,
+    the third argument of the transform; a replay gets the aborted batch's values (I6)."""
+    from dataclasses import replace
+
+    from onceflow.protocol.plan import Plan
+    from onceflow.protocol.planning import PlanConfig, next_plan
+    from onceflow.protocol.states import BatchState
+    from tests.doubles.helpers import source
+
+    spec = replace(CLICKSTREAM, run_params={"top_n": {"default": 10, "type": "integer", "minimum": 1}})
+    dag = pipeline_dag(spec, warehouse="file:///w", dag_id="with_params")
+    assert dag.params.get_param("top_n").value == 10 and "max_records_per_partition" in dag.params
+    with pytest.raises(ConfigurationError, match="run_params name 'faults' is not valid: use a Python identifier other than"):
+        replace(CLICKSTREAM, run_params={"faults": {"default": None}})
+
+    config = PlanConfig(topics=("in",), sinks=(), transform_params={"top_n": 3})
+    first = next_plan(pipeline="p", previous=None, previous_state=None, source=source(), config=config, now_ms=1)
+    assert first.transform_params == {"top_n": 3} and "top_n" not in first.facts()
+    replay = next_plan(pipeline="p", previous=first, previous_state=BatchState.ABORTED, source=source(),
+                       config=replace(config, transform_params={"top_n": 7}), now_ms=2)
+    assert replay.replay_of == first.batch_seq and replay.transform_params == {"top_n": 3}
+    assert Plan.from_dict(replay.to_dict()).transform_params == {"top_n": 3}
+
+    seen = []
+    spec_with = replace(spec, transform="tests.unit.test_dag_factory:_transform_with_params")
+    globals()["_transform_with_params"] = lambda records, batch_id, params: seen.append((batch_id, params)) or {}
+    spec_with.apply_transform("records", replay)
+    assert seen == [(replay.batch_id, {"top_n": 3})]

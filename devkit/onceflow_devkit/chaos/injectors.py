@@ -235,8 +235,8 @@ def _unreachable_broker(target: RunTarget, fault: schedule.Fault) -> Injection:
 
 
 def _kafka_ids(status, sinks_done=()) -> list[str]:
-    """The transactional ids the batch's Kafka outputs may use (its plan's: an interval batch's slot
-    has ids of its own), but those of ``sinks_done``."""
+    """The transactional ids the batch's Kafka outputs may use (its plan's: each batch has ids of
+    its own), but those of ``sinks_done``."""
     return [txn_id for sink in status.plan.sinks if sink.kind == "kafka" and sink.name not in sinks_done
             for txn_id in sink.transactional_ids]
 

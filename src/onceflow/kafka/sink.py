@@ -126,7 +126,7 @@ class KafkaSinkParticipant:
         to_observe = []
         for h in handles_of(vote):
             where = _where(h)
-            if (h.pipeline, h.sink) != (self.pipeline, self.name) or not is_split_id(h.transactional_id, h.pipeline, h.sink, h.split):
+            if (h.pipeline, h.sink) != (self.pipeline, self.name) or not is_split_id(h.transactional_id, h.pipeline, h.sink, h.split, vote.batch_seq):
                 problems.append(f"{where}: handle does not belong to sink {self.name} of {self.pipeline}")
                 continue
             if h.withheld and self.storage.size(h.withheld_uri) is None:

@@ -49,6 +49,7 @@ from confluent_kafka import KafkaException, Producer
 
 from .. import faults
 from ..layout import kafka_staging_dir
+from ..protocol.batch_id import BatchId
 from ..storage import Storage, storage_for
 from .config import producer_config
 from .ids import transactional_id
@@ -222,12 +223,11 @@ class TransactionalSplitWriter:
         storage: Storage | None = None,
         timeout_s: float = 60.0,
         producer_overrides: Mapping[str, Any] | None = None,
-        slot: int | None = None,
         max_record_bytes: int | None = None,
         partitioner: str = DEFAULT_PARTITIONER,
     ):
         self.pipeline, self.sink, self.batch_id, self.split, self.topic = pipeline, sink, batch_id, split, topic
-        self.txn_id = transactional_id(pipeline, sink, split, slot)
+        self.txn_id = transactional_id(pipeline, sink, split, BatchId.parse(batch_id))
         self.staged_uri = staged_uri
         self.withheld_uri = withheld_uri_of(staged_uri)
         self.timeout_s = timeout_s

@@ -130,8 +130,6 @@ class _BatchOperator(BaseOperator):
 
 # How long a plan task waiting for its interval to close sleeps between looks.
 INTERVAL_POKE = timedelta(seconds=30)
-# Interval pipelines' run param: reprocess the interval even if it is committed, replacing its outputs.
-REPLACE_COMMITTED = run_inputs.REPLACE_COMMITTED
 
 
 def backfill_refusal(pipeline: str, context) -> str | None:
@@ -237,7 +235,7 @@ class PlanBatchOperator(_BatchOperator):
         self.announce(context, runtime)  # what its recovery finished, if anything
         if planned.already_committed:
             runtime.after_commit(planned.plan)  # idempotent: finishes an aftermath a crash cut short
-            self._skip_committed(planned.plan, f"to replace its outputs, run it with {REPLACE_COMMITTED}=true")
+            self._skip_committed(planned.plan, f"to replace its outputs, run it with {run_inputs.REPLACE_COMMITTED}=true")
         replaces = planned.plan.replaces
         log.info("run %s reads interval %s%s", context["run_id"], planned.plan.interval,
                  f", replacing committed batch {BatchId(replaces.batch_seq)} ({dict(replaces.outputs)})" if replaces else "")

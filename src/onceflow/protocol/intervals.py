@@ -93,7 +93,7 @@ class IntervalNotClosed(PlanMustWait):
 
 
 class SlotBusy(PlanMustWait):
-    """Every slot of transactional ids is held by a batch in flight."""
+    """Every slot (``batches_in_flight``) is held by a batch in flight."""
 
 
 class ReprocessRefused(PlanningError):
@@ -202,9 +202,9 @@ def replacement_refusal(plan: Plan, replaced: Plan | None, replaced_committed: b
 
 
 def slot_of(seq: int, pool: int) -> int:
-    """The slot of transactional ids batch ``seq`` uses. Batches ``seq`` and
-    ``seq - pool`` share one: a batch is planned only once the one before it
-    in its slot is finished, so no two batches in flight share an id."""
+    """The slot batch ``seq`` takes of ``pool`` (``batches_in_flight``). Batches ``seq`` and
+    ``seq - pool`` share one: a batch is planned only once the one before it in its slot
+    is finished, so at most ``pool`` batches are in flight."""
     return seq % pool
 
 

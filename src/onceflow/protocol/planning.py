@@ -107,7 +107,7 @@ class StartPosition:
         return f"timestamp:{self.timestamp_ms}" if self.kind == "timestamp" else self.kind
 
 
-def no_transactional_ids(pipeline: str, sink: SinkPlan, slot: int | None = None) -> tuple[str, ...]:
+def no_transactional_ids(pipeline: str, sink: SinkPlan, batch_seq: int) -> tuple[str, ...]:
     """For sinks that write inside no transaction: nothing to fence."""
     return ()
 
@@ -118,9 +118,8 @@ class PlanConfig:
     sinks: tuple[SinkPlan, ...]
     start: StartPosition = StartPosition("earliest")
     max_records_per_partition: int | None = None
-    # (pipeline, sink plan, slot) -> the transactional ids of the sink's splits,
-    # derived so that rollback can fence them even when a job died before voting
-    # (slot: None in an offsets pipeline, the batch's slot in an interval one).
+    # (pipeline, sink plan, batch seq) -> the transactional ids of the sink's splits in that
+    # batch, derived so that rollback can fence them even when a job died before voting.
     # The sink's kind answers (onceflow.sinks); planning never asks which kind it is.
     transactional_ids: Callable[..., tuple[str, ...]] = no_transactional_ids
     # The transform's run parameters (``RunInputs.transform``): recorded in each plan, read by the transform only.
@@ -143,11 +142,9 @@ class PlanConfig:
             raise ConfigurationError(f"sink names must be unique, got {names}")
 
 
-def with_ids(pipeline: str, config: PlanConfig, slot: int | None = None) -> tuple[SinkPlan, ...]:
-    """The config's sinks, each with the transactional ids its splits may use."""
-    # Without a slot, called as before slots existed (sink kinds of other packages may predate them).
-    ids = (lambda s: config.transactional_ids(pipeline, s)) if slot is None else (lambda s: config.transactional_ids(pipeline, s, slot))
-    return tuple(replace(s, transactional_ids=tuple(ids(s))) for s in config.sinks)
+def with_ids(pipeline: str, config: PlanConfig, seq: int) -> tuple[SinkPlan, ...]:
+    """The config's sinks, each with the transactional ids its splits may use in batch ``seq``."""
+    return tuple(replace(s, transactional_ids=tuple(config.transactional_ids(pipeline, s, seq))) for s in config.sinks)
 
 
 def check_not_lost(what: str, starts: Mapping[TopicPartition, int], source: OffsetSource) -> None:
@@ -221,7 +218,7 @@ def next_plan(
     facts: dict[str, Any] = dict(run_id=run_id, start_position=str(config.start),
                                  max_records_per_partition=config.max_records_per_partition,
                                  transform_params=dict(config.transform_params))
-    sinks = with_ids(pipeline, config)
+    sinks = with_ids(pipeline, config, seq)
     if previous is not None and previous_state is not None and not previous_state.terminal:
         raise PlanningError(
             f"batch {previous.batch_id} of pipeline {pipeline!r} is {previous_state.value}: run recovery "

@@ -82,10 +82,10 @@ class SinkKind(Protocol):
     def asset_uri(self, sink: SinkSpec, warehouse: str) -> str:
         """The URI of the output's Airflow Asset [DAG parsing]."""
 
-    def transactional_ids(self, pipeline: str, sink: SinkPlan, slot: int | None = None) -> tuple[str, ...]:
-        """The ids of the transactions the sink's splits may open, derived so that a
-        rollback can fence them even when the job died before voting; () if none. ``slot``:
-        the batch's slot in an interval pipeline, where batches run side by side [planning]."""
+    def transactional_ids(self, pipeline: str, sink: SinkPlan, batch_seq: int) -> tuple[str, ...]:
+        """The ids of the transactions the sink's splits may open in batch ``batch_seq``, derived so
+        that a rollback can fence them even when the job died before voting, and never shared with
+        another batch (a zombie of one batch cannot fence another's); () if none [planning]."""
 
     def vote_lifetime(self, sink: SinkSpec) -> timedelta | None:
         """How long a pre-committed output stays committable (None: no bound) [DAG parsing:

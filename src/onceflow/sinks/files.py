@@ -22,7 +22,7 @@ class FilesKind:
     def asset_uri(self, sink, warehouse: str) -> str:
         return self.location(sink, warehouse)
 
-    def transactional_ids(self, pipeline: str, sink, slot: int | None = None) -> tuple[str, ...]:
+    def transactional_ids(self, pipeline: str, sink, batch_seq: int) -> tuple[str, ...]:
         return ()
 
     def reprocess(self, sink) -> str:

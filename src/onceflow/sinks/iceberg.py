@@ -23,7 +23,7 @@ class IcebergKind:
         # The Asset names the table; a URI needs a host, and the catalog is a connection.
         return f"iceberg://{sink.catalog or 'catalog'}/{sink.target}"
 
-    def transactional_ids(self, pipeline: str, sink, slot: int | None = None) -> tuple[str, ...]:
+    def transactional_ids(self, pipeline: str, sink, batch_seq: int) -> tuple[str, ...]:
         return ()
 
     def reprocess(self, sink) -> str:

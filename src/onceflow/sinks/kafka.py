@@ -52,8 +52,8 @@ class KafkaKind:
         # The Asset names the topic; a URI needs a host, and the cluster is a connection.
         return f"kafka://kafka/{sink.target}"
 
-    def transactional_ids(self, pipeline: str, sink, slot: int | None = None) -> tuple[str, ...]:
-        return transactional_ids(pipeline, sink.name, sink.splits, slot)
+    def transactional_ids(self, pipeline: str, sink, batch_seq: int) -> tuple[str, ...]:
+        return transactional_ids(pipeline, sink.name, sink.splits, batch_seq)
 
     def reprocess(self, sink) -> str | None:
         # Committed records cannot be taken back from a topic: only consumers that deduplicate can take them twice.

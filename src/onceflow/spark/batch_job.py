@@ -103,8 +103,6 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
 
         batch_options = {"pipeline": spec.name, "deployment": deployment, "batch_seq": str(seq),
                          "planned_at_ms": str(plan.created_at_ms), "attempt": str(attempt), **job_fault_options()}
-        if plan.slot is not None:  # an interval batch: its slot of transactional ids
-            batch_options["slot"] = str(plan.slot)
         if plan.replaces is not None:  # a reprocessed interval: the committed batch it replaces
             batch_options["replaces"] = str(plan.replaces.batch_seq)
         for i, sink in enumerate(spec.sinks):

@@ -59,7 +59,6 @@ class KafkaWriteOptions:
     attempt: int
     transactional_ids: tuple[str, ...]
     transaction_timeout_ms: int
-    slot: int | None = None
     max_record_bytes: int | None = None  # larger records are withheld (kafka.writer), not produced
     partitioner: str = DEFAULT_PARTITIONER  # where a keyed record goes
     faults: str = ""  # the run's faults, for a Spark Connect server's workers (writer_options)
@@ -72,12 +71,11 @@ class KafkaWriteOptions:
     def parse(cls, options: Mapping[str, str]) -> "KafkaWriteOptions":
         opts = checked_options(FORMAT, options, REQUIRED)
         ints = {key: int_option(FORMAT, opts, key)
-                for key in ("batch_seq", "attempt", "transaction_timeout_ms", "slot", "max_record_bytes")}
+                for key in ("batch_seq", "attempt", "transaction_timeout_ms", "max_record_bytes")}
         return cls(
             opts["deployment"], opts["pipeline"], opts["sink"], opts["topic"], ints["batch_seq"], ints["attempt"],
             tuple(json.loads(opts["transactional_ids"])),
             ints["transaction_timeout_ms"] or 900_000,
-            ints["slot"],
             ints["max_record_bytes"],
             partitioner=opts.get("partitioner") or DEFAULT_PARTITIONER,
             faults=opts.get(FAULTS_OPTION, ""),
@@ -112,7 +110,6 @@ class KafkaSplitWriter(DataSourceArrowWriter):
             staged_uri(deployment.warehouse, opts.pipeline, opts.sink, opts.batch_id, split, attempt_tag),
             storage=deployment.storage(),
             producer_overrides={"transaction.timeout.ms": opts.transaction_timeout_ms},
-            slot=opts.slot,
             max_record_bytes=opts.max_record_bytes,
             partitioner=opts.partitioner,
         )

@@ -54,6 +54,8 @@ def read_committed(config: Mapping[str, Any], topic: str, partitions: int, timeo
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         at_eof.add(m.partition())
                         continue
+                    if m.error().retriable() or m.error().code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+                        continue  # a broker restarting or a leader moving: the client tries again
                     raise AssertionError(str(m.error()))
                 at_eof.discard(m.partition())
                 seen.append((m.partition(), m.value(), m.headers() or []))

@@ -89,6 +89,6 @@ def test_an_empty_split_beside_a_full_one_commits_and_aborts_on_apache_kafka(_br
     other = f"p-{uuid.uuid4().hex[:6]}"
     handles = [precommit(config, topic, tmp_path, other, 0, 0), precommit(config, topic, tmp_path, other, 1, 20)]
     aborting = KafkaSinkParticipant("out", other, config, staging_root=str(tmp_path))
-    plan = Plan(other, 1, (), (SinkPlan("out", "kafka", 2, transactional_ids(other, "out", 2)),))
+    plan = Plan(other, 1, (), (SinkPlan("out", "kafka", 2, transactional_ids(other, "out", 2, 1)),))
     assert aborting.abort(plan, [Vote("out", 1, 1, vote_payload(handles), records=20)]).outcome is Outcome.DONE
     assert len(read_committed(config, topic, 2)) == 30

@@ -51,7 +51,7 @@ def _vote(*handles) -> Vote:
 
 
 def _plan(pipeline, splits=2) -> Plan:
-    return Plan(pipeline, 1, (), (SinkPlan("out", "kafka", splits, transactional_ids(pipeline, "out", splits)),))
+    return Plan(pipeline, 1, (), (SinkPlan("out", "kafka", splits, transactional_ids(pipeline, "out", splits, 1)),))
 
 
 def _values(prefix: str, start: int, stop: int) -> pa.RecordBatch:
@@ -90,7 +90,7 @@ def test_precommit_killed_then_committed_by_another_process_is_seen_exactly_once
     assert again.outcome is Outcome.ALREADY_DONE, again.detail
     assert _audit(kafka_broker, topic) == expected
     headers = {tuple(h) for _, _, h in read_committed(config, topic, PARTITIONS)}
-    ids = transactional_ids(pipeline, "out", 2)
+    ids = transactional_ids(pipeline, "out", 2, 1)
     assert headers == {tuple(record_headers(BATCH, 0, ids[0])), tuple(record_headers(BATCH, 1, ids[1]))}
 
 

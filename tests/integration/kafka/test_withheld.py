@@ -74,7 +74,7 @@ def test_an_aborted_batch_publishes_none_of_its_withheld_records(kafka_broker, t
     handle = precommit(kafka_broker, pipeline, topic, tmp_path, "0000000001", rows([b"a", b"y" * BIG]))
     assert handle.withheld == 1
     participant = _participant(kafka_broker, pipeline, tmp_path)
-    plan = Plan(pipeline, 1, (), (SinkPlan("out", "kafka", 1, transactional_ids(pipeline, "out", 1)),))
+    plan = Plan(pipeline, 1, (), (SinkPlan("out", "kafka", 1, transactional_ids(pipeline, "out", 1, 1)),))
     vote = Vote("out", 1, 1, vote_payload([handle]), records=1, withheld=1)
     assert participant.abort(plan, [vote]).ok  # (what an abort does to the topic: test_sink.py)
     assert not (tmp_path / "_onceflow" / pipeline / "withheld").exists()

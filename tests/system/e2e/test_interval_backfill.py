@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 
 from onceflow import faults
 from onceflow.files.layout import seq_of_batch_dir
-from onceflow.operators.batch import REPLACE_COMMITTED
+from onceflow.protocol.run_inputs import REPLACE_COMMITTED
 from onceflow.protocol.batch_id import BatchId
 from onceflow.protocol.intervals import Interval
 from onceflow.protocol.states import BatchState

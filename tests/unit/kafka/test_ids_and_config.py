@@ -19,24 +19,25 @@ SECURE = {
 }
 
 
-def test_transactional_id_is_derived_from_pipeline_sink_and_split():
-    assert transactional_id("clicks", "enriched", 3) == "onceflow.clicks.enriched.3"
-    assert transactional_id("clicks", "enriched", 3) == transactional_id("clicks", "enriched", 3)
-    assert transactional_ids("clicks", "out", 3) == tuple(transactional_id("clicks", "out", i) for i in range(3))
-    assert repair_id(transactional_id("a", "b", 0)) == "onceflow.a.b.0.repair"
+def test_transactional_id_is_derived_from_pipeline_sink_batch_and_split():
+    assert transactional_id("clicks", "enriched", 3, 12) == "onceflow.clicks.enriched.b12.3"
+    assert transactional_id("clicks", "enriched", 3, 12) == transactional_id("clicks", "enriched", 3, 12)
+    assert transactional_ids("clicks", "out", 3, 5) == tuple(transactional_id("clicks", "out", i, 5) for i in range(3))
+    assert repair_id(transactional_id("a", "b", 0, 1)) == "onceflow.a.b.b1.0.repair"
 
 
-def test_an_interval_batch_uses_its_slots_ids_and_they_still_belong_to_their_split():
+def test_no_two_batches_share_an_id_and_ids_of_older_plans_still_belong_to_their_split():
+    assert len({transactional_id("p", "s", i, batch) for i in range(3) for batch in range(1, 5)}) == 12
+    # Plans of older versions named the split's id alone (offsets) or its slot's (interval pipelines).
     assert transactional_id("clicks", "enriched", 1, slot=7) == "onceflow.clicks.enriched.slot7.1"
-    assert transactional_ids("clicks", "out", 2, slot=0) == ("onceflow.clicks.out.slot0.0", "onceflow.clicks.out.slot0.1")
-    assert len({transactional_id("p", "s", i, slot) for i in range(3) for slot in (None, 0, 1, 2)}) == 12
-    for slot in (None, 0, 12):
-        assert is_split_id(transactional_id("p", "s", 1, slot), "p", "s", 1)
-        assert not is_split_id(transactional_id("p", "s", 1, slot), "p", "s", 0)
-        assert not is_split_id(transactional_id("p", "s", 1, slot), "p", "t", 1)
-    assert not is_split_id("onceflow.p.s.slotx.1", "p", "s", 1) and not is_split_id("onceflow.p.s.1.repair", "p", "s", 1)
+    for older in (transactional_id("p", "s", 1), transactional_id("p", "s", 1, slot=12), transactional_id("p", "s", 1, 4)):
+        assert is_split_id(older, "p", "s", 1, 4)
+        assert not is_split_id(older, "p", "s", 0, 4)
+        assert not is_split_id(older, "p", "t", 1, 4)
+    assert not is_split_id(transactional_id("p", "s", 1, 3), "p", "s", 1, 4)  # another batch's id
+    assert not is_split_id("onceflow.p.s.slotx.1", "p", "s", 1, 4) and not is_split_id("onceflow.p.s.1.repair", "p", "s", 1, 4)
     with pytest.raises(ValueError):
-        transactional_id("p", "s", 0, slot=-1)
+        transactional_id("p", "s", 0, -1)
 
 
 def test_two_pipelines_never_share_an_id():

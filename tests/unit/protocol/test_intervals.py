@@ -192,7 +192,7 @@ def test_batches_in_flight_take_distinct_slots_and_wait_for_a_free_one(pipeline)
         planner.plan(log, hours(5)[4], run_id="fifth")
     commit(coord, parts, plans[0])
     fifth = planner.plan(log, hours(5)[4], run_id="fifth").plan
-    assert fifth.slot == 1 and fifth.sink("events").transactional_ids == ids[0]
+    assert fifth.slot == 1 and not set(fifth.sink("events").transactional_ids) & {i for group in ids for i in group}
 
 
 def test_records_deleted_before_they_were_read_fail_the_plan_naming_them(pipeline):

@@ -17,8 +17,8 @@ def test_the_built_in_kinds_say_where_their_output_lives_and_what_to_fence():
     assert files.location(counts, "s3://lake/w/") == files.asset_uri(counts, "s3://lake/w") == "s3://lake/w/clickstream/counts"
     assert kafka.location(enriched, "s3://lake/w") == "clicks_enriched"
     assert kafka.asset_uri(enriched, "s3://lake/w") == "kafka://kafka/clicks_enriched"
-    assert files.transactional_ids("p", SinkPlan("counts", FILES, 4)) == ()
-    assert kafka.transactional_ids("p", SinkPlan("enriched", KAFKA, 2)) == ("onceflow.p.enriched.0", "onceflow.p.enriched.1")
+    assert files.transactional_ids("p", SinkPlan("counts", FILES, 4), 3) == ()
+    assert kafka.transactional_ids("p", SinkPlan("enriched", KAFKA, 2), 3) == ("onceflow.p.enriched.b3.0", "onceflow.p.enriched.b3.1")
 
 
 def test_an_unknown_kind_is_refused_naming_the_known_ones():

@@ -15,7 +15,7 @@ venv:
 demo: venv
 	$(VENV)/bin/onceflow demo $(DEMO_ARGS)
 
-# The default suite: everything but runs marked slow (under 20 min on 2 cores).
+# The default suite: everything but runs marked slow (under 25 min on 2 cores; Apache Kafka is the broker).
 # --durations: every run reports its slowest tests (the figures docs/testing.md quotes).
 test: venv
 	$(VENV)/bin/python -m pytest -m "not slow" --durations=12 $(PYTEST_ARGS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -105,3 +105,28 @@ def kafka_output_state(broker, topics: list[str], count: bool = True) -> dict[st
         consumer.close()
         raw.close()
     return out
+
+
+def batch_value(seq: int, split: int, i: int) -> bytes:
+    return f"{seq}-{split}-{i}".encode()
+
+
+def precommit_batch(config: Mapping[str, Any], topic: str, staging_root, pipeline: str, records: Sequence[int],
+                    seq: int = 1, **writer_options: Any):
+    """What batch ``seq``'s Spark tasks leave behind: split ``i`` wrote ``records[i]`` records
+    (``batch_value``) into a transaction left open, and exited. Returns the vote naming them."""
+    from onceflow.kafka.sink import vote_payload
+    from onceflow.kafka.writer import TransactionalSplitWriter, staged_uri
+    from onceflow.protocol.batch_id import BatchId
+    from onceflow.protocol.participant import Vote
+
+    batch_id, handles = str(BatchId(seq)), []
+    for split, count in enumerate(records):
+        writer = TransactionalSplitWriter(config, pipeline, "out", batch_id, split, topic,
+                                          staged_uri(str(staging_root), pipeline, "out", batch_id, split, 1), **writer_options)
+        writer.begin()
+        for i in range(count):
+            writer.write(batch_value(seq, split, i), key=f"k{i}".encode())
+        handles.append(writer.precommit())
+        writer.abandon()
+    return Vote("out", seq, 1, vote_payload(handles), records=sum(records))

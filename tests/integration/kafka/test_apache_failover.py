@@ -14,15 +14,11 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from onceflow import faults
 from onceflow.kafka.config import kafka_python_config
-from onceflow.kafka.sink import AFTER_END_TXN, KafkaSinkParticipant, vote_payload
-from onceflow.kafka.writer import TransactionalSplitWriter, staged_uri
-from onceflow.protocol.participant import Outcome, Vote
+from onceflow.kafka.sink import AFTER_END_TXN, KafkaSinkParticipant, handles_of
+from onceflow.protocol.participant import Outcome
 from onceflow_devkit.services.apache_kafka import start_apache_cluster
 from tests.conftest import TEST_HOME
-from tests.integration.kafka.helpers import create_topic, read_committed
-
-BATCH = "0000000001"
-
+from tests.integration.kafka.helpers import batch_value, create_topic, precommit_batch, read_committed
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -48,18 +44,10 @@ def test_the_commit_finishes_on_the_new_coordinator_when_the_old_one_dies_mid_co
     config = {"bootstrap.servers": cluster.bootstrap}
     topic = create_topic(config, partitions=3, prefix="failover", replication=3)
     pipeline = f"p-{uuid.uuid4().hex[:6]}"
-    handles = []
-    for split in range(2):
-        writer = TransactionalSplitWriter(config, pipeline, "out", BATCH, split, topic,
-                                          staged_uri(str(tmp_path), pipeline, "out", BATCH, split, 0))
-        writer.begin()
-        for i in range(100):
-            writer.write(f"{split}-{i}".encode(), key=f"k{i}".encode())
-        handles.append(writer.precommit())
-        writer.abandon()
-    vote = Vote("out", 1, 1, vote_payload(handles), records=200)
+    vote = precommit_batch(config, topic, tmp_path, pipeline, (100, 100))
+    first = handles_of(vote)[0]
     participant = KafkaSinkParticipant("out", pipeline, config, staging_root=str(tmp_path))
-    coordinator = coordinator_of(config, handles[0].transactional_id)
+    coordinator = coordinator_of(config, first.transactional_id)
 
     faults.arm(AFTER_END_TXN, "raise")  # the commit task dies once every EndTxn is sent ...
     try:
@@ -72,8 +60,8 @@ def test_the_commit_finishes_on_the_new_coordinator_when_the_old_one_dies_mid_co
         result = participant.commit(vote)  # recovery's commit
 
         assert result.ok, result.detail
-        assert coordinator_of(config, handles[0].transactional_id) != coordinator  # another broker took over
-        expected = Counter(f"{s}-{i}".encode() for s in range(2) for i in range(100))
+        assert coordinator_of(config, first.transactional_id) != coordinator  # another broker took over
+        expected = Counter(batch_value(1, s, i) for s in range(2) for i in range(100))
         assert Counter(v for _, v, _ in read_committed(config, topic, 3, timeout_s=60)) == expected
         assert participant.commit(vote).outcome is Outcome.ALREADY_DONE
     finally:

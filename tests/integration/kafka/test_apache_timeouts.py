@@ -19,16 +19,14 @@ from collections import Counter
 import pytest
 
 from onceflow.kafka.headers import REPAIR
-from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
+from onceflow.kafka.sink import KafkaSinkParticipant, handles_of
 from onceflow.kafka.txn_protocol import end_txn
-from onceflow.kafka.writer import TransactionalSplitWriter, staged_uri
-from onceflow.protocol.participant import Outcome, Vote
+from onceflow.protocol.participant import Outcome
 from onceflow_devkit.services.kafka_broker import start_broker
 from tests.conftest import TEST_HOME
 from onceflow_devkit.services.process import ManagedProcess
-from tests.integration.kafka.helpers import create_topic, read_committed
+from tests.integration.kafka.helpers import batch_value, create_topic, precommit_batch, read_committed
 
-BATCH = "0000000001"
 TIMEOUT_MS = 3000
 # Short clocks: the broker aborts after the producer's timeout and looks every 500 ms; ids idle
 # for 2 s lose their mapping, looked for every 500 ms.
@@ -46,18 +44,6 @@ def short_clocks():
     broker = start_broker("apache", proc, settings=SETTINGS, die_with_parent=True)
     yield broker
     proc.stop(grace=2)
-
-
-def precommit(config, topic, tmp_path, pipeline, records):
-    writer = TransactionalSplitWriter(config, pipeline, "out", BATCH, 0, topic,
-                                      staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0),
-                                      producer_overrides={"transaction.timeout.ms": TIMEOUT_MS})
-    writer.begin()
-    for i in range(records):
-        writer.write(f"v{i}".encode(), key=f"k{i}".encode())
-    handle = writer.precommit()
-    writer.abandon()  # the Spark task is gone; its transaction stays open at the broker
-    return handle
 
 
 def end_txn_answer(config, handle, until: str, timeout_s: float = 30.0) -> str:
@@ -79,10 +65,11 @@ def test_a_transaction_the_broker_timed_out_is_refused_before_the_decision_and_r
     config = short_clocks.config()
     topic = create_topic(config, partitions=2, prefix="clocks")
     pipeline = f"p-{uuid.uuid4().hex[:6]}"
-    handle = precommit(config, topic, tmp_path, pipeline, 80)
+    vote = precommit_batch(config, topic, tmp_path, pipeline, (80,),
+                           producer_overrides={"transaction.timeout.ms": TIMEOUT_MS})
+    [handle] = handles_of(vote)
     participant = KafkaSinkParticipant("out", pipeline, config, staging_root=str(tmp_path),
                                        transaction_timeout_ms=TIMEOUT_MS)
-    vote = Vote("out", 1, 1, vote_payload([handle]), records=80)
     assert participant.verify(vote).outcome is Outcome.DONE  # still open, young enough
 
     # The broker aborts it (and bumps the epoch); then, idle, the id loses its producer-id mapping.
@@ -96,7 +83,7 @@ def test_a_transaction_the_broker_timed_out_is_refused_before_the_decision_and_r
 
     assert result.outcome is Outcome.DONE and "repaired" in result.detail, result.detail
     records = read_committed(config, topic, 2)
-    assert Counter(v for _, v, _ in records) == Counter(f"v{i}".encode() for i in range(80))
+    assert Counter(v for _, v, _ in records) == Counter(batch_value(1, 0, i) for i in range(80))
     assert all(h[-1] == REPAIR for _, _, h in records)
     again = participant.commit(vote)
     assert again.outcome is Outcome.ALREADY_DONE, again.detail

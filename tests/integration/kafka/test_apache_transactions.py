@@ -17,15 +17,14 @@ import pytest
 from kafka.net.compat import KafkaNetClient
 
 from onceflow.kafka.config import kafka_python_config
-from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
+from onceflow.kafka.sink import KafkaSinkParticipant, handles_of
 from onceflow.kafka.txn_protocol import Action, end_txn
-from onceflow.kafka.writer import TRANSACTION_VERSION, TransactionalSplitWriter, staged_uri
+from onceflow.kafka.writer import TRANSACTION_VERSION
 from onceflow.kafka.ids import transactional_ids
-from onceflow.protocol.participant import Outcome, Vote
+from onceflow.protocol.participant import Outcome
 from onceflow.protocol.plan import Plan, SinkPlan
-from tests.integration.kafka.helpers import create_topic, read_committed
+from tests.integration.kafka.helpers import batch_value, create_topic, precommit_batch, read_committed
 
-BATCH = "0000000001"
 END_TXN = 26  # the EndTxn API key
 
 
@@ -38,21 +37,12 @@ def offered_end_txn_version(config) -> int:
         client.close()
 
 
-def precommit(config, topic: str, tmp_path, pipeline: str, split: int, records: int):
-    writer = TransactionalSplitWriter(config, pipeline, "out", BATCH, split, topic,
-                                      staged_uri(str(tmp_path), pipeline, "out", BATCH, split, 0))
-    writer.begin()
-    for i in range(records):
-        writer.write(f"{split}-{i}".encode(), key=f"k{i}".encode())
-    return writer.precommit()
-
-
 @pytest.mark.parametrize("broker_name, offered", [("apache", 5), ("apache-3.9", 4)])
 def test_the_commit_speaks_end_txn_v4_whatever_the_broker_offers(_brokers, broker_name, offered, tmp_path):
     broker = _brokers.get(broker_name)
     config = broker.config()
     topic = create_topic(config, partitions=2, prefix="v1path")
-    handle = precommit(config, topic, tmp_path, f"p-{uuid.uuid4().hex[:6]}", 0, 50)
+    [handle] = handles_of(precommit_batch(config, topic, tmp_path, f"p-{uuid.uuid4().hex[:6]}", (50,)))
     assert handle.transaction_version == TRANSACTION_VERSION == 1
     assert offered_end_txn_version(config) >= offered  # on 4.x, negotiating would have sent v5
 
@@ -70,25 +60,25 @@ def test_an_empty_split_beside_a_full_one_commits_and_aborts_on_apache_kafka(_br
     config = broker.config()
     topic = create_topic(config, partitions=2, prefix="empty")
     pipeline = f"p-{uuid.uuid4().hex[:6]}"
-    empty, full = precommit(config, topic, tmp_path, pipeline, 0, 0), precommit(config, topic, tmp_path, pipeline, 1, 30)
+    vote = precommit_batch(config, topic, tmp_path, pipeline, (0, 30))
+    empty = handles_of(vote)[0]
     assert empty.records == 0 and not empty.partitions
     # What the broker says to an EndTxn for the empty split: the reason the sink must not send it.
     assert end_txn(config, empty.transactional_id, empty.producer_id, empty.epoch, True,
                    transaction_version=1).error_name == "INVALID_TXN_STATE"
     participant = KafkaSinkParticipant("out", pipeline, config, staging_root=str(tmp_path))
-    vote = Vote("out", 1, 1, vote_payload([empty, full]), records=30)
 
     assert participant.verify(vote).outcome is Outcome.DONE
     result = participant.commit(vote)
 
     assert result.outcome is Outcome.DONE, result.detail
-    assert Counter(v for _, v, _ in read_committed(config, topic, 2)) == Counter(f"1-{i}".encode() for i in range(30))
+    assert Counter(v for _, v, _ in read_committed(config, topic, 2)) == Counter(batch_value(1, 1, i) for i in range(30))
     assert participant.commit(vote).outcome is Outcome.ALREADY_DONE
 
     # The same shape aborted (another pipeline's batch): nothing of it is visible, and abort says done.
     other = f"p-{uuid.uuid4().hex[:6]}"
-    handles = [precommit(config, topic, tmp_path, other, 0, 0), precommit(config, topic, tmp_path, other, 1, 20)]
+    aborted = precommit_batch(config, topic, tmp_path, other, (0, 20))
     aborting = KafkaSinkParticipant("out", other, config, staging_root=str(tmp_path))
     plan = Plan(other, 1, (), (SinkPlan("out", "kafka", 2, transactional_ids(other, "out", 2, 1)),))
-    assert aborting.abort(plan, [Vote("out", 1, 1, vote_payload(handles), records=20)]).outcome is Outcome.DONE
+    assert aborting.abort(plan, [aborted]).outcome is Outcome.DONE
     assert len(read_committed(config, topic, 2)) == 30

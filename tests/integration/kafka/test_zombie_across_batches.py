@@ -20,28 +20,14 @@ from collections import Counter
 from pathlib import Path
 
 from onceflow.kafka.ids import transactional_ids
-from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
-from onceflow.kafka.writer import TransactionalSplitWriter, staged_uri
+from onceflow.kafka.sink import KafkaSinkParticipant
+from onceflow.kafka.writer import staged_uri
 from onceflow.protocol.batch_id import BatchId
-from onceflow.protocol.participant import Outcome, Vote
-from tests.integration.kafka.helpers import create_topic, read_committed
+from onceflow.protocol.participant import Outcome
+from tests.integration.kafka.helpers import batch_value, create_topic, precommit_batch, read_committed
 from tests.support import ROOT
 
 ZOMBIE = Path(__file__).with_name("zombie_child.py")
-
-
-def precommit(config, topic, tmp_path, pipeline, seq: int, splits: int = 2) -> Vote:
-    handles = []
-    for split in range(splits):
-        batch_id = str(BatchId(seq))
-        writer = TransactionalSplitWriter(config, pipeline, "out", batch_id, split, topic,
-                                          staged_uri(str(tmp_path), pipeline, "out", batch_id, split, 1))
-        writer.begin()
-        for i in range(50):
-            writer.write(f"{seq}-{split}-{i}".encode(), key=f"k{i}".encode())
-        handles.append(writer.precommit())
-        writer.abandon()
-    return Vote("out", seq, 1, vote_payload(handles), records=50 * splits)
 
 
 def test_a_zombie_of_one_batch_resumed_while_the_next_is_open_neither_adds_to_nor_aborts_it(one_kafka_broker, tmp_path):
@@ -58,8 +44,8 @@ def test_a_zombie_of_one_batch_resumed_while_the_next_is_open_neither_adds_to_no
         zombie.send_signal(signal.SIGSTOP)  # paused after its checks
         participant = KafkaSinkParticipant("out", pipeline, config, staging_root=str(tmp_path),
                                            broker=one_kafka_broker.broker)
-        assert participant.commit(precommit(config, topic, tmp_path, pipeline, 1)).outcome is Outcome.DONE
-        second = precommit(config, topic, tmp_path, pipeline, 2)  # batch 2's transactions are open
+        assert participant.commit(precommit_batch(config, topic, tmp_path, pipeline, (50, 50), 1)).outcome is Outcome.DONE
+        second = precommit_batch(config, topic, tmp_path, pipeline, (50, 50), 2)  # batch 2's transactions are open
 
         zombie.send_signal(signal.SIGCONT)
         zombie.stdin.write("go\n")
@@ -75,4 +61,4 @@ def test_a_zombie_of_one_batch_resumed_while_the_next_is_open_neither_adds_to_no
             zombie.kill()
     assert result.outcome is Outcome.DONE and "repaired" not in result.detail, result.detail
     values = Counter(v for _, v, _ in read_committed(config, topic, 2))
-    assert values == Counter(f"{seq}-{split}-{i}".encode() for seq in (1, 2) for split in range(2) for i in range(50))
+    assert values == Counter(batch_value(seq, split, i) for seq in (1, 2) for split in range(2) for i in range(50))

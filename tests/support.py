@@ -16,6 +16,6 @@ def require(broker: KafkaBroker, capability: str) -> None:
     """Skip, naming the behaviour, when ``broker`` lacks ``capability``.
 
     A test that a broker cannot support is skipped with that reason, never
-    weakened (ENVIRONMENT.md)."""
+    weakened (docs/testing.md, "Broker capabilities")."""
     if not broker.has(capability):
         pytest.skip(reason=f"{broker.name} lacks: {capability}")

@@ -1,6 +1,6 @@
 """onceflow: exactly-once micro-batch pipelines on Airflow, PySpark and Kafka.
 
-Map of the package (DESIGN.md has the protocol):
+Map of the package (docs/protocol.md has the protocol):
 
 - ``onceflow.spec``        what a pipeline is: inputs, transform, sinks;
 - ``onceflow.runtime``     where it runs (``Deployment``) and the objects

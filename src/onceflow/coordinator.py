@@ -1,6 +1,6 @@
 """The two-phase-commit coordinator of one pipeline.
 
-Call sequence of one batch (DESIGN.md §1), and where each step runs::
+Call sequence of one batch (docs/protocol.md, "One batch"), and where each step runs::
 
     plan_next(source, config, run_id)  Airflow plan task      recover(), then write plan.json
     begin_attempt(seq)                 Spark driver, job start claim attempts/<n>.json

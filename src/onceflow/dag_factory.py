@@ -284,7 +284,7 @@ def pipeline_dag(
         )
         commit = CommitBatchOperator(task_id="commit", trigger_rule=TriggerRule.ALL_SUCCESS, **common)
         rollback = RollbackBatchOperator(task_id="rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=3, **common)
-        # commit and rollback are both leaves, as in DESIGN.md: the run's state
+        # commit and rollback are both leaves, as docs/protocol.md says: the run's state
         # is then failed whenever the batch did not commit (a rollback that
         # succeeds must not turn a failed batch into a successful run).
         plan >> spark >> [commit, rollback]

@@ -20,7 +20,7 @@ Call sequence (all in the calling process, e.g. a test or the CLI)::
             api.clear_run("my_dag", run_id, only_failed=True)
 
 A run's state comes from its leaf tasks: keep commit and rollback both
-leaves (DESIGN.md section 1), or a successful rollback makes a failed batch
+leaves (docs/protocol.md, "One batch"), or a successful rollback makes a failed batch
 look like a successful run.
 """
 

@@ -12,7 +12,7 @@ Layout of ``home``::
     sessions                  session ids of started components (see _sessions)
     dags-test/                full output of every ``dags_test`` call
 
-Why the environment looks the way it does (ENVIRONMENT.md has the measurements):
+Why the environment looks the way it does:
 
 - ``[core] execution_api_server_url`` must point at our API port, or every
   task fails to reach the Execution API (the default assumes 8080).

@@ -74,7 +74,7 @@ CAPABILITIES: dict[str, frozenset[str]] = {
         {HIDES_ABORTED_RECORDS, LSO_FROM_LIST_OFFSETS, REINIT_HIDES_ABORTED, DESCRIBE_TRANSACTIONS, STALE_EPOCH_ERRORS,
          ADDS_PARTITIONS}
     ),
-    # Tansu: ENVIRONMENT.md's table; the three noida findings were not measured on it.
+    # Tansu: docs/brokers.md's table; the three noida findings were not measured on it.
     "tansu": frozenset({KEEPS_OPEN_TXNS_ON_RESTART, SURVIVES_SIGKILL}),
     # An external cluster named by ONCEFLOW_KAFKA_BOOTSTRAP is taken to be Apache Kafka.
     "external": APACHE_KAFKA,

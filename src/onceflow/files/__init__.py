@@ -1,4 +1,4 @@
-"""Parquet file sinks on local, Hadoop and S3 storage (DESIGN.md §5).
+"""Parquet file sinks on local, Hadoop and S3 storage (docs/protocol.md, "Files").
 
 The names below load on first use: DAG parsing imports this package (through
 the ``files`` sink kind) and must not pay for pyarrow.

@@ -1,4 +1,4 @@
-"""The Kafka side of the protocol (DESIGN.md §4).
+"""The Kafka side of the protocol (docs/brokers.md).
 
 Call sequence of one batch, and where each step runs::
 

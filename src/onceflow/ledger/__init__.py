@@ -1,4 +1,4 @@
-"""The durable per-pipeline ledger (DESIGN.md §3).
+"""The durable per-pipeline ledger (docs/protocol.md, "The ledger").
 
 - ``storage``: ``LedgerStorage``, the ledger's keys on an ``onceflow.storage``
   storage, and ``open_ledger_storage``.

@@ -1,4 +1,4 @@
-"""plan, commit and rollback: the protocol tasks of one batch (DESIGN.md §1).
+"""plan, commit and rollback: the protocol tasks of one batch (docs/protocol.md, "One batch").
 
 All three run on an Airflow worker. The DAG run is the unit of work: the plan
 task binds the run to a batch (by run id, in the ledger), the Spark task(s)

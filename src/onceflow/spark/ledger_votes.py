@@ -1,7 +1,7 @@
 """Record a data source's vote in the pipeline's ledger.
 
 Runs in the Python worker of a data source's ``commit(messages)``, not in the
-driver (ENVIRONMENT.md). A vote needs the ledger and nothing else: the
+driver (docs/protocol.md, "One batch"). A vote needs the ledger and nothing else: the
 pipeline's name and the deployment (the data source's ``pipeline`` and
 ``deployment`` options) reach it; no spec, runtime or participant is built.
 """

@@ -1,7 +1,7 @@
 """Where a Spark job hands its vote over: ONE isolated function, ``record_vote``.
 
 The data source's ``commit(messages)`` runs in a Python worker, not in the
-driver's process (ENVIRONMENT.md), so the vote cannot travel back through
+driver's process (docs/protocol.md, "One batch"), so the vote cannot travel back through
 driver memory: it must be written somewhere durable from that worker.
 
 With the ``pipeline`` and ``deployment`` options (what ``onceflow.spark.batch_job``

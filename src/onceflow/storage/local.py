@@ -1,6 +1,6 @@
 """Local filesystem storage (``/path`` or ``file:///path``) through os/pathlib.
 
-Create-if-absent is DESIGN.md's recipe: write a temp file in the same
+Create-if-absent as docs/protocol.md ("The ledger") gives it: write a temp file in the same
 directory, fsync it, ``os.link`` it to the final name (fails with EEXIST,
 atomically across processes, if the name exists), fsync the directory so the
 new name survives a power loss. Renames are fsynced in their parent too.

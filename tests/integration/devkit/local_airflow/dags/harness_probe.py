@@ -1,6 +1,6 @@
 """A tiny DAG that proves the local Airflow harness runs real tasks.
 
-Shaped like a onceflow batch (DESIGN.md section 1)::
+Shaped like a onceflow batch (docs/protocol.md, "One batch")::
 
     produce ──► write_effect      (all_success, like commit)
          └────► on_failure        (one_failed, like rollback)

@@ -4,6 +4,7 @@ passed unchanged to every client (``config.py`` adds what the protocol needs).""
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -60,16 +61,18 @@ class KafkaCluster:
         """librdkafka settings for any client of this cluster."""
         return {"bootstrap.servers": self.bootstrap, **self.client_config, **overrides}
 
+    def _profile_setting(self) -> dict[str, str]:
+        """The setting that names the profile; none for the default."""
+        return {PROFILE_KEY: self.profile} if self.profile != "apache" else {}
+
     def connection_extra(self) -> dict[str, Any]:
         """This cluster as an Airflow connection's extra (``hooks.kafka``): its settings and profile."""
-        return {**self.config(), **({PROFILE_KEY: self.profile} if self.profile != "apache" else {})}
+        return {**self.config(), **self._profile_setting()}
 
     def profile_env(self) -> dict[str, str]:
         """``ONCEFLOW_KAFKA_CONFIG`` naming the profile, for a process that takes the cluster from its environment."""
-        import json
-
-        return {settings.KAFKA_CONFIG_VAR: json.dumps({**self.client_config, PROFILE_KEY: self.profile})} \
-            if self.profile != "apache" else {}
+        named = self._profile_setting()
+        return {settings.KAFKA_CONFIG_VAR: json.dumps({**self.client_config, **named})} if named else {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.bootstrap!r}, {redact(self.client_config)!r})"

@@ -8,16 +8,18 @@ puts the handles in the vote with ``vote_payload``. Then::
                           this sink, its staged copy exists, its transaction
                           is still open and younger than
                           safety_fraction * transaction.timeout.ms
-    commit(vote)          observe every handle -> EndTxn(commit) for the open
-                          ones -> read until every split is visible (one
-                          scan); repair from the staged copy any split the
-                          broker aborted; then publish the records withheld
-                          as too large (writer), once, beside the ledger
+    commit(vote)          where each split stands (its coordinator, or the
+                          data) -> EndTxn(commit) for the open ones -> wait
+                          while a coordinator says PrepareCommit -> read until
+                          every split is visible (one scan); repair from the
+                          staged copy any split the broker aborted; then
+                          publish the records withheld as too large
+                          (writer), once, beside the ledger
     abort(plan, votes)    EndTxn(abort) for known handles, then fence every
                           transactional.id the plan allows, delete staging
 
-Idempotency: ``commit`` looks at the data before acting, so a retried commit
-of a committed (or repaired) split returns ALREADY_DONE and never writes a
+Idempotency: ``commit`` asks the coordinator or looks at the data before
+acting, so a retried commit of a committed (or repaired) split returns ALREADY_DONE and never writes a
 second copy. A repair runs under the split's repair id: initialising it
 fences any other repairer and aborts a repair that crashed half-way, and the
 data is observed again after that fence, so a repair is published once.
@@ -39,7 +41,7 @@ from .config import base_config, producer_config
 from .fencing import FencingError, fence_transactional_ids
 from .ids import is_split_id, repair_id
 from .profiles import PROFILES, BrokerProfile
-from .txn_protocol import Action, EndTxnReply, end_txns
+from .txn_protocol import Action, CoordinatorView, EndTxnReply, TransactionState, describe_transactions, end_txns
 from .visibility import Observer, SplitView, State, confirm_aborted, observe
 from ..layout import kafka_staging_dir, withheld_dir
 from ..storage import Storage, storage_for
@@ -71,6 +73,19 @@ def handles_of(vote: Vote) -> list[TxnHandle]:
 
 def _where(h: TxnHandle) -> str:
     return f"batch {h.batch_id} split {h.split} ({h.transactional_id}) on {h.topic}"
+
+
+def _recorded_state(views: Mapping[str, CoordinatorView], h: TxnHandle) -> TransactionState | None:
+    """The coordinator's state of the transaction the handle recorded; None if it shows another (a newer
+    epoch: aborted by a timeout, fenced) or nothing."""
+    view = views.get(h.transactional_id)
+    return view.state if view is not None and view.is_of(h.producer_id, h.epoch) else None
+
+
+def _end_txn_refused(where: str, reply: EndTxnReply) -> Result:
+    if reply.action is Action.RETRY:
+        return Result(Outcome.RETRY_LATER, f"{where}: EndTxn(commit) answered {reply}")
+    return Result(Outcome.FAILED, f"{where}: EndTxn(commit) answered {reply}; fix the cause and re-run commit")
 
 
 def _identity(h: TxnHandle) -> tuple[str, int, int, int]:
@@ -146,41 +161,133 @@ class KafkaSinkParticipant:
                 continue
             to_observe.append(h)
         if to_observe and not problems:
-            with Observer(self.config, self.timeout_s) as obs:
-                views = obs.observe(to_observe)
-            problems += [
-                f"{_where(h)}: transaction is no longer open ({view.state.value}: {view.describe()})"
-                for h, view in zip(to_observe, views)
-                if view.state is not State.OPEN
-            ]
+            problems += self._not_open(to_observe)
         if problems:
             return Result(Outcome.FAILED, "; ".join(problems))
         return Result(Outcome.DONE, f"{len(handles_of(vote))} transaction(s) open and young enough")
 
+    def _not_open(self, handles: list[TxnHandle]) -> list[str]:
+        """A problem for each handle whose transaction is no longer open: as its coordinator reports it
+        where the profile trusts that, else as a read_committed reader sees it."""
+        if self.broker.describes_transactions:
+            views = describe_transactions(self.config, [h.transactional_id for h in handles], self.timeout_s)
+            return [
+                f"{_where(h)}: transaction is no longer open ({views.get(h.transactional_id, 'no answer from its coordinator')})"
+                for h in handles
+                if _recorded_state(views, h) is not TransactionState.ONGOING
+            ]
+        with Observer(self.config, self.timeout_s) as obs:
+            views = obs.observe(handles)
+        return [
+            f"{_where(h)}: transaction is no longer open ({view.state.value}: {view.describe()})"
+            for h, view in zip(handles, views)
+            if view.state is not State.OPEN
+        ]
+
     # -- commit ---------------------------------------------------------------------
 
     def commit(self, vote: Vote) -> Result:
-        """Commit every handle of the vote, verified by reading; repair if the broker aborted one.
+        """Commit every handle of the vote, proven by reading; repair if the broker aborted one.
 
-        All EndTxn requests go out before any verification: on a broker whose
-        last stable offset waits for every open transaction of a partition
-        (Tansu), a split's commit only becomes visible once its neighbours'
-        are committed too. Then one scan waits for all of them.
+        What stands before EndTxn comes from each split's coordinator where the
+        broker profile ``describes_transactions`` (one DescribeTransactions per
+        coordinator), else from a scan of the data. EndTxn goes to every open
+        transaction before anything waits: on a broker whose last stable
+        offset waits for every open transaction of a partition (Tansu), a
+        split's commit only becomes visible once its neighbours' are
+        committed too. A commit then waits for the coordinator to leave
+        PrepareCommit, and one scan proves every split visible: CompleteCommit
+        is not proof (Apache Kafka reports it for a transaction whose marker
+        it could not write: docs/brokers.md, "Hanging transactions").
         """
         voted = handles_of(vote)
         handles = [h for h in voted if h.partitions]
         with Observer(self.config, self.timeout_s) as obs:
-            before = confirm_aborted(obs, handles, obs.observe(handles))
-            still_open = [i for i, view in enumerate(before) if view.state is State.OPEN]
-            replies = dict(zip(still_open, end_txns(self.config, [_identity(handles[i]) for i in still_open], True, self.timeout_s,
-                                                        concurrent=self.broker.concurrent_end_txn)))
-            faults.fault_point(AFTER_END_TXN)
-            ended = [i for i, reply in replies.items() if reply.action not in (Action.RETRY, Action.FAIL)]
-            after = dict(zip(ended, confirm_aborted(obs, [handles[i] for i in ended], obs.settle([handles[i] for i in ended]))))
-            results = [self._settle(obs, h, before[i], replies.get(i), after.get(i)) for i, h in enumerate(handles)]
+            if self.broker.describes_transactions:
+                results = self._commit_described(obs, handles)
+            else:
+                results = self._commit_read_back(obs, handles)
         if all(r.ok for r in results):  # the batch's records are in the topic: now the ones it could not take
             results += [self._publish_withheld(h) for h in voted if h.withheld]
         return _worst(results) if results else Result(Outcome.ALREADY_DONE, "wrote nothing")
+
+    def _commit_read_back(self, obs: Observer, handles: list[TxnHandle]) -> list[Result]:
+        before = confirm_aborted(obs, handles, obs.observe(handles))
+        still_open = [i for i, view in enumerate(before) if view.state is State.OPEN]
+        replies = dict(zip(still_open, self._end_txns([handles[i] for i in still_open], commit=True)))
+        faults.fault_point(AFTER_END_TXN)
+        ended = [i for i, reply in replies.items() if reply.action not in (Action.RETRY, Action.FAIL)]
+        after = dict(zip(ended, confirm_aborted(obs, [handles[i] for i in ended], obs.settle([handles[i] for i in ended]))))
+        return [self._settle(obs, h, before[i], replies.get(i), after.get(i)) for i, h in enumerate(handles)]
+
+    def _commit_described(self, obs: Observer, handles: list[TxnHandle]) -> list[Result]:
+        views = describe_transactions(self.config, [h.transactional_id for h in handles], self.timeout_s)
+        states = [_recorded_state(views, h) for h in handles]
+        ongoing = [i for i, state in enumerate(states) if state is TransactionState.ONGOING]
+        replies = dict(zip(ongoing, self._end_txns([handles[i] for i in ongoing], commit=True)))
+        faults.fault_point(AFTER_END_TXN)
+        results = {i: _end_txn_refused(_where(handles[i]), r) for i, r in replies.items() if r.action in (Action.RETRY, Action.FAIL)}
+        committing = [i for i, state in enumerate(states) if i not in results and (
+            state in (TransactionState.PREPARE_COMMIT, TransactionState.COMPLETE_COMMIT)
+            or (i in replies and replies[i].action is Action.DONE))]
+        complete = self._await_complete_commit([handles[i] for i in committing])
+        for i in committing:
+            h = handles[i]
+            if complete.get(h.transactional_id) is TransactionState.PREPARE_COMMIT:
+                results[i] = Result(Outcome.RETRY_LATER, f"{_where(h)}: EndTxn(commit) was accepted but its coordinator "
+                                    f"has not written every commit marker within {self.timeout_s:.0f}s (still "
+                                    "PrepareCommit); commit again later")
+        to_read = [i for i in range(len(handles)) if i not in results]
+        read = confirm_aborted(obs, [handles[i] for i in to_read], obs.settle([handles[i] for i in to_read]))
+        for i, view in zip(to_read, read):
+            h = handles[i]
+            said = complete.get(h.transactional_id)
+            if view.state is State.COMMITTED and i in replies:
+                results[i] = Result(Outcome.DONE, f"{_where(h)}: committed ({said.value if said else '?'}), "
+                                    f"{h.records} records visible")
+            elif view.state is State.OPEN and said is TransactionState.COMPLETE_COMMIT:
+                results[i] = self._hanging(h, view)
+            else:
+                cause = (f"EndTxn(commit) answered {replies[i]}" if i in replies
+                         else f"its coordinator shows {views.get(h.transactional_id, 'nothing')}")
+                results[i] = self._settle_read(obs, h, view, cause)
+        return [results[i] for i in range(len(handles))]
+
+    def _hanging(self, h: TxnHandle, view: SplitView) -> Result:
+        return Result(
+            Outcome.RETRY_LATER,
+            f"{_where(h)}: its coordinator reports the commit complete, but the records are not visible "
+            f"({view.describe()}): a partition's commit marker was never written (Apache Kafka drops the markers "
+            "of a partition that has no leader when the transaction ends), so the transaction hangs there and "
+            "holds the partition's last stable offset. Abort it (kafka-transactions.sh abort --topic "
+            f"{h.topic} --partition <p> --producer-id {h.producer_id} --producer-epoch {h.epoch} "
+            "--coordinator-epoch -1, for each partition find-hanging lists) and re-run the commit task: it "
+            "repairs the split from its staged copy, once (docs/brokers.md, \"Hanging transactions\")",
+        )
+
+    def _await_complete_commit(self, handles: list[TxnHandle]) -> dict[str, TransactionState | None]:
+        """Ask the coordinators until no transaction of ``handles`` is PrepareCommit any more, or
+        ``timeout_s`` ran out: each id's last state for the recorded transaction (None: the coordinator
+        shows another, or did not answer)."""
+        last: dict[str, TransactionState | None] = {}
+        waiting = {h.transactional_id: h for h in handles}
+        deadline = time.monotonic() + self.timeout_s
+        pause = 0.005
+        while waiting:
+            views = describe_transactions(self.config, list(waiting), max(deadline - time.monotonic(), 0.1))
+            for txn_id, h in list(waiting.items()):
+                last[txn_id] = _recorded_state(views, h)
+                if last[txn_id] is not TransactionState.PREPARE_COMMIT:
+                    del waiting[txn_id]
+            if not waiting or time.monotonic() + pause > deadline:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
+        return last
+
+    def _end_txns(self, handles: Sequence[TxnHandle], commit: bool) -> list[EndTxnReply]:
+        return end_txns(self.config, [_identity(h) for h in handles], commit, self.timeout_s,
+                        concurrent=self.broker.concurrent_end_txn)
 
     def _publish_withheld(self, h: TxnHandle) -> Result:
         """Copy the split's withheld records to the batch's withheld directory, once (write-once target)."""
@@ -201,20 +308,26 @@ class KafkaSinkParticipant:
         self.storage.create_if_absent(target, data)  # a racing commit wrote the same bytes: either is fine
         return Result(Outcome.DONE, f"{where}: {h.withheld} records too large for the topic withheld to {target}")
 
+    def _settle_read(self, obs: Observer, h: TxnHandle, view: SplitView, cause: str) -> Result:
+        """What the data says of a split: ``cause`` is why it was read (the coordinator could not vouch
+        for it, or EndTxn's answer)."""
+        where = _where(h)
+        if view.state in (State.COMMITTED, State.REPAIRED):
+            return Result(Outcome.ALREADY_DONE, f"{where}: {view.state.value}")
+        if view.state is State.UNKNOWN:
+            return self._unknown(where, view)
+        if view.state is State.INCONSISTENT:
+            return self._inconsistent(where, view)
+        if view.state is State.ABORTED:
+            return self._repair(obs, h, where)
+        return self._still_open(h, where, cause, view)
+
     def _settle(self, obs: Observer, h: TxnHandle, before: SplitView, reply: EndTxnReply | None, after: SplitView | None) -> Result:
         where = _where(h)
-        if before.state in (State.COMMITTED, State.REPAIRED):
-            return Result(Outcome.ALREADY_DONE, f"{where}: {before.state.value}")
-        if before.state is State.UNKNOWN:
-            return self._unknown(where, before)
-        if before.state is State.INCONSISTENT:
-            return self._inconsistent(where, before)
-        if before.state is State.ABORTED:
-            return self._repair(obs, h, where)
-        if reply.action is Action.RETRY:
-            return Result(Outcome.RETRY_LATER, f"{where}: EndTxn(commit) answered {reply}")
-        if reply.action is Action.FAIL:
-            return Result(Outcome.FAILED, f"{where}: EndTxn(commit) answered {reply}; fix the cause and re-run commit")
+        if before.state is not State.OPEN:
+            return self._settle_read(obs, h, before, "read before EndTxn")
+        if reply.action in (Action.RETRY, Action.FAIL):
+            return _end_txn_refused(where, reply)
         if after.state is State.COMMITTED:
             return Result(Outcome.DONE, f"{where}: committed ({reply.error_name}), {h.records} records visible")
         if after.state is State.ABORTED:
@@ -222,15 +335,15 @@ class KafkaSinkParticipant:
         if after.state is State.UNKNOWN:
             return self._unknown(where, after)
         if after.state is State.OPEN:
-            return self._still_open(h, where, reply, after)
+            return self._still_open(h, where, f"EndTxn(commit) answered {reply}", after)
         return self._inconsistent(where, after)
 
-    def _still_open(self, h: TxnHandle, where: str, reply: EndTxnReply, after: SplitView) -> Result:
+    def _still_open(self, h: TxnHandle, where: str, cause: str, after: SplitView) -> Result:
         age_ms = int(time.time() * 1000) - h.first_write_ms
         if age_ms > OVERDUE_TIMEOUTS * self.transaction_timeout_ms:
             return Result(
                 Outcome.FAILED,
-                f"{where}: EndTxn(commit) answered {reply} but the transaction is still open ({after.describe()}) "
+                f"{where}: {cause} but the transaction is still open ({after.describe()}) "
                 f"{age_ms // 1000} s after its first write, over {OVERDUE_TIMEOUTS}x its transaction.timeout.ms "
                 f"({self.transaction_timeout_ms}): this broker does not time transactions out, so waiting will not "
                 "end it. Find what holds the partition's last stable offset (docs/brokers.md), end that transaction "
@@ -238,7 +351,7 @@ class KafkaSinkParticipant:
             )
         return Result(
             Outcome.RETRY_LATER,
-            f"{where}: EndTxn(commit) answered {reply} but the transaction is still open ({after.describe()}): "
+            f"{where}: {cause} but the transaction is still open ({after.describe()}): "
             "the broker did not act on the recorded handle, or another open transaction holds the partition's "
             "last stable offset back; commit again later (a broker timeout makes it repairable)",
         )
@@ -314,8 +427,7 @@ class KafkaSinkParticipant:
     def abort(self, plan: Plan, votes: Sequence[Vote]) -> Result:
         """End known transactions, fence every id the plan allows, delete staging."""
         written = [h for vote in votes for h in handles_of(vote) if h.partitions]
-        replies = end_txns(self.config, [_identity(h) for h in written], False, self.timeout_s,
-                           concurrent=self.broker.concurrent_end_txn)
+        replies = self._end_txns(written, commit=False)
         details = [f"{h.transactional_id}: EndTxn(abort) {reply.error_name}" for h, reply in zip(written, replies)]
         try:
             ids = plan.sink(self.name).transactional_ids

@@ -16,6 +16,11 @@ Idempotency: a retried EndTxn with the same outcome answers no error on every
 broker tried (docs/brokers.md); this module retries transient errors itself
 until ``timeout_s``.
 
+``describe_transactions`` asks the same coordinators where each transaction
+stands (DescribeTransactions, KIP-664). On Apache Kafka that answer is the
+proof a commit waits for: CompleteCommit comes only after the coordinator has
+written every partition's commit marker (docs/brokers.md).
+
 The request version is chosen on purpose, never negotiated up: Apache Kafka
 4.x takes EndTxn v5 and newer on the transactions-v2 path (KIP-890: the epoch
 is bumped at every commit), v0-v4 on the v1 path. onceflow's producers
@@ -33,8 +38,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError
+from kafka.admin import TransactionState
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
 from kafka.net.compat import KafkaNetClient
+from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.protocol.producer import EndTxnRequest
 
@@ -51,6 +58,8 @@ class Action(enum.Enum):
 
 
 CONNECTION_CLOSED = -1000    # pseudo error code: the broker closed the connection without answering
+COORDINATOR_NOT_AVAILABLE = 15
+TRANSACTIONAL_ID_NOT_FOUND = 105  # DescribeTransactions: the coordinator keeps no state for the id (expired, never used)
 
 # EndTxn requests in flight at once, where the broker profile allows it (each has its own connection).
 MAX_CONCURRENT_END_TXN = 8
@@ -127,7 +136,7 @@ def end_txn(
             except (KafkaConnectionError, ConnectionError) as exc:
                 log.info("EndTxn for %s: connection closed without response (%s)", transactional_id, exc)
                 code = CONNECTION_CLOSED
-            except (KafkaTimeoutError, NodeNotReadyError):
+            except (KafkaTimeoutError, RequestTimedOutError, NodeNotReadyError):  # the request may have arrived: retry
                 code = 7
             name, action = classify(code)
             if action is not Action.RETRY or time.monotonic() + backoff > deadline:
@@ -164,20 +173,110 @@ def _find_and_end(client, transactional_id: str, producer_id: int, epoch: int, c
     """(error code, EndTxn version spoken): FindCoordinator, then EndTxn to that coordinator."""
     timeout_ms = int(timeout_s * 1000)
     client.get_broker_version(timeout_ms)
-    node = client.least_loaded_node()
-    found = client.send_and_receive(
-        node,
-        FindCoordinatorRequest(key=transactional_id, key_type=1, coordinator_keys=[transactional_id]),
-        timeout_ms=timeout_ms,
-    )
-    if found.coordinators:  # v4+: one entry per key
-        entry = found.coordinators[0]
-        error, coordinator = entry.error_code, entry.node_id
-    else:
-        error, coordinator = found.error_code, found.node_id
+    try:
+        error, coordinator = _find_coordinators(client, [transactional_id], timeout_ms)[transactional_id]
+    except (KafkaConnectionError, ConnectionError):
+        # The node asked for the coordinator is gone (a dead broker still in the metadata): no EndTxn
+        # was sent, so ask another; only EndTxn's own connection closing is an answer (VERIFY).
+        return COORDINATOR_NOT_AVAILABLE, None
     if error:
         return error, None
     request = EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch,
                             committed=commit, max_version=max_version)
     reply = client.send_and_receive(coordinator, request, timeout_ms=timeout_ms)
     return reply.error_code, request.API_VERSION
+
+
+def _find_coordinators(client, transactional_ids: Sequence[str], timeout_ms: int) -> dict[str, tuple[int, int]]:
+    """transactional id -> (FindCoordinator error code, coordinator node id); one request for all of
+    them where the broker takes several keys (FindCoordinator v4+), else one each."""
+    node = client.least_loaded_node()
+    found = client.send_and_receive(
+        node,
+        FindCoordinatorRequest(key=transactional_ids[0], key_type=1, coordinator_keys=list(transactional_ids)),
+        timeout_ms=timeout_ms,
+    )
+    if found.coordinators:  # v4+: one entry per key
+        return {entry.key: (entry.error_code, entry.node_id) for entry in found.coordinators}
+    answers = {transactional_ids[0]: (found.error_code, found.node_id)}
+    for txn_id in transactional_ids[1:]:
+        answers.update(_find_coordinators(client, [txn_id], timeout_ms))
+    return answers
+
+
+@dataclass(frozen=True)
+class CoordinatorView:
+    """What a transactional id's coordinator says of its latest transaction (DescribeTransactions).
+
+    ``state`` None: the coordinator keeps nothing for the id (its producer id
+    mapping expired, or it was never used).
+    """
+    state: TransactionState | None
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+    def is_of(self, producer_id: int, producer_epoch: int) -> bool:
+        """The state is that of the transaction a vote recorded (its producer id and epoch)."""
+        return (self.producer_id, self.producer_epoch) == (producer_id, producer_epoch)
+
+    def __str__(self) -> str:
+        if self.state is None:
+            return "unknown to its coordinator"
+        return f"{self.state.value} (producer id {self.producer_id}, epoch {self.producer_epoch})"
+
+
+def describe_transactions(config: Mapping[str, Any], transactional_ids: Sequence[str],
+                          timeout_s: float = 30.0) -> dict[str, CoordinatorView]:
+    """Each id's coordinator's view of its latest transaction, asking each coordinator once for
+    all its ids; RETRY answers are asked again until ``timeout_s``.
+
+    An id missing from the answer could not be described (no coordinator in
+    time, or an error that is not transient, such as a missing DESCRIBE
+    permission on the transactional id): the caller reads the data instead.
+    """
+    views: dict[str, CoordinatorView] = {}
+    wanted = list(dict.fromkeys(transactional_ids))
+    deadline = time.monotonic() + timeout_s
+    timeout_ms = int(min(timeout_s, 30) * 1000)
+    backoff = 0.02
+    client = KafkaNetClient(**kafka_python_config(config), request_timeout_ms=timeout_ms)
+    try:
+        while wanted:
+            retry: list[str] = []
+            try:
+                client.get_broker_version(timeout_ms)
+                by_coordinator: dict[int, list[str]] = {}
+                for txn_id, (error, node) in _find_coordinators(client, wanted, timeout_ms).items():
+                    if error:
+                        _skip_or_retry(txn_id, error, retry)
+                    else:
+                        by_coordinator.setdefault(node, []).append(txn_id)
+                for node, ids in by_coordinator.items():
+                    reply = client.send_and_receive(node, DescribeTransactionsRequest(transactional_ids=ids),
+                                                    timeout_ms=timeout_ms)
+                    for entry in reply.transaction_states:
+                        if entry.error_code == 0:
+                            views[entry.transactional_id] = CoordinatorView(
+                                TransactionState(entry.transaction_state), entry.producer_id, entry.producer_epoch)
+                        elif entry.error_code == TRANSACTIONAL_ID_NOT_FOUND:
+                            views[entry.transactional_id] = CoordinatorView(None)
+                        else:
+                            _skip_or_retry(entry.transactional_id, entry.error_code, retry)
+            except (KafkaConnectionError, ConnectionError, KafkaTimeoutError, RequestTimedOutError, NodeNotReadyError):
+                retry = [i for i in wanted if i not in views]
+            wanted = retry
+            if not wanted or time.monotonic() + backoff > deadline:
+                return views
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 0.5)
+    finally:
+        client.close()
+    return views
+
+
+def _skip_or_retry(transactional_id: str, error_code: int, retry: list[str]) -> None:
+    name, action = classify(error_code)
+    if action is Action.RETRY:
+        retry.append(transactional_id)
+    else:
+        log.warning("DescribeTransactions for %s answered %s: reading its data instead", transactional_id, name)

@@ -22,10 +22,11 @@ from onceflow.kafka.headers import REPAIR
 from onceflow.kafka.sink import KafkaSinkParticipant, handles_of
 from onceflow.kafka.txn_protocol import end_txn
 from onceflow.protocol.participant import Outcome
-from onceflow_devkit.services.kafka_broker import start_broker
+from onceflow_devkit.services.kafka_broker import TXN_TIMEOUT_ABORTS, start_broker
 from tests.conftest import TEST_HOME
 from onceflow_devkit.services.process import ManagedProcess
 from tests.integration.kafka.helpers import batch_value, create_topic, precommit_batch, read_committed
+from tests.support import require
 
 TIMEOUT_MS = 3000
 # Short clocks: the broker aborts after the producer's timeout and looks every 500 ms; ids idle
@@ -62,6 +63,7 @@ def end_txn_answer(config, handle, until: str, timeout_s: float = 30.0) -> str:
 @pytest.mark.parametrize("expired", [False, True], ids=["timed-out", "id-expired"])
 def test_a_transaction_the_broker_timed_out_is_refused_before_the_decision_and_repaired_after_it(
         short_clocks, tmp_path, expired):
+    require(short_clocks, TXN_TIMEOUT_ABORTS)
     config = short_clocks.config()
     topic = create_topic(config, partitions=2, prefix="clocks")
     pipeline = f"p-{uuid.uuid4().hex[:6]}"

@@ -10,14 +10,16 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from onceflow.kafka.offsets import KafkaOffsetSource, OffsetLookupError
 from onceflow.protocol.plan import OffsetRange, SinkPlan
 from onceflow.protocol.planning import PlanConfig, TopicPartition, next_plan
 from onceflow.protocol.states import BatchState
+from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS
 from tests.integration.kafka.helpers import create_topic, produce_txn
+from tests.support import require
 
 
 def plan(source, topic: str, max_records: int | None, previous=None, start="earliest"):
@@ -100,6 +102,7 @@ def test_a_non_transactional_topic_is_planned_to_its_end_and_empty_partitions_to
 
 
 def test_new_partitions_of_an_input_topic_are_picked_up(kafka_broker):
+    require(kafka_broker, ADDS_PARTITIONS)
     config = kafka_broker.config()
     topic = create_topic(config, partitions=1, prefix="grow")
     produce_txn(config, topic, [b"x"] * 3, 0, True)
@@ -107,13 +110,7 @@ def test_new_partitions_of_an_input_topic_are_picked_up(kafka_broker):
         first = plan(source, topic, 100)
         assert first.ranges == (OffsetRange(topic, 0, 0, 4),)
         admin = AdminClient(config)  # kept alive until the future resolves
-        try:
-            admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
-        except KafkaException as e:
-            # Tansu 0.6 answers so (measured); no capability names it yet.
-            if e.args[0].code() != KafkaError._UNSUPPORTED_FEATURE:
-                raise
-            pytest.skip(reason=f"{kafka_broker.name} lacks: CreatePartitions (adding partitions to a topic): {e.args[0].str()}")
+        admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
         produce_txn(config, topic, [b"y"] * 2, 1, True)
         deadline = time.monotonic() + 10
         while len(source.partitions([topic])) < 2 and time.monotonic() < deadline:

@@ -56,6 +56,7 @@ class ChaosFigures:
     mode: str = "offsets"  # "backfill": faulted runs of the hourly interval pipeline, drained by a backfill
     spark: str = "submit"  # "connect": the spark tasks were clients of a Spark Connect server
     kinds: tuple[str, ...] | None = None  # the kinds asked for with --kinds (None: every kind the options allow)
+    commit: str = "unknown"  # the code the run ran on (runner.code_commit)
     runs: list[BatchRun] = field(default_factory=list)
     drain_runs: int = 0
     ledger: LedgerFigures = field(default_factory=LedgerFigures)
@@ -106,6 +107,7 @@ class ChaosFigures:
         return {
             "ok": self.ok,
             "broker": self.broker,
+            "commit": self.commit,
             "warehouse": self.warehouse,
             "mode": self.mode,
             "spark": self.spark,
@@ -141,7 +143,8 @@ class ChaosFigures:
 
     def summary(self) -> str:
         lines = [
-            f"chaos {self.broker} / {self.warehouse} / {self.mode} / spark {self.spark} (seed {self.seed}): {'OK' if self.ok else 'FAILED'} in {self.wall_time_s:.0f} s",
+            f"chaos {self.broker} / {self.warehouse} / {self.mode} / spark {self.spark} (seed {self.seed}, code {self.commit}): "
+            f"{'OK' if self.ok else 'FAILED'} in {self.wall_time_s:.0f} s",
             f"  batches run {len(self.runs)}, faulted {self.faulted_batches}; drain runs {self.drain_runs}",
             f"  faults injected {self.injected_by_kind}",
             f"  faults missed   {self.missed_by_kind}",

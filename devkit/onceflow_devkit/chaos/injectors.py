@@ -222,15 +222,17 @@ def _unreachable_broker(target: RunTarget, fault: schedule.Fault) -> Injection:
     commit = _wait_for(target, lambda: _task_process(target, "commit"))
     if commit is None:
         return Injection(fault.kind, False, "the commit task never ran")
-    pid = target.stack.kafka_proc.running_pid()
-    if pid is None:
+    pids = target.stack.kafka_pids()  # a cluster's every node: the whole cluster stops answering
+    if not pids:
         return Injection(fault.kind, False, "no broker process to stop")
     at = target.elapsed()
-    os.kill(pid, signal.SIGSTOP)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(fault.detail["hold_s"])
     finally:
-        os.kill(pid, signal.SIGCONT)
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
     return Injection(fault.kind, True, f"broker stopped answering (SIGSTOP) for {fault.detail['hold_s']} s while commit ran", at)
 
 
@@ -241,21 +243,23 @@ def _kafka_ids(status, sinks_done=()) -> list[str]:
             for txn_id in sink.transactional_ids]
 
 
+def _decided_not_applied(target: RunTarget):
+    """The run's batch once it has a COMMIT decision and nothing of it is applied yet, else None."""
+    from onceflow.ledger.records import DecisionOutcome
+
+    status = _this_runs_batch(target)
+    if status is None or status.decision is None:
+        return None
+    return status if status.decision.outcome is DecisionOutcome.COMMIT and not status.done else None
+
+
 def _abort_after_commit_decision(target: RunTarget, fault: schedule.Fault) -> Injection:
     """The run's commit task crashes right after writing COMMIT (its faults param); before its retry,
     abort the batch's open transactions at the broker, as a transaction timeout would."""
     from onceflow.kafka.fencing import fence_transactional_ids
-    from onceflow.ledger.records import DecisionOutcome
 
     coordinator = target.runtime.coordinator
-
-    def decided_not_applied():
-        status = coordinator.describe()
-        if status is None or status.plan.run_id != target.run_id or status.decision is None:
-            return None
-        return status if status.decision.outcome is DecisionOutcome.COMMIT and not status.done else None
-
-    status = _wait_for(target, decided_not_applied)
+    status = _wait_for(target, lambda: _decided_not_applied(target))
     if status is None:
         return Injection(fault.kind, False, "no batch of this run was left with a COMMIT decision and nothing applied")
     ids = _kafka_ids(status, sinks_done=coordinator.describe(status.batch_seq).done)
@@ -386,6 +390,119 @@ def _delay_commit(target: RunTarget, fault: schedule.Fault) -> Injection:
                      f"Kafka votes' age guard ({target.vote_age_guard_s:.0f} s)", at)
 
 
+def _kill_node_for_a_while(target: RunTarget, fault: schedule.Fault, node: int, what: str) -> Injection:
+    """SIGKILL cluster node ``node`` (an index), keep it down ``down_s``, start it again."""
+    cluster = target.stack.cluster()
+    if node not in cluster.running():
+        return Injection(fault.kind, False, f"{what} (node {node + 1}) was already down")
+    at = target.elapsed()
+    cluster.kill(node)
+    time.sleep(fault.detail["down_s"])
+    cluster.start(node)
+    return Injection(fault.kind, True, f"{what} (node {node + 1}) SIGKILLed {at} s into the run, started again "
+                     f"{fault.detail['down_s']} s later", at)
+
+
+def _kill_node(target: RunTarget, fault: schedule.Fault) -> Injection:
+    if not target.wait(fault.detail["after_s"]):
+        return Injection(fault.kind, False, "the run ended before the kill")
+    return _kill_node_for_a_while(target, fault, fault.detail["node"] - 1, "a Kafka node")
+
+
+def _kill_controller(target: RunTarget, fault: schedule.Fault) -> Injection:
+    if not target.wait(fault.detail["after_s"]):
+        return Injection(fault.kind, False, "the run ended before the kill")
+    return _kill_node_for_a_while(target, fault, target.stack.cluster().active_controller(), "the active KRaft controller")
+
+
+def _this_runs_batch(target: RunTarget):
+    status = target.runtime.coordinator.describe()
+    return status if status is not None and status.plan.run_id == target.run_id else None
+
+
+def _kill_coordinator(target: RunTarget, fault: schedule.Fault) -> Injection:
+    """SIGKILL the node that coordinates the batch's first Kafka split, ``after_s`` into the commit task."""
+    from onceflow.kafka.txn_protocol import describe_transactions
+
+    if _wait_for(target, lambda: _task_process(target, "commit")) is None:
+        return Injection(fault.kind, False, "the commit task never ran")
+    status = _this_runs_batch(target)
+    ids = _kafka_ids(status) if status is not None else []
+    if not ids or not target.wait(fault.detail["after_s"]):
+        return Injection(fault.kind, False, "the run ended, or its batch has no Kafka transactions, before the kill")
+    view = describe_transactions(target.runtime.deployment.kafka.config(), ids[:1], timeout_s=5).get(ids[0])
+    if view is None:
+        return Injection(fault.kind, False, f"no coordinator answered for {ids[0]}")
+    return _kill_node_for_a_while(target, fault, view.coordinator - 1, f"the coordinator of {ids[0]}")
+
+
+def _await_broker_aborts(target: RunTarget, ids: list[str], timeout_s: float) -> bool:
+    """Poll the coordinators until none of ``ids`` has a transaction open (the broker timed them out)."""
+    from onceflow.kafka.txn_protocol import TransactionState, describe_transactions
+
+    deadline = time.monotonic() + timeout_s
+    config = target.runtime.deployment.kafka.config()
+    while time.monotonic() < deadline:
+        views = describe_transactions(config, ids, timeout_s=5)
+        if len(views) == len(set(ids)) and not any(v.state is TransactionState.ONGOING for v in views.values()):
+            return True
+        time.sleep(1)
+    return False
+
+
+def _hold_until_timed_out(target: RunTarget, commit: psutil.Process, ids: list[str]) -> tuple[bool, float]:
+    """Hold ``commit`` (SIGSTOP) until the broker has aborted every transaction of ``ids``; (did it, seconds held)."""
+    started = time.monotonic()
+    try:
+        commit.suspend()
+    except psutil.NoSuchProcess:
+        return False, 0.0
+    try:
+        aborted = _await_broker_aborts(target, ids, timeout_s=4 * target.vote_age_guard_s + 60)
+    finally:
+        try:
+            commit.resume()
+        except psutil.NoSuchProcess:
+            pass
+    return aborted, time.monotonic() - started
+
+
+def _timeout_before_decision(target: RunTarget, fault: schedule.Fault) -> Injection:
+    """Hold the commit task from its start until the broker has timed the batch's transactions out."""
+    commit = _wait_for(target, lambda: _task_process(target, "commit"))
+    status = _this_runs_batch(target)
+    if commit is None or status is None:
+        return Injection(fault.kind, False, "the commit task never ran")
+    if status.decision is not None:
+        return Injection(fault.kind, False, f"batch {status.batch_id} was decided before the commit task was held")
+    at = target.elapsed()
+    aborted, held = _hold_until_timed_out(target, commit, _kafka_ids(status))
+    return Injection(fault.kind, aborted, f"commit task held {held:.0f} s (SIGSTOP) until the broker had timed out "
+                     f"{'every' if aborted else 'NOT every'} transaction of batch {status.batch_id}, before the decision", at)
+
+
+def _timeout_after_decision(target: RunTarget, fault: schedule.Fault) -> Injection:
+    """The commit task crashes right after writing COMMIT (its faults param); its retry is held until the
+    broker has timed the batch's transactions out: the retry must repair them from the staged copies."""
+    status = _wait_for(target, lambda: _decided_not_applied(target))
+    if status is None:
+        return Injection(fault.kind, False, "no batch of this run was left with a COMMIT decision and nothing applied")
+    crashed = {p.pid for p in [_task_process(target, "commit")] if p is not None}
+    retry = _wait_for(target, lambda: next((p for p, task in _run_task_processes(target)
+                                            if task == "commit" and p.pid not in crashed), None))
+    if retry is None:
+        return Injection(fault.kind, False, "the commit task was not retried before the run ended")
+    at = target.elapsed()
+    aborted, held = _hold_until_timed_out(target, retry, _kafka_ids(status))
+    kafka = {s.name for s in status.plan.sinks if s.kind == "kafka"}
+    applied = kafka & set(target.runtime.coordinator.describe(status.batch_seq).done)
+    if applied or not aborted:
+        return Injection(fault.kind, False, f"the retry applied {sorted(applied)} first, or the broker did not time out "
+                         f"every transaction in {held:.0f} s", at)
+    return Injection(fault.kind, True, f"the commit's retry held {held:.0f} s (SIGSTOP) until the broker had timed out "
+                     f"the transactions of batch {status.batch_id} after its COMMIT decision (the retry must repair them)", at)
+
+
 def _s3_faults(target: RunTarget, fault: schedule.Fault) -> Injection:
     from onceflow_devkit.chaos.s3_proxy import S3_FAULT_KINDS, S3FaultRates
 
@@ -465,6 +582,11 @@ INJECTORS: dict[str, Callable[[RunTarget, schedule.Fault], Injection]] = {
     schedule.OVERSIZED_RECORD: _decided_after_the_drain,
     schedule.TWO_RUNS_AT_ONCE: _second_run,
     schedule.COMMIT_DELAYED: _delay_commit,
+    schedule.NODE_KILLED: _kill_node,
+    schedule.CONTROLLER_KILLED: _kill_controller,
+    schedule.COORDINATOR_KILLED: _kill_coordinator,
+    schedule.TIMEOUT_BEFORE_DECISION: _timeout_before_decision,
+    schedule.TIMEOUT_AFTER_DECISION: _timeout_after_decision,
 }
 
 

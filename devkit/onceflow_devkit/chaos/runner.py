@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fcntl
 import shutil
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -56,6 +57,9 @@ MAX_DRAIN_RUNS = 4
 # The Kafka outputs' transaction timeout in a chaos run (dags/clickstream_exactly_once.py reads it): a
 # commit_delayed fault holds the commit past half of it, the votes' age guard.
 TRANSACTION_TIMEOUT_MS = 120_000
+# On the 3-node cluster the timeout kinds wait for the broker to abort: 30 s (an age guard of 15 s; a clean
+# batch goes from its first Kafka write to its decision in under 5 s).
+CLUSTER_TRANSACTION_TIMEOUT_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -71,19 +75,33 @@ class ChaosOptions:
     mode: str = "offsets"              # or "backfill" (see the module doc)
     spark: str = "submit"              # or "connect": the spark tasks are clients of one Spark Connect server
 
+    def possible_kinds(self, warehouse_on_s3: bool) -> tuple[str, ...]:
+        from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, CAPABILITIES, CLUSTER, TXN_TIMEOUT_ABORTS
+
+        capabilities = CAPABILITIES[self.broker]
+        return schedule.kinds_for(warehouse_on_s3, self.spark, self.mode, ADDS_PARTITIONS in capabilities,
+                                  cluster=self.broker == CLUSTER, times_out=TXN_TIMEOUT_ABORTS in capabilities)
+
+    @property
+    def transaction_timeout_ms(self) -> int:
+        """The Kafka outputs' transaction timeout: short where the broker really times transactions out
+        and faults wait for it (the 3-node cluster), long elsewhere."""
+        from onceflow_devkit.services.kafka_broker import CLUSTER
+
+        return CLUSTER_TRANSACTION_TIMEOUT_MS if self.broker == CLUSTER else TRANSACTION_TIMEOUT_MS
+
     def check(self) -> None:
-        from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, BROKERS, CAPABILITIES
+        from onceflow_devkit.services.kafka_broker import STACK_BROKERS
 
         if self.batches < 1:
             raise ConfigurationError(f"--batches must be at least 1, got {self.batches}")
-        if self.broker not in BROKERS:
-            raise ConfigurationError(f"--broker {self.broker!r}: choose one of {', '.join(BROKERS)}")
+        if self.broker not in STACK_BROKERS:
+            raise ConfigurationError(f"--broker {self.broker!r}: choose one of {', '.join(STACK_BROKERS)}")
         if self.mode not in MODES:
             raise ConfigurationError(f"--mode {self.mode!r}: choose one of {', '.join(MODES)}")
         if self.spark not in schedule.SPARK_MODES:
             raise ConfigurationError(f"--spark {self.spark!r}: choose one of {', '.join(schedule.SPARK_MODES)}")
-        adds_partitions = ADDS_PARTITIONS in CAPABILITIES[self.broker]
-        impossible = set(self.kinds or ()) - set(schedule.kinds_for(True, self.spark, self.mode, adds_partitions))
+        impossible = set(self.kinds or ()) - set(self.possible_kinds(True))
         if impossible:
             raise ConfigurationError(f"fault kinds {sorted(impossible)} cannot happen with --broker {self.broker} "
                                      f"--spark {self.spark} --mode {self.mode}")
@@ -94,6 +112,20 @@ class ChaosOptions:
             raise ConfigurationError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(schedule.ALL_KINDS)}")
         if self.warehouse == "file" and schedule.S3_FAULTS in (self.kinds or ()):
             raise ConfigurationError("fault kind s3_faults needs --warehouse s3")
+
+
+def code_commit() -> str:
+    """The commit of the code a run ran on (``+changes`` when the checkout differs from it), or
+    "unknown" outside a git checkout: a saved run says what it proved."""
+    root = Path(__file__).resolve().parents[3]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if changed else "")
 
 
 def _ledger_figures(coordinator) -> LedgerFigures:
@@ -197,7 +229,7 @@ class _Run:
             self.spark_server.start()
         self.airflow = onceflow_airflow(
             self.home / "airflow", info.kafka, self.warehouse, clients_s3,
-            extra_env={"ONCEFLOW_SCHEDULE": "none", "CLICKSTREAM_TRANSACTION_TIMEOUT_MS": str(TRANSACTION_TIMEOUT_MS),
+            extra_env={"ONCEFLOW_SCHEDULE": "none", "CLICKSTREAM_TRANSACTION_TIMEOUT_MS": str(options.transaction_timeout_ms),
                        **injection},
             spark_connect=self.spark_server.server if self.spark_server else None,
         )
@@ -281,7 +313,7 @@ class _Run:
         if fault is not None:
             target = RunTarget(api, self.dag_id, run_id, self.airflow, self.stack, self.runtime, self.proxy, self.fired_log,
                                finished, started, spark_server=self.spark_server, conf=conf,
-                               vote_age_guard_s=TRANSACTION_TIMEOUT_MS * DEFAULT_SAFETY_FRACTION / 1000)
+                               vote_age_guard_s=self.options.transaction_timeout_ms * DEFAULT_SAFETY_FRACTION / 1000)
 
             def work() -> None:
                 try:
@@ -299,9 +331,9 @@ class _Run:
             finished.set()
             if thread is not None:
                 thread.join(timeout=600)  # a second run (two_runs_at_once) may outlive this one
-        if self.stack.kafka_proc.running_pid() is None:  # a failed restart must not sink the next batch
-            self.say(f"[chaos]   the broker was down after run {run_id}: starting it again")
-            self.stack.restart_broker()
+        if self.stack.dead_kafka_nodes():  # a failed restart must not sink the next batch
+            self.say(f"[chaos]   Kafka was (partly) down after run {run_id}: starting it again")
+            self.stack.revive_kafka()
         if self.spark_server is not None and self.spark_server.process.running_pid() is None:
             self.say(f"[chaos]   the Spark Connect server was down after run {run_id}: starting it again")
             self.spark_server.start()
@@ -315,13 +347,10 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
 
     options.check()
     began = time.monotonic()
-    from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, CAPABILITIES
-
-    kinds = options.kinds or schedule.kinds_for(options.warehouse == "s3", options.spark, options.mode,
-                                                ADDS_PARTITIONS in CAPABILITIES[options.broker])
+    kinds = options.kinds or options.possible_kinds(options.warehouse == "s3")
     sequence = schedule.fault_sequence(options.seed, options.batches, kinds)
     figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark,
-                           kinds=options.kinds)
+                           kinds=options.kinds, commit=code_commit())
     world = _Run(options, say)
     try:
         world.up()

@@ -40,6 +40,15 @@ RESTART_CONNECT_SERVER = "restart_connect_server"  # the server and its Python w
 # hand-run test would start it; max_active_runs cannot stop that): one of them must lose cleanly.
 TWO_RUNS_AT_ONCE = "two_runs_at_once"
 COMMIT_DELAYED = "commit_delayed"      # the commit task held (SIGSTOP) until the Kafka votes are past their age guard
+# A 3-node Apache Kafka cluster (--broker apache-cluster) only:
+NODE_KILLED = "node_killed"            # one node SIGKILLed at a random moment, started again seconds later
+CONTROLLER_KILLED = "controller_killed"  # the node leading the KRaft quorum SIGKILLed, started again
+COORDINATOR_KILLED = "coordinator_killed"  # the node coordinating the batch's Kafka transactions SIGKILLed as the commit runs
+# A broker that times transactions out (offsets mode: the hold is measured against the pipeline's timeout):
+# the commit task held until the broker has aborted the batch's transactions, before the decision (the
+# batch is aborted and replayed) or after it (its retry repairs them from the staged copies).
+TIMEOUT_BEFORE_DECISION = "timeout_before_decision"
+TIMEOUT_AFTER_DECISION = "timeout_after_decision"
 
 PROCESS_KINDS = (KILL_SPARK_SUBMIT, KILL_PYTHON_WORKER, KILL_TASK_PROCESS, LOSE_WORKER)
 BROKER_KINDS = (BROKER_RESTART, BROKER_UNREACHABLE, BROKER_FENCE, BROKER_ABORT_AFTER_COMMIT)
@@ -47,7 +56,10 @@ CONNECT_KINDS = (KILL_CONNECT_CLIENT, RESTART_CONNECT_SERVER)
 INPUT_KINDS = (PARTITION_ADDED, OVERSIZED_RECORD)  # offsets mode: a backfill's input is stamped per hour
 # Offsets mode only: interval batches run side by side by design, and the hourly DAG keeps the default timeout.
 RUN_KINDS = (TWO_RUNS_AT_ONCE, COMMIT_DELAYED)
-ALL_KINDS = (POINT_CRASH, POINT_RAISE, *PROCESS_KINDS, *BROKER_KINDS, S3_FAULTS, *CONNECT_KINDS, *INPUT_KINDS, *RUN_KINDS)
+CLUSTER_KINDS = (NODE_KILLED, CONTROLLER_KILLED, COORDINATOR_KILLED)
+TIMEOUT_KINDS = (TIMEOUT_BEFORE_DECISION, TIMEOUT_AFTER_DECISION)
+ALL_KINDS = (POINT_CRASH, POINT_RAISE, *PROCESS_KINDS, *BROKER_KINDS, S3_FAULTS, *CONNECT_KINDS, *INPUT_KINDS, *RUN_KINDS,
+             *CLUSTER_KINDS, *TIMEOUT_KINDS)
 # How the spark task runs its job: spark-submit (a driver JVM per batch) or Spark Connect.
 SPARK_MODES = ("submit", "connect")
 
@@ -58,13 +70,16 @@ _ANY_MAX_HITS = 12  # '*' fires at the n-th step reached; a run takes roughly 20
 
 
 def kinds_for(warehouse_on_s3: bool, spark: str = "submit", mode: str = "offsets",
-              adds_partitions: bool = True) -> tuple[str, ...]:
+              adds_partitions: bool = True, cluster: bool = False, times_out: bool = False) -> tuple[str, ...]:
     """The kinds that can happen: S3 faults need an S3 warehouse, a spark-submit JVM exists only
     in submit mode, a Spark Connect client and server only in connect mode; the input kinds
     change the input of an offsets pipeline only, and a partition is added only on a broker
-    that can (``adds_partitions``)."""
+    that can (``adds_partitions``). Nodes die only in a ``cluster``; a transaction times out
+    only on a broker that ``times_out``, and is waited for in offsets mode only."""
     absent = {*(() if warehouse_on_s3 else (S3_FAULTS,)), *(CONNECT_KINDS if spark == "submit" else (KILL_SPARK_SUBMIT,)),
-              *(() if mode == "offsets" else (*INPUT_KINDS, *RUN_KINDS)), *(() if adds_partitions else (PARTITION_ADDED,))}
+              *(() if mode == "offsets" else (*INPUT_KINDS, *RUN_KINDS, *TIMEOUT_KINDS)),
+              *(() if adds_partitions else (PARTITION_ADDED,)), *(() if cluster else CLUSTER_KINDS),
+              *(() if times_out else TIMEOUT_KINDS)}
     return tuple(k for k in ALL_KINDS if k not in absent)
 
 
@@ -128,6 +143,17 @@ def draw(rng: random.Random, kind: str, points: Sequence[str]) -> Fault:
         return Fault(kind, {"after_s": round(rng.uniform(0.0, 6.0), 2)})
     if kind == COMMIT_DELAYED:  # held this long past the guard
         return Fault(kind, {"past_guard_s": round(rng.uniform(2.0, 10.0), 2)})
+    if kind == NODE_KILLED:  # which node, when (seconds into the run), and for how long it stays down
+        return Fault(kind, {"node": rng.randint(1, 3), "after_s": round(rng.uniform(0.0, 12.0), 2),
+                            "down_s": round(rng.uniform(1.0, 10.0), 2)})
+    if kind == CONTROLLER_KILLED:
+        return Fault(kind, {"after_s": round(rng.uniform(0.0, 12.0), 2), "down_s": round(rng.uniform(1.0, 10.0), 2)})
+    if kind == COORDINATOR_KILLED:  # seconds after the commit task starts
+        return Fault(kind, {"after_s": round(rng.uniform(0.0, 1.5), 2), "down_s": round(rng.uniform(1.0, 10.0), 2)})
+    if kind == TIMEOUT_BEFORE_DECISION:
+        return Fault(kind, {})
+    if kind == TIMEOUT_AFTER_DECISION:
+        return Fault(kind, {"faults": "ledger.decision.after_write=crash"})
     if kind == S3_FAULTS:
         # Shares of S3 requests to fail in this batch, by S3 fault kind.
         return Fault(kind, {"error_share": round(rng.uniform(0.03, 0.12), 3)})

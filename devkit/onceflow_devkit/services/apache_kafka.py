@@ -287,6 +287,38 @@ class ApacheCluster:
         """Start node ``i`` again (after kill/stop): same ports and data, so it rejoins."""
         launch(self.procs[i], self.spec(i), die_with_parent=self.die_with_parent)
 
+    @classmethod
+    def at(cls, home: Path, die_with_parent: bool = False) -> "ApacheCluster":
+        """The cluster ``start_apache_cluster`` started in ``home`` (running or not)."""
+        nodes = sorted(Path(home).glob("kafka-*"), key=lambda d: int(d.name.rsplit("-", 1)[1]))
+        return cls([ManagedProcess(d.name, d) for d in nodes], die_with_parent)
+
+    def running(self) -> list[int]:
+        """The indexes of the nodes whose process is alive."""
+        return [i for i, proc in enumerate(self.procs) if proc.running_pid() is not None]
+
+    def pids(self) -> list[int]:
+        return [pid for pid in (proc.running_pid() for proc in self.procs) if pid is not None]
+
+    def active_controller(self) -> int:
+        """The index of the node that leads the KRaft metadata quorum now (DescribeQuorum)."""
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000)
+        try:
+            leader = admin.describe_metadata_quorum()["topics"][0]["partitions"][0]["leader_id"]
+        finally:
+            admin.close()
+        return leader - 1
+
+    def restart_all(self, kill: bool = False) -> None:
+        """Every node down (SIGKILL when ``kill``: a power loss), then all started at once: a quorum
+        needs a majority before any node answers."""
+        self.stop(kill=kill)
+        for proc in self.procs:
+            launch(proc, saved_spec(proc), self.die_with_parent, wait=False)
+        _await_answers([(proc, saved_spec(proc)) for proc in self.procs], timeout=120)
+
     def restart(self, i: int, kill: bool = False) -> None:
         if kill:
             self.kill(i)

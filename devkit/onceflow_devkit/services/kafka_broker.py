@@ -81,12 +81,17 @@ CAPABILITIES: dict[str, frozenset[str]] = {
     # Apache Kafka from its jars (apache_kafka.VERSIONS): the newest 4.x and the last 3.x line.
     "apache": APACHE_KAFKA,
     "apache-3.9": APACHE_KAFKA,
+    "apache-cluster": APACHE_KAFKA,
 }
 DEFAULT_BROKER = "apache"
 # Apache Kafka's versions (apache_kafka.VERSIONS), then the compatible brokers; start_broker starts any.
 APACHE = tuple(apache_kafka.VERSIONS)
 COMPATIBLE = ("noida", "tansu")
 BROKERS = (*APACHE, *COMPATIBLE)
+# Three nodes of the newest Apache Kafka (replication factor 3, min.insync.replicas 2), for the stack and
+# the chaos runs whose faults are about failover; the tests start their clusters themselves.
+CLUSTER = "apache-cluster"
+STACK_BROKERS = (*BROKERS, CLUSTER)
 
 
 @dataclass(frozen=True, repr=False)
@@ -147,6 +152,9 @@ def start_broker(
     default the usual Kafka port is used when free. ``settings``: Apache Kafka
     server properties (e.g. ``transaction.max.timeout.ms``), kept across restarts.
     """
+    if kind == CLUSTER:  # its nodes' directories and ports live under proc's directory
+        cluster = apache_kafka.start_apache_cluster(proc.directory, settings=settings, die_with_parent=die_with_parent)
+        return KafkaBroker(cluster.bootstrap, name=kind)
     port = port or pick_port(DEFAULT_PORT)
     bootstrap = f"127.0.0.1:{port}"
     env = dict(os.environ)
@@ -171,7 +179,7 @@ def start_broker(
             "--storage-engine", f"s3://{TANSU_BUCKET}/",
         ]
     else:
-        raise ServiceError(f"unknown broker {kind!r}: choose one of {', '.join(BROKERS)}")
+        raise ServiceError(f"unknown broker {kind!r}: choose one of {', '.join(STACK_BROKERS)}")
     proc.start(argv, port=port, env=env, ready=lambda: broker_answers(bootstrap), timeout=60, die_with_parent=die_with_parent)
     return KafkaBroker(bootstrap, profile=profile, name=kind)
 

@@ -1,4 +1,4 @@
-"""The embedded stack: one S3 endpoint and one Kafka broker on 127.0.0.1.
+"""The embedded stack: one S3 endpoint and one Kafka broker (or a 3-node Apache Kafka cluster) on 127.0.0.1.
 
 Runs on the developer's or CI's machine. State lives under ``<home>/``
 (``.onceflow/`` by default): a directory per service, ``stack.json`` (read by
@@ -15,7 +15,8 @@ import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from onceflow_devkit.services.kafka_broker import BROKERS, DEFAULT_BROKER, KafkaBroker, start_broker
+from onceflow_devkit.services.apache_kafka import ApacheCluster
+from onceflow_devkit.services.kafka_broker import CLUSTER, DEFAULT_BROKER, STACK_BROKERS, KafkaBroker, start_broker
 from onceflow_devkit.services.process import ManagedProcess, ServiceError, pick_port
 from onceflow_devkit.services.s3 import S3Endpoint, start_moto
 
@@ -68,15 +69,47 @@ class EmbeddedStack:
         """What is running now, or None when the stack is (partly) down."""
         if not self.info_file.exists():
             return None
-        if self.s3_proc.running_pid() is None or self.kafka_proc.running_pid() is None:
+        info = StackInfo.from_json(self.info_file.read_text())
+        if self.s3_proc.running_pid() is None or self.dead_kafka_nodes(info):
             return None
-        return StackInfo.from_json(self.info_file.read_text())
+        return info
+
+    def cluster(self, info: StackInfo | None = None) -> ApacheCluster | None:
+        """The Kafka cluster's nodes when the stack runs one (``--broker apache-cluster``)."""
+        info = info or (StackInfo.from_json(self.info_file.read_text()) if self.info_file.exists() else None)
+        if info is None or info.kafka.name != CLUSTER:
+            return None
+        return ApacheCluster.at(self.kafka_proc.directory, self.die_with_parent)
+
+    def kafka_pids(self) -> list[int]:
+        """The broker's process, or every live node's."""
+        cluster = self.cluster()
+        if cluster is not None:
+            return cluster.pids()
+        pid = self.kafka_proc.running_pid()
+        return [] if pid is None else [pid]
+
+    def dead_kafka_nodes(self, info: StackInfo | None = None) -> list[int]:
+        """Indexes of the Kafka nodes that are down ([0] for a single broker that is)."""
+        cluster = self.cluster(info)
+        if cluster is not None:
+            return [i for i in range(len(cluster.procs)) if i not in cluster.running()]
+        return [0] if self.kafka_proc.running_pid() is None else []
+
+    def revive_kafka(self) -> None:
+        """Start whatever Kafka node is down (a fault's restart that failed, or never came)."""
+        cluster = self.cluster()
+        if cluster is None:
+            self.restart_broker()
+            return
+        for i in self.dead_kafka_nodes():
+            cluster.start(i)
 
     def up(self, broker: str = DEFAULT_BROKER) -> StackInfo:
         """Start whatever is not running. Idempotent; stale PID files from a
         killed run are detected and replaced."""
-        if broker not in BROKERS:
-            raise ServiceError(f"unknown broker {broker!r}: choose one of {', '.join(BROKERS)}")
+        if broker not in STACK_BROKERS:
+            raise ServiceError(f"unknown broker {broker!r}: choose one of {', '.join(STACK_BROKERS)}")
         running = self.info()
         if running is not None:
             if running.kafka.name == broker:
@@ -100,7 +133,8 @@ class EmbeddedStack:
         return None if self.usual_ports else pick_port(None)
 
     def restart_broker(self, kill: bool = False) -> KafkaBroker:
-        """Stop the broker (SIGKILL when ``kill``) and start it on the same port.
+        """Stop the broker (SIGKILL when ``kill``) and start it on the same port; a cluster's every
+        node at once.
 
         noida-db keeps its data but loses open transactions; Tansu on its
         S3 engine keeps both.
@@ -109,21 +143,27 @@ class EmbeddedStack:
         if not self.info_file.exists() or self.s3_proc.running_pid() is None:
             raise ServiceError(f"the stack in {self.home} is not running: `onceflow services up` starts it")
         info = StackInfo.from_json(self.info_file.read_text())
+        cluster = self.cluster(info)
+        if cluster is not None:
+            cluster.restart_all(kill=kill)
+            return info.kafka
         port = self.kafka_proc.port()
         self.kafka_proc.stop(grace=0 if kill else 10)
         return start_broker(info.kafka.name, self.kafka_proc, s3=info.s3, port=port, die_with_parent=self.die_with_parent)
 
     def down(self) -> list[str]:
         """Stop every service by PID; returns the names that were running."""
-        stopped = [p.name for p in (self.kafka_proc, self.s3_proc) if p.stop()]
+        cluster = self.cluster() if self.info_file.exists() else None
+        stopped = [p.name for p in (*(cluster.procs if cluster else ()), self.kafka_proc, self.s3_proc) if p.stop(grace=2 if cluster else 10)]
         self.info_file.unlink(missing_ok=True)
         self.env_file.unlink(missing_ok=True)
         return stopped
 
     def status(self) -> list[dict]:
+        cluster = self.cluster()
         return [
             {"service": p.name, "pid": p.running_pid(), "port": p.port(), "log": str(p.log_file)}
-            for p in (self.s3_proc, self.kafka_proc)
+            for p in (self.s3_proc, *(cluster.procs if cluster else (self.kafka_proc,)))
         ]
 
 

@@ -41,7 +41,15 @@ from .config import base_config, producer_config
 from .fencing import FencingError, fence_transactional_ids
 from .ids import is_split_id, repair_id
 from .profiles import PROFILES, BrokerProfile
-from .txn_protocol import Action, CoordinatorView, EndTxnReply, TransactionState, describe_transactions, end_txns
+from .txn_protocol import (
+    Action,
+    CoordinatorView,
+    EndTxnReply,
+    TransactionState,
+    describe_transactions,
+    end_txns,
+    write_commit_markers,
+)
 from .visibility import Observer, SplitView, State, confirm_aborted, observe
 from ..layout import kafka_staging_dir, withheld_dir
 from ..storage import Storage, storage_for
@@ -239,6 +247,7 @@ class KafkaSinkParticipant:
                                     "PrepareCommit); commit again later")
         to_read = [i for i in range(len(handles)) if i not in results]
         read = confirm_aborted(obs, [handles[i] for i in to_read], obs.settle([handles[i] for i in to_read]))
+        hanging: dict[int, SplitView] = {}
         for i, view in zip(to_read, read):
             h = handles[i]
             said = complete.get(h.transactional_id)
@@ -246,24 +255,43 @@ class KafkaSinkParticipant:
                 results[i] = Result(Outcome.DONE, f"{_where(h)}: committed ({said.value if said else '?'}), "
                                     f"{h.records} records visible")
             elif view.state is State.OPEN and said is TransactionState.COMPLETE_COMMIT:
-                results[i] = self._hanging(h, view)
+                hanging[i] = view
             else:
                 cause = (f"EndTxn(commit) answered {replies[i]}" if i in replies
                          else f"its coordinator shows {views.get(h.transactional_id, 'nothing')}")
                 results[i] = self._settle_read(obs, h, view, cause)
+        results.update(self._finish_hanging(obs, [(i, handles[i], view) for i, view in hanging.items()]))
         return [results[i] for i in range(len(handles))]
 
-    def _hanging(self, h: TxnHandle, view: SplitView) -> Result:
-        return Result(
-            Outcome.RETRY_LATER,
-            f"{_where(h)}: its coordinator reports the commit complete, but the records are not visible "
-            f"({view.describe()}): a partition's commit marker was never written (Apache Kafka drops the markers "
-            "of a partition that has no leader when the transaction ends), so the transaction hangs there and "
-            "holds the partition's last stable offset. Abort it (kafka-transactions.sh abort --topic "
-            f"{h.topic} --partition <p> --producer-id {h.producer_id} --producer-epoch {h.epoch} "
-            "--coordinator-epoch -1, for each partition find-hanging lists) and re-run the commit task: it "
-            "repairs the split from its staged copy, once (docs/brokers.md, \"Hanging transactions\")",
-        )
+    def _finish_hanging(self, obs: Observer, hanging: list[tuple[int, TxnHandle, SplitView]]) -> dict[int, Result]:
+        """Splits their coordinators report CompleteCommit, yet a partition still holds open: the
+        coordinator dropped that partition's marker (its leader died as the transaction ended). Write the
+        COMMIT markers they decided on, all of them before looking again: two splits' hanging
+        transactions in one partition each hold the other's records back."""
+        if not hanging:
+            return {}
+        handles = [h for _, h, _ in hanging]
+        written = [write_commit_markers(self.config, h.topic, [v.partition for v in view.partitions if v.open],
+                                        h.producer_id, h.epoch, self.timeout_s) for _, h, view in hanging]
+        after = confirm_aborted(obs, handles, obs.settle(handles))
+        results = {}
+        for (key, h, _), view, marked in zip(hanging, after, written):
+            markers = ", ".join(f"p{p}: {what}" for p, what in sorted(marked.items()))
+            if view.state is State.COMMITTED:
+                results[key] = Result(Outcome.DONE, f"{_where(h)}: committed; its coordinator had reported CompleteCommit "
+                                      f"without the commit marker of partition(s) {sorted(marked)}, written now "
+                                      f"({markers}); {h.records} records visible")
+                continue
+            results[key] = Result(
+                Outcome.RETRY_LATER,
+                f"{_where(h)}: its coordinator reports the commit complete, but the records are not visible "
+                f"({view.describe()}): a partition's commit marker was never written (Apache Kafka drops the markers "
+                f"of a partition whose leader died as the transaction ended), and writing it did not end it "
+                f"({markers}). Give the commit task's Kafka principal CLUSTER_ACTION, or find what holds the "
+                "partition (kafka-transactions.sh find-hanging), then re-run the commit task (docs/brokers.md, "
+                "\"Hanging transactions\")",
+            )
+        return results
 
     def _await_complete_commit(self, handles: list[TxnHandle]) -> dict[str, TransactionState | None]:
         """Ask the coordinators until no transaction of ``handles`` is PrepareCommit any more, or

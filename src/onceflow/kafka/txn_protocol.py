@@ -17,9 +17,13 @@ broker tried (docs/brokers.md); this module retries transient errors itself
 until ``timeout_s``.
 
 ``describe_transactions`` asks the same coordinators where each transaction
-stands (DescribeTransactions, KIP-664). On Apache Kafka that answer is the
-proof a commit waits for: CompleteCommit comes only after the coordinator has
-written every partition's commit marker (docs/brokers.md).
+stands (DescribeTransactions, KIP-664). CompleteCommit is not proof that
+every partition has its commit marker: Apache Kafka drops the markers of a
+partition whose leader died as the transaction ended, and the transaction
+hangs there (docs/brokers.md, "Hanging transactions").
+``write_commit_markers`` finishes such a transaction as its coordinator
+should have: a COMMIT marker, written to the partition (WriteTxnMarkers, as
+``kafka-transactions.sh abort`` writes an ABORT one).
 
 The request version is chosen on purpose, never negotiated up: Apache Kafka
 4.x takes EndTxn v5 and newer on the transactions-v2 path (KIP-890: the epoch
@@ -42,6 +46,7 @@ from kafka.admin import TransactionState
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest
+from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.protocol.producer import EndTxnRequest
 
@@ -214,6 +219,7 @@ class CoordinatorView:
     state: TransactionState | None
     producer_id: int = -1
     producer_epoch: int = -1
+    coordinator: int = -1  # the node that answered
 
     def is_of(self, producer_id: int, producer_epoch: int) -> bool:
         """The state is that of the transaction a vote recorded (its producer id and epoch)."""
@@ -257,9 +263,9 @@ def describe_transactions(config: Mapping[str, Any], transactional_ids: Sequence
                     for entry in reply.transaction_states:
                         if entry.error_code == 0:
                             views[entry.transactional_id] = CoordinatorView(
-                                TransactionState(entry.transaction_state), entry.producer_id, entry.producer_epoch)
+                                TransactionState(entry.transaction_state), entry.producer_id, entry.producer_epoch, node)
                         elif entry.error_code == TRANSACTIONAL_ID_NOT_FOUND:
-                            views[entry.transactional_id] = CoordinatorView(None)
+                            views[entry.transactional_id] = CoordinatorView(None, coordinator=node)
                         else:
                             _skip_or_retry(entry.transactional_id, entry.error_code, retry)
             except (KafkaConnectionError, ConnectionError, KafkaTimeoutError, RequestTimedOutError, NodeNotReadyError):
@@ -280,3 +286,51 @@ def _skip_or_retry(transactional_id: str, error_code: int, retry: list[str]) -> 
         retry.append(transactional_id)
     else:
         log.warning("DescribeTransactions for %s answered %s: reading its data instead", transactional_id, name)
+
+
+def write_commit_markers(config: Mapping[str, Any], topic: str, partitions: Sequence[int], producer_id: int,
+                         producer_epoch: int, timeout_s: float = 30.0) -> dict[int, str]:
+    """Write a COMMIT marker for the transaction (producer id, epoch) to each of ``partitions`` that
+    still holds it open; partition -> what happened ("written", "not open", or the broker's error).
+
+    Only for a transaction its coordinator reports CompleteCommit: that is the decision the marker
+    carries. The partition leader checks the producer id and epoch (a fenced or newer epoch is
+    refused), and takes coordinator epoch -1 as an operator's marker, as Kafka's own admin abort
+    does. Writing markers needs the CLUSTER_ACTION permission; a refusal is an answer like any other.
+    """
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+
+    from .config import base_config
+
+    timeout_ms = int(min(timeout_s, 30) * 1000)
+    settings = kafka_python_config(config)
+    admin = KafkaAdminClient(**settings, request_timeout_ms=timeout_ms)
+    try:
+        holders = admin.describe_producers([KafkaTopicPartition(topic, p) for p in partitions])
+    finally:
+        admin.close()
+    open_in = [tp.partition for tp, state in holders.items()
+               if any((p.producer_id, p.producer_epoch) == (producer_id, producer_epoch)
+                      and p.current_transaction_start_offset >= 0 for p in state.active_producers)]
+    outcome = {p: "not open" for p in partitions if p not in open_in}
+    if not open_in:
+        return outcome
+    leaders = AdminClient(base_config(config)).list_topics(topic, timeout=timeout_s).topics[topic].partitions
+    marker = WriteTxnMarkersRequest.WritableTxnMarker
+    client = KafkaNetClient(**settings, request_timeout_ms=timeout_ms)
+    try:
+        client.get_broker_version(timeout_ms)
+        for partition in open_in:
+            request = WriteTxnMarkersRequest(markers=[marker(
+                producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=True,
+                topics=[marker.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])], coordinator_epoch=-1)])
+            reply = client.send_and_receive(leaders[partition].leader, request, timeout_ms=timeout_ms)
+            code = next(p.error_code for m in reply.markers for t in m.topics for p in t.partitions)
+            outcome[partition] = "written" if code == 0 else classify(code)[0]
+    except (KafkaConnectionError, ConnectionError, KafkaTimeoutError, RequestTimedOutError, NodeNotReadyError) as exc:
+        outcome.update({p: f"no answer ({type(exc).__name__})" for p in open_in if p not in outcome})
+    finally:
+        client.close()
+    return outcome

@@ -112,16 +112,18 @@ def batch_value(seq: int, split: int, i: int) -> bytes:
 
 
 def precommit_batch(config: Mapping[str, Any], topic: str, staging_root, pipeline: str, records: Sequence[int],
-                    seq: int = 1, **writer_options: Any):
+                    seq: int = 1, order: Sequence[int] | None = None, **writer_options: Any):
     """What batch ``seq``'s Spark tasks leave behind: split ``i`` wrote ``records[i]`` records
-    (``batch_value``) into a transaction left open, and exited. Returns the vote naming them."""
+    (``batch_value``) into a transaction left open, and exited; the splits wrote one after another in
+    ``order`` (split order by default). Returns the vote naming them, in split order."""
     from onceflow.kafka.sink import vote_payload
     from onceflow.kafka.writer import TransactionalSplitWriter, staged_uri
     from onceflow.protocol.batch_id import BatchId
     from onceflow.protocol.participant import Vote
 
     batch_id, handles = str(BatchId(seq)), []
-    for split, count in enumerate(records):
+    for split in order if order is not None else range(len(records)):
+        count = records[split]
         writer = TransactionalSplitWriter(config, pipeline, "out", batch_id, split, topic,
                                           staged_uri(str(staging_root), pipeline, "out", batch_id, split, 1), **writer_options)
         writer.begin()
@@ -129,4 +131,4 @@ def precommit_batch(config: Mapping[str, Any], topic: str, staging_root, pipelin
             writer.write(batch_value(seq, split, i), key=f"k{i}".encode())
         handles.append(writer.precommit())
         writer.abandon()
-    return Vote("out", seq, 1, vote_payload(handles), records=sum(records))
+    return Vote("out", seq, 1, vote_payload(sorted(handles, key=lambda h: h.split)), records=sum(records))

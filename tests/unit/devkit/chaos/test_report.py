@@ -14,7 +14,7 @@ from tests.support import ROOT
 SAVED = sorted((ROOT / "docs" / "chaos-runs").glob("*.json"))
 
 
-def run(broker="noida", warehouse="file", per_kind=3, kinds=schedule.ALL_KINDS, **changes):
+def run(broker="noida", warehouse="file", per_kind=3, kinds=report.EMBEDDED.kinds, **changes):
     injected = {kind: per_kind for kind in kinds}
     figures = {
         "ok": True, "broker": broker, "warehouse": warehouse, "seed": 1,
@@ -33,23 +33,45 @@ def matrix(per_kind):
 
 
 def test_the_bar_is_met_by_enough_clean_faulted_batches_over_the_whole_matrix():
-    assert report.check(matrix(per_kind=17)).met  # 4 x 17 x 17 = 1,156 faulted, 68 per kind
+    assert report.check(matrix(per_kind=17), report.EMBEDDED).met  # 4 x 17 x 17 = 1,156 faulted, 68 per kind
 
 
 def test_each_shortfall_is_named():
-    short = report.check(matrix(per_kind=2)).shortfalls  # 4 x 17 x 2 = 136 faulted, 8 per kind
-    assert f"{4 * len(schedule.ALL_KINDS) * 2} faulted batches, the bar is 1000" in short
-    assert {s.split()[0] for s in short if "injected" in s} == set(schedule.ALL_KINDS)
+    short = report.check(matrix(per_kind=2), report.EMBEDDED).shortfalls  # 4 x 17 x 2 = 136 faulted, 8 per kind
+    assert f"{4 * len(report.EMBEDDED.kinds) * 2} faulted batches, the bar is 1000" in short
+    assert {s.split()[0] for s in short if "injected" in s} == set(report.EMBEDDED.kinds)
 
     only_noida_file = [run("noida", "file", per_kind=70)]  # 1,050 faulted
-    short = report.check(only_noida_file).shortfalls
+    short = report.check(only_noida_file, report.EMBEDDED).shortfalls
     assert short == ("no run on broker tansu", "no run on a s3 warehouse")
+
+
+def test_each_bar_counts_only_the_runs_on_its_brokers():
+    embedded = matrix(per_kind=17)
+    cluster = [run("apache-cluster", w, per_kind=12, kinds=report.APACHE_CLUSTER.kinds) for w in ("file", "s3")]
+
+    assert not report.check(embedded, report.APACHE_CLUSTER).met  # 1,156 embedded batches prove nothing on Apache Kafka
+    assert report.check(embedded + cluster, report.APACHE_CLUSTER).met  # 2 x 21 x 12 = 504 faulted, 24 per kind
+    assert report.check(embedded + cluster, report.EMBEDDED).met
+    short = report.check(cluster[:1], report.APACHE_CLUSTER).shortfalls
+    assert short == ("252 faulted batches, the bar is 500", "no run on a s3 warehouse")
+    assert set(schedule.CLUSTER_KINDS) | set(schedule.TIMEOUT_KINDS) <= set(report.APACHE_CLUSTER.kinds)
+
+
+def test_the_figures_show_each_run_with_the_code_it_ran_on_under_its_broker():
+    runs = [run("noida", "file", per_kind=1), run("apache-cluster", "s3", per_kind=1, commit="604fc3258043")]
+
+    text = report.markdown(runs)
+
+    apache, embedded = text.index("#### Apache Kafka"), text.index("#### Kafka-compatible brokers")
+    assert apache < text.index("| apache-cluster / s3 | 604fc3258043 |") < embedded
+    assert embedded < text.index("| noida / file | not recorded |")
 
 
 def test_a_run_with_a_duplicate_fails_the_bar_however_many_batches():
     runs = matrix(per_kind=10)
     runs[2] = run("tansu", "file", per_kind=10, ok=False, duplicates=1, failures=["clicks_enriched: 1 duplicate"])
-    short = report.check(runs).shortfalls
+    short = report.check(runs, report.EMBEDDED).shortfalls
     assert any("is not OK" in s and "clicks_enriched: 1 duplicate" in s for s in short)
     assert "1 duplicates and 0 missing records" in short
 

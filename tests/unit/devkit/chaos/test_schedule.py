@@ -53,7 +53,20 @@ def test_each_mode_draws_only_the_kinds_that_can_happen_in_it():
     assert set(schedule.INPUT_KINDS) <= set(submit)
     assert not set(schedule.INPUT_KINDS) & set(schedule.kinds_for(True, "submit", mode="backfill"))
     assert set(schedule.RUN_KINDS) <= set(connect) and not set(schedule.RUN_KINDS) & set(schedule.kinds_for(True, "connect", mode="backfill"))
-    assert set(submit) | set(connect) == set(schedule.ALL_KINDS)
+    assert set(submit) | set(connect) == set(schedule.ALL_KINDS) - {*schedule.CLUSTER_KINDS, *schedule.TIMEOUT_KINDS}
     # The repair path: the commit task crashes right after COMMIT (the injector then aborts at the broker).
     [fault] = schedule.fault_sequence(1, 1, (schedule.BROKER_ABORT_AFTER_COMMIT,))
     assert faults.parse(fault.run_param) == {"ledger.decision.after_write": ("crash", 1)}
+
+
+def test_nodes_die_only_in_a_cluster_and_transactions_time_out_only_where_the_broker_does():
+    single = schedule.kinds_for(True, "connect")
+    cluster = schedule.kinds_for(True, "connect", cluster=True, times_out=True)
+    assert not set(schedule.CLUSTER_KINDS + schedule.TIMEOUT_KINDS) & set(single)
+    assert set(cluster) == set(single) | set(schedule.CLUSTER_KINDS) | set(schedule.TIMEOUT_KINDS)
+    assert not set(schedule.TIMEOUT_KINDS) & set(schedule.kinds_for(True, "connect", mode="backfill", times_out=True))
+    # After the decision: the commit task crashes right after COMMIT, and its retry is held past the timeout.
+    [fault] = schedule.fault_sequence(1, 1, (schedule.TIMEOUT_AFTER_DECISION,))
+    assert faults.parse(fault.run_param) == {"ledger.decision.after_write": ("crash", 1)}
+    node = schedule.fault_sequence(5, 30, (schedule.NODE_KILLED,))
+    assert {f.detail["node"] for f in node} == {1, 2, 3} and all(1 <= f.detail["down_s"] <= 10 for f in node)

@@ -114,15 +114,19 @@ class ChaosOptions:
             raise ConfigurationError("fault kind s3_faults needs --warehouse s3")
 
 
+# What a chaos run runs, below the repository: a change elsewhere (docs, tests) does not change what it proved.
+RUNNING_CODE = ("src", "devkit", "examples", "dags", "pyproject.toml")
+
+
 def code_commit() -> str:
-    """The commit of the code a run ran on (``+changes`` when the checkout differs from it), or
+    """The commit of the code a run ran on (``+changes`` when its running code differs from it), or
     "unknown" outside a git checkout: a saved run says what it proved."""
     root = Path(__file__).resolve().parents[3]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
-        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                 capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                  *RUNNING_CODE], capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+changes" if changed else "")

@@ -44,6 +44,14 @@ def _pipeline() -> str:
     return f"p-{uuid.uuid4().hex[:6]}"
 
 
+def _open_split(broker, tmp_path, prefix: str, records: int):
+    """One split's transaction left open in a new 2-partition topic: (topic, pipeline, vote, its handle)."""
+    topic = create_topic(broker.config(), partitions=2, prefix=prefix)
+    pipeline = _pipeline()
+    vote = precommit_batch(broker.config(), topic, tmp_path, pipeline, (records,))
+    return topic, pipeline, vote, handles_of(vote)[0]
+
+
 def _participant(broker, pipeline: str, tmp_path) -> KafkaSinkParticipant:
     return KafkaSinkParticipant("out", pipeline, broker.config(), staging_root=str(tmp_path), broker=broker.broker)
 
@@ -85,10 +93,7 @@ def test_initialising_an_id_aborts_its_open_transaction_and_hides_its_records(ka
 def test_describe_transactions_follows_a_transaction_from_open_to_committed(kafka_broker, tmp_path):
     require(kafka_broker, DESCRIBE_TRANSACTIONS)
     config = kafka_broker.config()
-    topic = create_topic(config, partitions=2, prefix="describe")
-    pipeline = _pipeline()
-    vote = precommit_batch(config, topic, tmp_path, pipeline, (20,))
-    [split] = handles_of(vote)
+    _, pipeline, vote, split = _open_split(kafka_broker, tmp_path, "describe", 20)
     unused = f"onceflow.never-used-{uuid.uuid4().hex[:6]}"
 
     before = describe_transactions(config, [split.transactional_id, unused])
@@ -105,9 +110,7 @@ def test_describe_transactions_follows_a_transaction_from_open_to_committed(kafk
 def test_end_txn_with_a_stale_epoch_is_refused_as_fenced(kafka_broker, tmp_path):
     require(kafka_broker, STALE_EPOCH_ERRORS)
     config = kafka_broker.config()
-    topic = create_topic(config, partitions=2, prefix="stale")
-    vote = precommit_batch(config, topic, tmp_path, _pipeline(), (10,))
-    [split] = handles_of(vote)
+    _, _, _, split = _open_split(kafka_broker, tmp_path, "stale", 10)
     fence_transactional_ids(config, [split.transactional_id])  # bumps the epoch
 
     reply = end_txn(config, split.transactional_id, split.producer_id, split.epoch, True, 10,
@@ -119,10 +122,7 @@ def test_end_txn_with_a_stale_epoch_is_refused_as_fenced(kafka_broker, tmp_path)
 def test_end_txn_with_a_wrong_producer_id_leaves_the_transaction_committable(kafka_broker, tmp_path):
     require(kafka_broker, WRONG_PID_END_TXN_IS_HARMLESS)
     config = kafka_broker.config()
-    topic = create_topic(config, partitions=2, prefix="wrongpid")
-    pipeline = _pipeline()
-    vote = precommit_batch(config, topic, tmp_path, pipeline, (15,))
-    [split] = handles_of(vote)
+    topic, pipeline, vote, split = _open_split(kafka_broker, tmp_path, "wrongpid", 15)
 
     wrong = end_txn(config, split.transactional_id, split.producer_id + 7, split.epoch, True, 10,
                     transaction_version=split.transaction_version)

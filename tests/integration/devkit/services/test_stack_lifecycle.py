@@ -215,3 +215,22 @@ def test_a_stack_run_beside_others_keeps_off_the_usual_ports_and_its_restarted_b
     restarted = stack.restart_broker()
     assert restarted.bootstrap == info.kafka.bootstrap
     socket.create_connection(("127.0.0.1", kafka_port), timeout=5).close()
+
+
+def test_a_cluster_stack_reports_its_three_nodes_and_starts_again_the_one_that_died(stack_home):
+    # What the chaos runs on Apache Kafka lean on: the stack of --broker apache-cluster.
+    stack = EmbeddedStack(stack_home, die_with_parent=True, usual_ports=False)
+    info = stack.up(broker="apache-cluster")
+    cluster = stack.cluster()
+
+    assert info.kafka.name == "apache-cluster" and len(info.kafka.bootstrap.split(",")) == 3
+    assert sorted(cluster.running()) == [0, 1, 2] and len(stack.kafka_pids()) == 3
+    assert [row["service"] for row in stack.status()] == ["s3", "kafka-1", "kafka-2", "kafka-3"]
+    leader = cluster.active_controller()
+    cluster.kill(leader)
+
+    assert stack.dead_kafka_nodes() == [leader] and stack.info() is None  # partly down
+    stack.revive_kafka()
+    assert stack.dead_kafka_nodes() == [] and stack.info() == info
+    assert cluster.active_controller() in (0, 1, 2)
+    assert sorted(stack.down()) == ["kafka-1", "kafka-2", "kafka-3", "s3"]

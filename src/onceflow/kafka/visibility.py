@@ -1,10 +1,9 @@
 """What a read_committed reader sees of splits' output: the proof behind every commit.
 
-Runs on an Airflow worker (commit and rollback tasks). Where the broker
-profile does not let a commit trust its coordinator (noida-db answers "no
-error" to an EndTxn it ignored), and on every broker for a split whose
-coordinator no longer shows it as the vote recorded it (aborted by a
-timeout, repaired, expired), the sink looks at the data. A transaction is atomic in each
+Runs on an Airflow worker (commit and rollback tasks). Neither EndTxn's
+answer (noida-db answers "no error" to an EndTxn it ignored) nor the
+coordinator's CompleteCommit (docs/brokers.md, "Hanging transactions") is
+taken as proof, so the sink looks at the data instead. A transaction is atomic in each
 partition, so one record per partition settles a split's share of it: its
 *probe*, the split's last record there (``PartitionWrite.last_offset``). The
 probe visible means the whole share is; the transaction ended (the last
@@ -97,34 +96,30 @@ class Observer:
 
     def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0):
         self.timeout_s = timeout_s
-        self._config = config
         self._samples: list[str] = []
-        self._started: Consumer | None = None  # made at the first scan: a commit proven by its coordinator reads nothing
-
-    @property
-    def _consumer(self) -> Consumer:
-        if self._started is None:
-            self._started = Consumer(consumer_config(self._config, "onceflow-visibility", **self._settings()))
-        return self._started
-
-    def _settings(self) -> dict[str, Any]:
-        return {
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 50,
-            "statistics.interval.ms": 10,  # an open transaction shows only here: each sample waited for is latency
-            "stats_cb": self._samples.append,
-            # Usually one record per partition settles it: do not prefetch whole partitions.
-            # (Not by lowering queued.min.messages: a fetch that brings more than that
-            # pauses all fetching from the broker for fetch.queue.backoff.ms, 1 s, and
-            # Tansu answers with whole record batches whatever this limit says, so each
-            # further partition of a 200,000-record commit took a second to verify.)
-            "max.partition.fetch.bytes": 262_144,
-            # A broker that ignores the fetch limits (noida-db) overfills the fetch queue
-            # with its first answer; librdkafka then holds the fetch that follows each
-            # seek for this long (default 1 s): a second per seek round of a scan
-            # (measured: 4.3 s -> 1.1 s to check four splits of 240,000 records).
-            "fetch.queue.backoff.ms": 10,
-        }
+        self._consumer = Consumer(
+            consumer_config(
+                config,
+                "onceflow-visibility",
+                **{
+                    "enable.partition.eof": True,
+                    "fetch.wait.max.ms": 50,
+                    "statistics.interval.ms": 10,  # an open transaction shows only here: each sample waited for is latency
+                    "stats_cb": self._samples.append,
+                    # Usually one record per partition settles it: do not prefetch whole partitions.
+                    # (Not by lowering queued.min.messages: a fetch that brings more than that
+                    # pauses all fetching from the broker for fetch.queue.backoff.ms, 1 s, and
+                    # Tansu answers with whole record batches whatever this limit says, so each
+                    # further partition of a 200,000-record commit took a second to verify.)
+                    "max.partition.fetch.bytes": 262_144,
+                    # A broker that ignores the fetch limits (noida-db) overfills the fetch queue
+                    # with its first answer; librdkafka then holds the fetch that follows each
+                    # seek for this long (default 1 s): a second per seek round of a scan
+                    # (measured: 4.3 s -> 1.1 s to check four splits of 240,000 records).
+                    "fetch.queue.backoff.ms": 10,
+                },
+            )
+        )
 
     def __enter__(self) -> "Observer":
         return self
@@ -133,9 +128,7 @@ class Observer:
         self.close()
 
     def close(self) -> None:
-        if self._started is not None:
-            self._started.close()
-            self._started = None
+        self._consumer.close()
 
     def observe(self, handles: Sequence[TxnHandle], from_start: bool = False) -> list[SplitView]:
         """Where each split stands now; one view per handle, in order.

@@ -39,7 +39,7 @@ def timed(fn) -> float:
 def staged_write_and_commit(df, sink_uri: str, vote_uri: str, seq: int) -> None:
     from onceflow.files import FileSink
     from onceflow.spark.file_sink import FORMAT
-    from onceflow.spark.vote_handoff import read_recorded_vote
+    from onceflow.sinks.votes import read_recorded_vote
 
     (df.write.format(FORMAT).mode("append").option("sink", "bench").option("path", sink_uri)
        .option("batch_seq", str(seq)).option("attempt", "1").option("vote_path", vote_uri).save())

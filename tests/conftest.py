@@ -11,6 +11,7 @@
 - ``spark_standalone``: a Spark standalone master and worker (cluster mode).
 - ``spark_connect_server``: a Spark Connect server (local[2]) whose Python
   workers have the S3 keys, as ``spark``'s executors do.
+- ``postgres_server``: a PostgreSQL cluster of Debian's package, two-phase commit enabled.
 - ``airflow_home``: a migrated SQLite Airflow home pointing at dags/ and plugins/.
 
 Service state lives in ``.onceflow/test/``. Processes are started so they die
@@ -30,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from onceflow_devkit.services.kafka_broker import COMPATIBLE, DEFAULT_BROKER, KafkaBroker, start_broker
+from onceflow_devkit.services.postgres import PostgresServer, start_postgres
 from onceflow_devkit.services.process import ManagedProcess
 from onceflow_devkit.services.s3 import ACCESS_KEY as S3_ACCESS_KEY, SECRET_KEY as S3_SECRET_KEY, S3Endpoint, start_moto
 from onceflow_devkit.services.spark_connect import SparkConnectServer, start_connect_server
@@ -94,6 +96,14 @@ def s3_endpoint():
     endpoint = start_moto(proc, die_with_parent=True)
     yield endpoint
     proc.stop(grace=2)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> PostgresServer:
+    proc = _fresh_process("postgres")
+    server = start_postgres(proc, die_with_parent=True)
+    yield server
+    proc.stop(grace=5)
 
 
 @pytest.fixture

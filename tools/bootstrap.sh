@@ -50,10 +50,22 @@ if ! command -v mvn >/dev/null 2>&1; then
   fi
 fi
 
+# PostgreSQL, the server of the example postgres sink's tests (and its two-phase commit), is
+# Debian's package; the dev kit starts a cluster of its own from its binaries.
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && [ -z "${ONCEFLOW_POSTGRES_BIN:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "onceflow setup: installing postgresql (Debian package) for the postgres sink's tests"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } >/dev/null 2>&1 \
+      || fail "could not install postgresql. Install it (apt-get install postgresql) or set ONCEFLOW_POSTGRES_BIN to its bin directory"
+  else
+    fail "PostgreSQL's server was not found. Install it (apt-get install postgresql) or set ONCEFLOW_POSTGRES_BIN to its bin directory"
+  fi
+fi
+
 fetch_kafka() { .venv/bin/python -m onceflow_devkit.services.apache_kafka >/dev/null || fail "fetching Apache Kafka's jars with Maven failed (see above)"; }
 
 stamp=.venv/.onceflow-installed
-want=$(cat requirements.txt constraints.txt pyproject.toml devkit/pyproject.toml examples/pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt constraints.txt pyproject.toml devkit/pyproject.toml examples/pyproject.toml examples/postgres_sink/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/onceflow ]; then
   fetch_kafka
   exit 0
@@ -67,9 +79,10 @@ echo "onceflow setup: installing pinned dependencies into .venv (first run: a fe
 # (Never uninstall pyspark-client: that deletes files PySpark needs.)
 pyspark_pin=$(grep -E '^pyspark==' requirements.txt)
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$pyspark_pin"
-# The library, its examples and the dev kit, editable: three packages, one direction of imports.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e . -e examples -e devkit
-.venv/bin/python -c 'import pyspark, onceflow, onceflow_devkit, onceflow_examples; assert pyspark.__version__ == "'"${pyspark_pin#pyspark==}"'", pyspark.__version__' \
+# The library, its examples, the example sink kind (a package of its own, as a user's would be)
+# and the dev kit, editable: one direction of imports.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e . -e examples -e examples/postgres_sink -e devkit
+.venv/bin/python -c 'import pyspark, onceflow, onceflow_devkit, onceflow_examples, onceflow_postgres_sink; assert pyspark.__version__ == "'"${pyspark_pin#pyspark==}"'", pyspark.__version__' \
   || fail "PySpark in .venv is not ${pyspark_pin#pyspark==} after the repair step; remove .venv and run again."
 echo "$want" > "$stamp"
 fetch_kafka

@@ -1,7 +1,8 @@
 """Modules that left the library, and where they went.
 
-``onceflow`` 0.2 split the dev kit and the examples out of the library. An
-import of an old name fails at once with the new one, instead of a bare
+``onceflow`` 0.2 split the dev kit and the examples out of the library; the
+sink contract then took the vote hand-off into ``onceflow.sinks``. An import
+of an old name fails at once with the new one, instead of a bare
 ModuleNotFoundError; the finder is consulted only after every real one.
 """
 
@@ -33,6 +34,9 @@ MOVED: dict[str, tuple[str, str]] = {
     "onceflow.ledger.local": ("onceflow.storage.local", STORAGE + "; wrap it in onceflow.ledger.storage.LedgerStorage"),
     "onceflow.ledger.hadoop": ("onceflow.storage.hadoop", STORAGE + "; wrap it in onceflow.ledger.storage.LedgerStorage"),
     "onceflow.ledger.s3": ("onceflow.storage.s3", STORAGE + "; wrap it in onceflow.ledger.storage.LedgerStorage"),
+    # one route for every kind's vote, in the sink contract
+    "onceflow.spark.vote_handoff": ("onceflow.sinks.votes", "record_vote; the contract is onceflow.sinks.api"),
+    "onceflow.spark.ledger_votes": ("onceflow.sinks.votes", "record_vote_in_ledger"),
 }
 
 
@@ -41,6 +45,6 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
         for old, (new, where) in MOVED.items():
             if fullname == old or fullname.startswith(old + "."):
                 raise ModuleNotFoundError(
-                    f"{fullname} moved in onceflow 0.2: import {new}{fullname[len(old):]}, {where}", name=fullname
+                    f"{fullname} moved: import {new}{fullname[len(old):]}, {where}", name=fullname
                 )
         return None

@@ -42,7 +42,7 @@ from .assets import alias, asset_uri, outputs  # noqa: F401  (outputs, asset_uri
 from .deployed import PLAN_TASK_ID, DeployedPipeline, catalog_conn_ids
 from .deployment import is_s3_uri
 from .input_schedule import ABORT_BACKOFF_S, InputSchedule, parse_schedule
-from .sinks import sink_kind
+from .sinks import kind_module, sink_kind
 from .spec import INTERVAL, OFFSETS, PipelineSpec
 
 SUBMIT_APPLICATION = Path(__file__).resolve().parent / "spark" / "submit.py"
@@ -90,12 +90,11 @@ def library_zip() -> str:
 
 
 def shipped_code(spec: PipelineSpec) -> list[str]:
-    """The zips a pipeline's Spark job needs: onceflow, then the transform's package."""
-    transform_module = spec.transform.partition(":")[0]
-    zips = [library_zip()]
-    if transform_module.split(".")[0] != __name__.split(".")[0]:
-        zips.append(code_zip(transform_module))
-    return zips
+    """The zips a pipeline's Spark job needs: onceflow, the transform's package, then the package of
+    each sink kind installed from a package of its own (its data source runs on the executors)."""
+    modules = [spec.transform.partition(":")[0], *(kind_module(s.kind) for s in spec.sinks)]
+    tops = dict.fromkeys(m.split(".")[0] for m in modules if m.split(".")[0] != __name__.split(".")[0])
+    return [library_zip(), *(code_zip(top) for top in tops)]
 
 
 # A spark task may not hold the pipeline's one run slot forever; pass spark_timeout= for longer batches.

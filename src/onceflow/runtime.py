@@ -94,9 +94,7 @@ class PipelineRuntime:
         plan task for a batch its recovery committed."""
         self.mirror_offsets(plan)
         for participant in self.coordinator.participants.values():
-            discard = getattr(participant, "discard_staging", None)
-            if discard is not None:
-                discard(plan)
+            participant.after_commit(plan)
 
     def mirror_offsets(self, plan) -> None:
         """After a commit: the input consumer group's offsets become the batch's

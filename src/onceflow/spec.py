@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping
 
 from .names import check_name
 from .settings import ConfigurationError
-from .kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, PARTITIONERS
-from .sinks import kinds
+from .kafka.lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
+from .sinks import kinds, sink_kind
 
 # The built-in sink kinds (onceflow.sinks has what each does).
 FILES = "files"
@@ -41,19 +41,18 @@ def check_input_columns(columns, setting: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class SinkSpec:
     """One output. ``target`` is a path under the warehouse for ``files``
-    (e.g. ``clickstream/page_minute_counts``), a topic for ``kafka`` and a
-    table identifier for ``iceberg`` (``namespace.table``)."""
+    (e.g. ``clickstream/page_minute_counts``), a topic for ``kafka``, a
+    table identifier for ``iceberg`` (``namespace.table``); what a kind from
+    another package makes of it, its documentation says."""
 
     name: str
     kind: str
     target: str
     splits: int = 2
-    key_column: str | None = None
     # Kafka sinks: the producers' transaction.timeout.ms. A pre-committed
     # transaction must outlive the gap between the Spark job and the commit
     # task; votes older than half of it are refused (aborted and re-run).
-    # 15 min is Apache Kafka's default transaction.max.timeout.ms.
-    transaction_timeout_ms: int = 900_000
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     # The output for records the transform could not process (dead letters):
     # the UI and `onceflow status` count them per batch.
     dead_letter: bool = False
@@ -67,9 +66,9 @@ class SinkSpec:
     # ("day(window_start)", "bucket[16](page)").
     catalog: str | None = None
     partition_by: tuple[str, ...] = ()
-    # Kafka sinks: where a keyed record goes (onceflow.kafka.partitioners): "crc32" as librdkafka
-    # places keys, or "murmur2" as Java producers do (co-partitioned with topics they write).
-    partitioner: str = DEFAULT_PARTITIONER
+    # The kind's own settings (JSON values), checked by the kind (``SinkKind.check_options``), e.g. a
+    # kafka sink's {"partitioner": "murmur2"}. They travel to Spark with the spec: never a secret here.
+    options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_name("sink name", self.name)
@@ -80,9 +79,8 @@ class SinkSpec:
             raise ConfigurationError(f"sink {self.name!r}: splits must be >= 1, got {self.splits}")
         if not self.target:
             raise ConfigurationError(f"sink {self.name!r}: target is empty: give a warehouse path or a topic")
-        if self.partitioner not in PARTITIONERS or (self.partitioner != DEFAULT_PARTITIONER and self.kind != "kafka"):
-            raise ConfigurationError(f"sink {self.name!r}: partitioner={self.partitioner!r}: a kafka sink takes one of "
-                                     f"{', '.join(sorted(PARTITIONERS))}; other kinds take none")
+        object.__setattr__(self, "options", dict(self.options))
+        sink_kind(self.kind).check_options(self)
 
 
 @dataclass(frozen=True)

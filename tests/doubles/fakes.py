@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from onceflow.protocol.participant import Outcome, Result, Vote
+from onceflow.protocol.participant import Outcome, Participant, Result, Vote
 from onceflow.protocol.plan import Plan
 from onceflow.protocol.planning import TopicPartition
 
@@ -75,7 +75,7 @@ class World:
     refused: list[str] = field(default_factory=list)  # FAILED answers to protocol violations
 
 
-class WorldParticipant:
+class WorldParticipant(Participant):
     def __init__(self, name: str, world: World):
         self.name = name
         self.world = world
@@ -122,7 +122,7 @@ class WorldParticipant:
         return DONE
 
 
-class DirParticipant:
+class DirParticipant(Participant):
     """Effects as files under ``root``: staged/<name>/<seq>-<attempt>.json,
     visible/<name>/<seq>.json (a committed vote), aborted/<name>/<seq>."""
 

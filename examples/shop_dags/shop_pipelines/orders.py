@@ -8,7 +8,7 @@ needs is missing or not of its type (``coupon`` may be absent). Outputs:
 
 - ``customer_events`` (Kafka ``shop_customer_events``): every order and payment,
   keyed by ``customer_id`` and partitioned as Java producers partition
-  (``partitioner="murmur2"``), so a Kafka Streams or Flink job can join it with
+  (``options={"partitioner": "murmur2"}``), so a Kafka Streams or Flink job can join it with
   other customer-keyed topics partition by partition;
 - ``daily_sales`` (Iceberg ``shop.daily_sales``, partitioned by the date column
   ``order_date``): per day and batch, orders, revenue (exact decimal), coupons
@@ -46,7 +46,7 @@ ORDERS = PipelineSpec(
     topics=(ORDERS_TOPIC, PAYMENTS_TOPIC),
     transform="shop_pipelines.orders:transform",
     sinks=(
-        SinkSpec("customer_events", KAFKA, "shop_customer_events", partitioner="murmur2"),
+        SinkSpec("customer_events", KAFKA, "shop_customer_events", options={"partitioner": "murmur2"}),
         SinkSpec("daily_sales", ICEBERG, "shop.daily_sales", catalog=CATALOG_CONN_ID, partition_by=("order_date",)),
         SinkSpec("order_lines", FILES, "shop/order_lines"),
         SinkSpec("shop_dead_letter", KAFKA, "shop_dead_letter", dead_letter=True),

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from .. import faults
-from ..protocol.participant import Outcome, Result, Vote
+from ..protocol.participant import Outcome, Participant, Result, Vote
 from ..protocol.plan import Plan
 from . import layout
 from .entries import FileEntry, Manifest
@@ -40,7 +40,7 @@ BEFORE_RETRACT = faults.declare("files.commit.before_retract",
                                 "file sink commit: manifest of a replacing batch written, the batch it replaces not removed")
 
 
-class FileSink:
+class FileSink(Participant):
     """One Parquet output of a pipeline rooted at ``sink_uri``."""
 
     def __init__(self, name: str, sink_uri: str, storage: Storage | None = None):

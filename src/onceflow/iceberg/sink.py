@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .. import faults
 from ..protocol.batch_id import BatchId
-from ..protocol.participant import Outcome, Result, Vote
+from ..protocol.participant import Outcome, Participant, Result, Vote
 from ..protocol.plan import Plan
 from . import data_files, tables
 
@@ -78,7 +78,7 @@ def outcome_of(exc: Exception) -> Outcome:
     return Outcome.FAILED
 
 
-class IcebergTableSink:
+class IcebergTableSink(Participant):
     """One Iceberg table output of pipeline ``pipeline``, in the catalog ``catalog_properties``
     describe (or return, when called: a missing catalog fails the call that needs it)."""
 

@@ -8,3 +8,7 @@ this module imports nothing.
 """
 
 DEFAULT_SAFETY_FRACTION = 0.5
+# The producers' transaction.timeout.ms unless a sink says otherwise: Apache Kafka's default
+# transaction.max.timeout.ms, the longest a broker allows unless raised. One default for the spec,
+# the writer and the commit, so the commit never judges a vote by another timeout than it was written with.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from confluent_kafka import KafkaException, Producer
 
 from .. import faults
-from ..protocol.participant import Outcome, Result, Vote
+from ..protocol.participant import Outcome, Participant, Result, Vote
 from ..protocol.plan import Plan
 from .config import base_config, producer_config
 from .fencing import FencingError, fence_transactional_ids
@@ -54,12 +54,11 @@ from .visibility import Observer, SplitView, State, confirm_aborted, observe
 from ..layout import kafka_staging_dir, withheld_dir
 from ..storage import Storage, storage_for
 from .headers import REPAIR
-from .lifetime import DEFAULT_SAFETY_FRACTION
+from .lifetime import DEFAULT_SAFETY_FRACTION, DEFAULT_TRANSACTION_TIMEOUT_MS
 from .writer import TRANSACTION_VERSION, StagedCopyDamaged, TxnHandle, handle_headers, open_staged
 
 AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit: EndTxn sent for every split, nothing verified yet")
 
-DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # the writer's producer default
 # A transaction still open this many timeouts after its first write will not end by itself: Apache Kafka
 # aborts it within one timeout and a cleanup interval (10 s), a broker that never times out never will.
 OVERDUE_TIMEOUTS = 2
@@ -109,7 +108,7 @@ def _worst(results: Sequence[Result]) -> Result:
     return Result(Outcome.ALREADY_DONE, "nothing to commit")
 
 
-class KafkaSinkParticipant:
+class KafkaSinkParticipant(Participant):
     """The Participant for one Kafka output topic of a pipeline."""
 
     def __init__(
@@ -487,6 +486,6 @@ class KafkaSinkParticipant:
     def _delete_staging(self, batch_id: str) -> None:
         self.storage.delete_tree(kafka_staging_dir(self.staging_root, self.pipeline, self.name, batch_id))
 
-    def discard_staging(self, plan: Plan) -> None:
-        """After the batch is done: staged copies are no longer needed. Idempotent."""
+    def after_commit(self, plan: Plan) -> None:
+        """After the batch is committed: its staged copies are no longer needed. Idempotent."""
         self._delete_staging(plan.batch_id)

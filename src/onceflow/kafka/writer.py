@@ -53,6 +53,7 @@ from ..protocol.batch_id import BatchId
 from ..storage import Storage, storage_for
 from .config import producer_config
 from .ids import transactional_id
+from .lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
 from .partitioners import DEFAULT as DEFAULT_PARTITIONER, partition_function
 from .headers import CURRENT_FORMAT, REPAIR, record_headers
 from .reader import HEADERS_TYPE
@@ -237,7 +238,7 @@ class TransactionalSplitWriter:
             "statistics.interval.ms": 50,
             "stats_cb": self._stats.append,
             **THROUGHPUT_SETTINGS,
-            "transaction.timeout.ms": 60_000,
+            "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
             **(producer_overrides or {}),
         }
         configured = max_record_bytes_of(config, overrides)

@@ -1,17 +1,24 @@
-"""The participant contract: one output system taking part in a batch.
+"""The participant contract, as the coordinator sees it: one output system taking part in a batch.
 
-A participant is one sink of a pipeline (a Parquet file sink, a Kafka topic
-sink). The coordinator drives it through this call sequence::
+A participant is the commit side of one sink of a pipeline (a Parquet file
+sink, a Kafka topic sink); a sink author implements it through
+``onceflow.sinks.api``, which also holds the Spark side. The coordinator
+drives it through this call sequence::
 
     plan written (ledger)
-      prepare(plan, attempt)   -> Vote        Spark driver/executors (pre-commit)
+      the kind's pre_commit, its data source's commit -> record_vote(vote)
+                               Spark driver/executors, then a Python worker
       [vote recorded in ledger]
+      verify(vote)             -> Result      Airflow worker, before deciding
     decision written (ledger)
-      commit(vote)             -> Outcome     Airflow worker, commit task or
+      commit(vote)             -> Result      Airflow worker, commit task or
                                               any later run's recovery
-      abort(plan, votes)       -> Outcome     Airflow worker, rollback task or
+      abort(plan, votes)       -> Result      Airflow worker, rollback task or
                                               recovery (presumed abort)
-      verify(vote)             -> Outcome     Airflow worker, before deciding
+    batch COMMITTED
+      after_commit(plan)                      Airflow worker: commit task,
+                                              rollback that finished a commit,
+                                              the next plan task
 
 Idempotency is part of the contract: ``commit`` and ``abort`` may be called
 any number of times, from any process, after any crash, and must converge to
@@ -99,7 +106,8 @@ def _batch_seq(value: Any) -> int | None:
 
 @runtime_checkable
 class Participant(Protocol):
-    """One output of a pipeline. ``name`` is unique within the pipeline."""
+    """One output of a pipeline. ``name`` is unique within the pipeline. Subclass it to inherit the
+    optional steps' defaults (``after_commit``: nothing to do)."""
 
     name: str
 
@@ -114,3 +122,8 @@ class Participant(Protocol):
         """Undo everything the plan could have produced, including output of
         attempts that never voted (fence by derived id, delete staging).
         Idempotent."""
+
+    def after_commit(self, plan: "Plan") -> None:
+        """Optional: once the batch is COMMITTED, drop what only a commit could need (staged copies
+        kept for a repair). Idempotent; failing here leaves the batch committed."""
+        return None

@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..files.sink import FileSink
+from .api import SinkKind
 
 
 # The Spark data source that pre-commits this kind (onceflow.spark.file_sink registers it).
 FORMAT = "onceflow_files"
 
 
-class FilesKind:
+class FilesKind(SinkKind):
     name = "files"
     data_source = "onceflow.spark.file_sink"
 
@@ -22,20 +23,11 @@ class FilesKind:
     def asset_uri(self, sink, warehouse: str) -> str:
         return self.location(sink, warehouse)
 
-    def transactional_ids(self, pipeline: str, sink, batch_seq: int) -> tuple[str, ...]:
-        return ()
-
     def reprocess(self, sink) -> str:
         return "replaced"  # the replacing batch's manifest names the batch it retracts (files.sink)
 
     def vote_lifetime(self, sink):
         return None  # staged files wait for the commit as long as it takes
-
-    def check(self, sink, deployment) -> None:
-        return None  # the storage says what is wrong when it is reached
-
-    def open_transactions(self, sink, vote) -> list:
-        return []  # staged files hold no transaction
 
     def participant(self, pipeline, sink, deployment) -> FileSink:
         return FileSink(sink.name, self.location(sink, deployment.warehouse), storage=deployment.storage())
@@ -47,7 +39,7 @@ class FilesKind:
     def committed_output(self, spark, sink, pipeline, deployment, scope):
         """Every Parquet file a reader of the output's directory sees, by ``batch=`` directory, and
         each directory checked against its ``_SUCCESS`` manifest."""
-        from . import CommittedOutput, committed_parquet
+        from .api import CommittedOutput, committed_parquet
         from ..files import layout
         from ..files.entries import Manifest
 

@@ -8,11 +8,13 @@ import importlib.util
 import json
 from typing import Any, Mapping
 
+from .api import SinkKind
+
 # The Spark data source that pre-commits this kind (onceflow.spark.iceberg_sink registers it).
 FORMAT = "onceflow_iceberg"
 
 
-class IcebergKind:
+class IcebergKind(SinkKind):
     name = "iceberg"
     data_source = "onceflow.spark.iceberg_sink"
 
@@ -23,17 +25,11 @@ class IcebergKind:
         # The Asset names the table; a URI needs a host, and the catalog is a connection.
         return f"iceberg://{sink.catalog or 'catalog'}/{sink.target}"
 
-    def transactional_ids(self, pipeline: str, sink, batch_seq: int) -> tuple[str, ...]:
-        return ()
-
     def reprocess(self, sink) -> str:
         return "replaced"  # one snapshot removes the replaced batch's files and adds the new ones
 
     def vote_lifetime(self, sink):
         return None  # written data files wait for the commit as long as it takes
-
-    def open_transactions(self, sink, vote) -> list:
-        return []
 
     def check(self, sink, deployment) -> None:
         from ..iceberg.tables import partition_fields
@@ -79,7 +75,7 @@ class IcebergKind:
         the summary of the snapshot that added it names."""
         from pyiceberg.exceptions import NoSuchTableError
 
-        from . import CommittedOutput, committed_parquet
+        from .api import CommittedOutput, committed_parquet
         from ..iceberg.properties import public_properties
         from ..iceberg.sink import BATCH_KEY, PIPELINE_KEY, SINK_KEY
         from ..iceberg.tables import open_catalog

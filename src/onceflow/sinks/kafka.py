@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .. import faults
 from ..kafka.ids import transactional_ids
 from ..kafka.lifetime import DEFAULT_SAFETY_FRACTION
-from . import OpenTransaction
+from ..kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, PARTITIONERS
+from ..settings import ConfigurationError
+from .api import OpenTransaction, SinkKind, refuse_options
 
 if TYPE_CHECKING:
     from ..kafka.sink import KafkaSinkParticipant
@@ -19,6 +21,9 @@ if TYPE_CHECKING:
 
 # The Spark data source that pre-commits this kind (onceflow.spark.kafka_sink registers it).
 FORMAT = "onceflow_kafka"
+# Where a keyed record goes (onceflow.kafka.partitioners): "crc32" as librdkafka places keys, or
+# "murmur2" as Java producers do (co-partitioned with the topics they write).
+PARTITIONER_OPTION = "partitioner"
 MAX_TIMEOUT_SETTING = "transaction.max.timeout.ms"
 TOPIC_LIMIT_SETTING = "max.message.bytes"
 log = logging.getLogger(__name__)
@@ -41,9 +46,18 @@ def check_transaction_timeout(sink, broker_max: str | None) -> None:
         )
 
 
-class KafkaKind:
+class KafkaKind(SinkKind):
     name = "kafka"
     data_source = "onceflow.spark.kafka_sink"
+
+    def check_options(self, sink) -> None:
+        refuse_options(sink, takes=(PARTITIONER_OPTION,))
+        if self.partitioner(sink) not in PARTITIONERS:
+            raise ConfigurationError(f"sink {sink.name!r}: option {PARTITIONER_OPTION}={self.partitioner(sink)!r} is "
+                                     f"not valid: use one of {', '.join(sorted(PARTITIONERS))}")
+
+    def partitioner(self, sink) -> str:
+        return sink.options.get(PARTITIONER_OPTION, DEFAULT_PARTITIONER)
 
     def location(self, sink, warehouse: str) -> str:
         return sink.target
@@ -120,7 +134,7 @@ class KafkaKind:
             "transactional_ids": json.dumps(list(sink_plan.transactional_ids)),
             "transaction_timeout_ms": str(sink.transaction_timeout_ms),
             "max_record_bytes": str(self.max_record_bytes(sink, deployment)),
-            "partitioner": sink.partitioner,
+            "partitioner": self.partitioner(sink),
         }
         if int(job_options["attempt"]) > 1:
             # An earlier attempt may have left transactions open. End them here, one id at a time, before
@@ -138,7 +152,7 @@ class KafkaKind:
         from pyspark.sql import functions as F
         from pyspark.sql.types import StructType
 
-        from . import CommittedOutput, committed_parquet
+        from .api import CommittedOutput, committed_parquet
         from ..kafka.offsets import KafkaOffsetSource
         from ..kafka.reader import RANGE_FORMAT
         from ..kafka.headers import sql_batch_and_split

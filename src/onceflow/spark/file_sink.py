@@ -45,7 +45,7 @@ from ..files.entries import FileEntry
 from ..files.sink import FileSink
 from ..files.staged_writer import write_staged_parquet
 from ..sinks.files import FORMAT  # the name this data source registers under
-from .vote_handoff import VOTE_PATH_OPTION, record_vote
+from ..sinks.votes import VOTE_PATH_OPTION, record_vote
 from .writer_options import FAULTS_OPTION, armed_as_job, checked_options, int_option
 
 REQUIRED = ("sink", "path", "batch_seq", "attempt")

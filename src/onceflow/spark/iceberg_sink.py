@@ -40,7 +40,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 
 from ..iceberg import tables
 from ..sinks.iceberg import FORMAT  # the name this data source registers under
-from .vote_handoff import record_vote
+from ..sinks.votes import record_vote
 from .writer_options import FAULTS_OPTION, armed_as_job, checked_options, int_option
 
 REQUIRED = ("pipeline", "deployment", "sink", "catalog", "table", "metadata_location", "batch_seq", "planned_at_ms",

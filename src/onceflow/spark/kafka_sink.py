@@ -36,6 +36,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from ..kafka.lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
 from ..kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER
 from ..protocol.batch_id import BatchId
 from ..sinks.kafka import FORMAT  # the name this data source registers under
@@ -75,7 +76,7 @@ class KafkaWriteOptions:
         return cls(
             opts["deployment"], opts["pipeline"], opts["sink"], opts["topic"], ints["batch_seq"], ints["attempt"],
             tuple(json.loads(opts["transactional_ids"])),
-            ints["transaction_timeout_ms"] or 900_000,
+            ints["transaction_timeout_ms"] or DEFAULT_TRANSACTION_TIMEOUT_MS,
             ints["max_record_bytes"],
             partitioner=opts.get("partitioner") or DEFAULT_PARTITIONER,
             faults=opts.get(FAULTS_OPTION, ""),
@@ -133,12 +134,12 @@ class KafkaSplitWriter(DataSourceArrowWriter):
         from ..kafka.sink import vote_payload
         from ..kafka.writer import TxnHandle
         from ..protocol.participant import Vote
-        from .ledger_votes import record_vote_in_ledger
+        from ..sinks.votes import record_vote
 
         handles = [TxnHandle.from_dict(m.handle) for m in messages if m is not None]
         vote = Vote(self.options.sink, self.options.batch_seq, self.options.attempt, vote_payload(handles),
                     records=sum(h.records for h in handles), withheld=sum(h.withheld for h in handles))
-        record_vote_in_ledger(self.options.pipeline, self.options.deployment, vote)
+        record_vote({"pipeline": self.options.pipeline, "deployment": self.options.deployment}, vote)
 
     @armed_as_job
     def abort(self, messages: list[HandleMessage | None]) -> None:

@@ -289,7 +289,7 @@ def test_staged_copy_on_s3_repairs_a_broker_abort(kafka_broker, topic, pipeline,
     assert Counter(v for _, v, _ in records) == Counter(_expected(0, 80))
     ours = (*record_headers(BATCH, 0, handle.transactional_id), REPAIR)
     assert {tuple(h) for _, _, h in records} == {(*ours, ("trace", b"t%d" % i)) for i in range(80)}  # user headers survive
-    participant.discard_staging(_plan(pipeline, splits=1))
+    participant.after_commit(_plan(pipeline, splits=1))
     assert s3.size(handle.staged_uri) is None and s3.list_tree(root) == []
 
 

@@ -64,7 +64,7 @@ def test_a_record_kafka_refuses_is_withheld_and_published_with_the_committed_bat
     assert [(r["key"], r["value"], r["record_bytes"] > DEFAULT_MESSAGE_MAX_BYTES) for r in published] == [(b"k1", big, True)]
     assert f"larger than the {DEFAULT_MESSAGE_MAX_BYTES} bytes topic {topic!r} takes" in published[0]["reason"]
     # A commit retried (a crash before its done marker) publishes nothing twice, even once staging is gone.
-    participant.discard_staging(Plan(pipeline, 1, (), ()))
+    participant.after_commit(Plan(pipeline, 1, (), ()))
     assert participant.commit(vote).outcome is Outcome.ALREADY_DONE
     assert len(pq.read_table(withheld_file(str(tmp_path), handle))) == 1
 

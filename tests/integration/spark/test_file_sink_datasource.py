@@ -15,7 +15,7 @@ from onceflow.storage import Storage
 from onceflow.protocol.participant import Outcome
 from onceflow.protocol.plan import Plan
 from onceflow.spark.file_sink import FORMAT, register
-from onceflow.spark.vote_handoff import read_recorded_vote
+from onceflow.sinks.votes import read_recorded_vote
 
 from tests.support import ROOT
 

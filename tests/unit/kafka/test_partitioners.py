@@ -33,9 +33,10 @@ def test_crc32_places_keys_as_librdkafka_does():
     assert partition_function("crc32")(b"foobar", 7) == zlib.crc32(b"foobar") % 7
 
 
-def test_an_unknown_partitioner_or_one_on_another_kind_fails_naming_the_choices():
-    with pytest.raises(ConfigurationError, match="crc32, murmur2"):
-        SinkSpec("out", "kafka", "topic", partitioner="java")
-    with pytest.raises(ConfigurationError, match="other kinds take none"):
-        SinkSpec("out", "files", "path", partitioner="murmur2")
-    assert SinkSpec("out", "kafka", "topic", partitioner="murmur2").partitioner == "murmur2"
+def test_an_unknown_partitioner_or_one_on_another_kind_fails_naming_the_option_and_the_choices():
+    with pytest.raises(ConfigurationError, match="option partitioner='java' is not valid: use one of crc32, murmur2"):
+        SinkSpec("out", "kafka", "topic", options={"partitioner": "java"})
+    with pytest.raises(ConfigurationError, match=r"option\(s\) partitioner are not options of a files sink \(it takes none\)"):
+        SinkSpec("out", "files", "path", options={"partitioner": "murmur2"})
+    with pytest.raises(ConfigurationError, match=r"option\(s\) acks are not options of a kafka sink \(it takes partitioner\)"):
+        SinkSpec("out", "kafka", "topic", options={"acks": "all"})

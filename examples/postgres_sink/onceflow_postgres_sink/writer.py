@@ -1,0 +1,86 @@
+"""One split of one attempt: its rows and marker in a transaction left prepared [Spark executor].
+
+Before it writes, an attempt rolls back the prepared transactions that older
+attempts of its split left (a zombie's, a failed task's): they hold locks on
+rows it may need, and their rows must never be committed beside its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import psycopg
+from psycopg import sql
+
+from onceflow import faults
+from onceflow.sinks.api import Vote
+
+from . import ids
+from .tables import BATCH_COLUMN, markers_sql, prepared, table_sql
+
+AFTER_PREPARE = faults.declare("postgres.precommit.after_prepare",
+                               "postgres sink: a split's transaction prepared, its Spark task not yet finished")
+
+
+@dataclass(frozen=True)
+class SplitAttempt:
+    """Who writes: one Spark task attempt of one split of one batch attempt."""
+
+    pipeline: str
+    sink: str
+    batch_seq: int
+    batch_id: str
+    split: int
+    attempt: int
+    task_attempt: int = 0
+
+    @property
+    def gid(self) -> str:
+        return ids.gid(self.pipeline, self.sink, self.batch_seq, self.split, self.attempt, self.task_attempt)
+
+    def older(self, gid: str) -> bool:
+        mine = ids.attempt_of(gid)
+        return mine is not None and mine < (self.attempt, self.task_attempt)
+
+
+def roll_back_older(conninfo: str, who: SplitAttempt) -> list[str]:
+    """Roll back what older attempts of ``who``'s split left prepared; the ids rolled back."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        older = [g for g in prepared(conn, ids.split_prefix(who.pipeline, who.sink, who.batch_seq, who.split)) if who.older(g)]
+        for gid in older:
+            conn.tpc_rollback(gid)
+    return older
+
+
+def prepare_split(conninfo: str, target: str, columns: list[str], batches: Iterable, who: SplitAttempt) -> dict:
+    """Write ``batches`` (Arrow record batches of ``columns``) and the split's marker, then PREPARE
+    TRANSACTION; what the vote records of the split."""
+    roll_back_older(conninfo, who)
+    rows = 0
+    conn = psycopg.connect(conninfo)  # not a context manager: its exit would commit, which a prepared one refuses
+    try:
+        conn.tpc_begin(who.gid)
+        copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
+            table_sql(target), sql.SQL(", ").join(map(sql.Identifier, [*columns, BATCH_COLUMN])))
+        with conn.cursor() as cursor, cursor.copy(copy_sql) as copy:
+            for batch in batches:
+                values = [batch.column(name).to_pylist() for name in columns]
+                for row in zip(*values):
+                    copy.write_row((*row, who.batch_id))
+                    rows += 1
+        conn.execute(sql.SQL("INSERT INTO {} (gid, pipeline, sink, batch_seq, split, attempt, rows) "
+                             "VALUES (%s, %s, %s, %s, %s, %s, %s)").format(markers_sql(target)),
+                     [who.gid, who.pipeline, who.sink, who.batch_seq, who.split, who.attempt, rows])
+        conn.tpc_prepare()
+    finally:
+        conn.close()  # before PREPARE, closing rolls the transaction back; after it, the server keeps it
+    faults.fault_point(AFTER_PREPARE)
+    return {"split": who.split, "gid": who.gid, "rows": rows}
+
+
+def vote_for(sink: str, batch_seq: int, attempt: int, target: str, splits: Iterable[dict], replaces: int | None = None) -> Vote:
+    """The vote of an attempt whose splits ``prepare_split`` wrote: every split's transaction id."""
+    splits = sorted(splits, key=lambda s: s["split"])
+    return Vote(sink, batch_seq, attempt, {"table": target, "splits": splits}, records=sum(s["rows"] for s in splits),
+                replaces=replaces)

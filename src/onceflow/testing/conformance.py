@@ -1,0 +1,165 @@
+"""The conformance kit: what every sink kind must do, run against the author's real system.
+
+A sink author subclasses ``SinkConformance`` in a test module and gives it one
+fixture, ``sink_harness``, that returns a ``SinkHarness`` for their system::
+
+    from onceflow.testing.conformance import SinkConformance
+
+    class TestMyTableSink(SinkConformance):
+        @pytest.fixture
+        def sink_harness(self, my_database):
+            return MyHarness(my_database)   # pre_commit(), visible(), participant()
+
+Each test drives the commit side the way the coordinator does, and judges it
+by what a reader of the real output sees (``SinkHarness.visible``), never by
+what the participant answers alone: commit twice, abort an attempt that never
+voted, a crash at every step of a commit followed by recovery from a new
+process, a zombie attempt that writes after a newer one, batches committed out
+of order, and reprocessing as the kind declares it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Mapping, Protocol, Sequence
+
+import pytest
+
+from .. import faults
+from ..protocol.participant import Outcome, Participant, Vote
+from ..protocol.plan import Plan, SinkPlan
+from ..sinks import sink_kind
+from ..spec import SinkSpec
+
+Row = Mapping[str, object]
+
+
+class SinkHarness(Protocol):
+    """The author's system under test, and the Spark side of their kind, called directly."""
+
+    pipeline: str
+    sink: SinkSpec
+
+    def pre_commit(self, batch_seq: int, attempt: int, rows: Sequence[Row], replaces: int | None = None) -> Vote:
+        """What the kind's Spark side does for one attempt: write ``rows`` (``{"key": str, "value": int}``)
+        over the sink's splits so that no reader sees them, and return the vote it would record."""
+
+    def visible(self) -> list[tuple[str, str, int]]:
+        """What any reader of the output sees now: (batch id, key, value) per row, read independently
+        of the participant (a query, a listing, a consumer)."""
+
+    def participant(self) -> Participant:
+        """A new commit side, as a new Airflow task process would build it."""
+
+
+def rows_of(batch_seq: int, attempt: int, count: int = 12) -> list[dict]:
+    """Rows that say which batch and attempt wrote them, so a reader can tell attempts apart."""
+    return [{"key": f"b{batch_seq}-k{i}", "value": attempt * 1000 + i} for i in range(count)]
+
+
+def seen(rows: Sequence[Row], batch_seq: int) -> Counter:
+    return Counter((Plan("p", batch_seq, ()).batch_id, str(r["key"]), int(r["value"])) for r in rows)
+
+
+class SinkConformance:
+    """Subclass it and give it the fixture ``sink_harness``."""
+
+    def plan(self, harness: SinkHarness, batch_seq: int) -> Plan:
+        sink = harness.sink
+        ids = sink_kind(sink.kind).transactional_ids(harness.pipeline, SinkPlan(sink.name, sink.kind, sink.splits), batch_seq)
+        return Plan(harness.pipeline, batch_seq, (), (SinkPlan(sink.name, sink.kind, sink.splits, ids),))
+
+    def of_batch(self, harness: SinkHarness, batch_seq: int) -> Counter:
+        batch_id = Plan("p", batch_seq, ()).batch_id
+        return Counter(row for row in harness.visible() if row[0] == batch_id)
+
+    def test_nothing_is_visible_before_the_commit_and_all_of_it_once_after(self, sink_harness):
+        rows = rows_of(1, 1)
+        vote = sink_harness.pre_commit(1, 1, rows)
+        assert vote.records == len(rows)
+        assert self.of_batch(sink_harness, 1) == Counter()
+        participant = sink_harness.participant()
+        assert participant.verify(vote).ok
+        assert participant.commit(vote).outcome is Outcome.DONE
+        assert self.of_batch(sink_harness, 1) == seen(rows, 1)
+
+    def test_a_second_commit_is_already_done_and_writes_nothing(self, sink_harness):
+        rows = rows_of(2, 1)
+        vote = sink_harness.pre_commit(2, 1, rows)
+        assert sink_harness.participant().commit(vote).outcome is Outcome.DONE
+        for _ in range(2):  # again from this process, and from a new one
+            assert sink_harness.participant().commit(vote).outcome is Outcome.ALREADY_DONE
+        assert self.of_batch(sink_harness, 2) == seen(rows, 2)
+
+    def test_abort_undoes_an_attempt_that_never_voted_and_the_next_attempt_commits_once(self, sink_harness):
+        plan = self.plan(sink_harness, 3)
+        sink_harness.pre_commit(3, 1, rows_of(3, 1))  # the job died before its vote reached the ledger
+        participant = sink_harness.participant()
+        assert participant.abort(plan, []).ok
+        assert participant.abort(plan, []).ok  # idempotent
+        assert self.of_batch(sink_harness, 3) == Counter()
+        rows = rows_of(3, 2)
+        vote = sink_harness.pre_commit(3, 2, rows)
+        assert sink_harness.participant().commit(vote).ok
+        assert self.of_batch(sink_harness, 3) == seen(rows, 3)
+
+    def test_a_commit_crashed_at_any_step_is_finished_by_a_new_process_once(self, sink_harness):
+        """Every step the commit takes (each fault point it reaches, in order) fails in turn; a new
+        participant's commit then finishes the batch, and every row is visible exactly once."""
+        step = 0
+        while True:
+            step += 1
+            seq = 100 + step
+            rows = rows_of(seq, 1)
+            vote = sink_harness.pre_commit(seq, 1, rows)
+            faults.arm(faults.ANY, "raise", hits=step)
+            try:
+                crashed = False
+                try:
+                    sink_harness.participant().commit(vote)
+                except faults.InjectedFault:
+                    crashed = True
+            finally:
+                reached_every_step = bool(faults.armed())  # the point never fired: no step is left
+                faults.disarm()
+            assert sink_harness.participant().commit(vote).ok, f"after a crash at step {step}"
+            assert self.of_batch(sink_harness, seq) == seen(rows, seq), f"after a crash at step {step}"
+            if reached_every_step:
+                assert not crashed
+                assert step > 1, ("the commit reached no fault point: declare one at each of its steps "
+                                  "(onceflow.faults.declare, fault_point) so that this kit can crash it there")
+                break
+            assert step < 50, "the commit reached more than 50 fault points: a loop?"
+
+    def test_a_zombie_attempt_that_writes_after_a_newer_one_voted_is_never_committed(self, sink_harness):
+        vote = sink_harness.pre_commit(4, 2, rows_of(4, 2))
+        sink_harness.pre_commit(4, 1, rows_of(4, 1))  # attempt 1 was fenced in the ledger, yet still writes
+        participant = sink_harness.participant()
+        assert participant.commit(vote).ok
+        participant.after_commit(self.plan(sink_harness, 4))
+        assert self.of_batch(sink_harness, 4) == seen(rows_of(4, 2), 4)
+
+    def test_batches_in_flight_together_commit_in_any_order(self, sink_harness):
+        first, second = sink_harness.pre_commit(5, 1, rows_of(5, 1)), sink_harness.pre_commit(6, 1, rows_of(6, 1))
+        participant = sink_harness.participant()
+        assert participant.commit(second).ok and participant.commit(first).ok
+        assert self.of_batch(sink_harness, 5) + self.of_batch(sink_harness, 6) == seen(rows_of(5, 1), 5) + seen(rows_of(6, 1), 6)
+
+    def test_reprocessing_does_what_the_kind_declares(self, sink_harness):
+        how = sink_kind(sink_harness.sink.kind).reprocess(sink_harness.sink)
+        assert how in ("replaced", "republished", None)
+        first = sink_harness.pre_commit(7, 1, rows_of(7, 1))
+        assert sink_harness.participant().commit(first).ok
+        if how is None:  # refused before anything is read: the earlier batch stays as it was
+            from ..protocol.intervals import ReprocessRefused
+            from ..sinks import reprocessing
+            from ..spec import PipelineSpec
+
+            with pytest.raises(ReprocessRefused):
+                reprocessing(PipelineSpec(sink_harness.pipeline, ("t",), "m:f", (sink_harness.sink,)))
+            assert self.of_batch(sink_harness, 7) == seen(rows_of(7, 1), 7)
+            return
+        again = sink_harness.pre_commit(8, 1, rows_of(8, 1), replaces=7)
+        assert sink_harness.participant().commit(again).ok
+        assert self.of_batch(sink_harness, 8) == seen(rows_of(8, 1), 8)
+        assert self.of_batch(sink_harness, 7) == (Counter() if how == "replaced" else seen(rows_of(7, 1), 7))

@@ -10,7 +10,7 @@
 - ``spark``: a local[2] SparkSession whose Python workers use this venv.
 - ``spark_standalone``: a Spark standalone master and worker (cluster mode).
 - ``spark_connect_server``: a Spark Connect server (local[2]) whose Python
-  workers have the S3 keys, as ``spark``'s executors do.
+  workers have the S3 keys, as ``spark``'s executors do, and the PostgreSQL connection.
 - ``postgres_server``: a PostgreSQL cluster of Debian's package, two-phase commit enabled.
 - ``airflow_home``: a migrated SQLite Airflow home pointing at dags/ and plugins/.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from onceflow_devkit.services.kafka_broker import COMPATIBLE, DEFAULT_BROKER, KafkaBroker, start_broker
-from onceflow_devkit.services.postgres import PostgresServer, start_postgres
+from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID, PostgresServer, start_postgres
 from onceflow_devkit.services.process import ManagedProcess
 from onceflow_devkit.services.s3 import ACCESS_KEY as S3_ACCESS_KEY, SECRET_KEY as S3_SECRET_KEY, S3Endpoint, start_moto
 from onceflow_devkit.services.spark_connect import SparkConnectServer, start_connect_server
@@ -225,9 +225,11 @@ def spark_standalone() -> SparkStandalone:
 
 
 @pytest.fixture(scope="session")
-def spark_connect_server() -> SparkConnectServer:
+def spark_connect_server(postgres_server) -> SparkConnectServer:
     proc = _fresh_process("spark-connect")
-    server = start_connect_server(proc, env=_s3_keys(), die_with_parent=True)
+    # The server's Python workers hold the secrets the data sources need, as a deployment's would.
+    secrets = {**_s3_keys(), f"AIRFLOW_CONN_{POSTGRES_CONN_ID.upper()}": postgres_server.uri()}
+    server = start_connect_server(proc, env=secrets, die_with_parent=True)
     yield server
     proc.stop(grace=5)
 

@@ -25,41 +25,33 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
   || fail "Python 3.10+ is required; '$PYTHON' is $("$PYTHON" --version 2>&1). Set PYTHON=/path/to/python3.11."
 
+# A Debian package, installed when we may (root with apt-get): 0 when it is there afterwards.
+apt_install() {
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
+  echo "onceflow setup: installing $1 (Debian package) $2"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1"; } >/dev/null 2>&1
+}
+
 # The UI test drives Debian's Chromium with Playwright (whose own browser
 # download cannot run here). Installed when we may; otherwise that test skips
 # and names the missing binary.
 if ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "onceflow setup: installing chromium (Debian package) for the UI browser test"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
-      || echo "onceflow setup: could not install chromium; the UI browser test will skip" >&2
-  else
-    echo "onceflow setup: chromium not found and not root; the UI browser test will skip (apt-get install chromium)" >&2
-  fi
+  apt_install chromium "for the UI browser test" \
+    || echo "onceflow setup: chromium could not be installed (apt-get install chromium, as root); the UI browser test will skip" >&2
 fi
 
 # Apache Kafka, the broker the demo and the tests run on, comes from Maven Central as jars
 # (devkit/kafka/pom.xml; cached in ~/.cache/onceflow, fetched below once).
 if ! command -v mvn >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "onceflow setup: installing maven (Debian package) to fetch Apache Kafka's jars"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven; } >/dev/null 2>&1 \
-      || fail "could not install maven. Install it (apt-get install maven) to run Apache Kafka, or run on a compatible broker: ONCEFLOW_TEST_BROKERS=noida make test, onceflow demo --broker noida"
-  else
-    fail "Maven (mvn) fetches Apache Kafka's jars and was not found. Install it (apt-get install maven), or run on a compatible broker: ONCEFLOW_TEST_BROKERS=noida make test, onceflow demo --broker noida"
-  fi
+  apt_install maven "to fetch Apache Kafka's jars" \
+    || fail "Maven (mvn) fetches Apache Kafka's jars and could not be installed. Install it (apt-get install maven), or run on a compatible broker: ONCEFLOW_TEST_BROKERS=noida make test, onceflow demo --broker noida"
 fi
 
 # PostgreSQL, the server of the example postgres sink's tests (and its two-phase commit), is
 # Debian's package; the dev kit starts a cluster of its own from its binaries.
 if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && [ -z "${ONCEFLOW_POSTGRES_BIN:-}" ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "onceflow setup: installing postgresql (Debian package) for the postgres sink's tests"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } >/dev/null 2>&1 \
-      || fail "could not install postgresql. Install it (apt-get install postgresql) or set ONCEFLOW_POSTGRES_BIN to its bin directory"
-  else
-    fail "PostgreSQL's server was not found. Install it (apt-get install postgresql) or set ONCEFLOW_POSTGRES_BIN to its bin directory"
-  fi
+  apt_install postgresql "for the postgres sink's tests" \
+    || fail "PostgreSQL's server was not found and could not be installed. Install it (apt-get install postgresql) or set ONCEFLOW_POSTGRES_BIN to its bin directory"
 fi
 
 fetch_kafka() { .venv/bin/python -m onceflow_devkit.services.apache_kafka >/dev/null || fail "fetching Apache Kafka's jars with Maven failed (see above)"; }

@@ -6,7 +6,8 @@ formats: ``onceflow_kafka`` (kafka: extra = librdkafka settings),
 ``onceflow_spark`` (spark: host = master; or, given a Spark Connect server,
 spark_connect: host and port), ``onceflow_s3`` (aws: login,
 password, extra endpoint_url/region_name), ``onceflow_iceberg`` (extra: the
-embedded catalog's properties, ``services.iceberg_catalog``).
+embedded catalog's properties, ``services.iceberg_catalog``), ``onceflow_postgres``
+(postgres: the dev kit's PostgreSQL server, ``services.postgres``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Mapping
 
 from onceflow_devkit.local_airflow import LocalAirflow
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
+from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID, PostgresServer
 from onceflow_devkit.services.spark_connect import SparkConnectServer
 from onceflow.kafka.cluster import KafkaCluster
 from onceflow.s3_connection import S3Connection
@@ -37,9 +39,11 @@ def onceflow_airflow(
     plugins_folder: Path | None = PROJECT_ROOT / "plugins",
     spark_connect: SparkConnectServer | None = None,
     triggerer: bool = False,
+    postgres: PostgresServer | None = None,
 ) -> LocalAirflow:
     """``python``: the interpreter of the Airflow install to run (default: this one).
-    ``spark_connect``: the spark tasks run as clients of that server instead of spark-submit."""
+    ``spark_connect``: the spark tasks run as clients of that server instead of spark-submit.
+    ``postgres``: the server of connection ``onceflow_postgres`` (the shop example's payments table)."""
     airflow = LocalAirflow(
         Path(home),
         dags_folder=dags_folder,
@@ -55,6 +59,8 @@ def onceflow_airflow(
                            {"conn_type": "spark", "host": spark_master})
     for conn_id, properties in embedded_catalogs(warehouse, s3).items():
         airflow.set_connection(conn_id, {"conn_type": "onceflow_iceberg", "extra": properties})
+    if postgres is not None:
+        airflow.set_connection(POSTGRES_CONN_ID, postgres.connection())
     if s3 is not None:
         airflow.set_connection(
             "onceflow_s3",

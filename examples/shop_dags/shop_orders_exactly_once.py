@@ -7,8 +7,9 @@ order lines (Parquet) and dead letters, each input record exactly once.
 folder and installed nowhere: the DAG factory ships it to Spark.
 
 Needs ``ONCEFLOW_WAREHOUSE``, the connections ``onceflow_kafka``,
-``onceflow_spark``, ``onceflow_iceberg`` (and ``onceflow_s3`` for an S3
-warehouse), and the topics ``shop_orders``, ``shop_payments``,
+``onceflow_spark``, ``onceflow_iceberg``, ``onceflow_postgres`` (and
+``onceflow_s3`` for an S3 warehouse), the package ``onceflow-postgres-sink``
+(examples/postgres_sink) where Airflow and Spark run, and the topics ``shop_orders``, ``shop_payments``,
 ``shop_customer_events`` and ``shop_dead_letter``.
 """
 

@@ -21,6 +21,7 @@ DEFAULT_PORT = 55432
 USER = "onceflow"
 PASSWORD = "onceflow-pg-secret"  # the embedded stack's; never a production credential
 DATABASE = "postgres"
+CONN_ID = "onceflow_postgres"  # the Airflow connection the dev kit gives the server (the shop example's payments)
 # Prepared transactions a server keeps at once: a batch's splits, zombies and the chaos run's concurrency.
 MAX_PREPARED_TRANSACTIONS = 64
 INSTALL_HINT = "install Debian's package (apt-get install postgresql) or set ONCEFLOW_POSTGRES_BIN to its bin directory"
@@ -37,6 +38,11 @@ class PostgresServer:
     def uri(self) -> str:
         """The server as an Airflow connection URI (``AIRFLOW_CONN_<ID>``): it holds the password."""
         return f"postgresql://{self.user}:{self.password}@{self.host}:{self.port}/{self.database}"
+
+    def connection(self) -> dict:
+        """The server as an Airflow connection (JSON form)."""
+        return {"conn_type": "postgres", "host": self.host, "port": self.port, "login": self.user,
+                "password": self.password, "schema": self.database}
 
     def connect(self, **kwargs):
         import psycopg

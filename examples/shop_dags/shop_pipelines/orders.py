@@ -16,6 +16,8 @@ needs is missing or not of its type (``coupon`` may be absent). Outputs:
 - ``order_lines`` (files): one row per order, with the normalized ``coupon``.
   That column came with a release of this pipeline: batches committed before
   it have no ``coupon`` column, and readers see it as null there;
+- ``payments`` (PostgreSQL ``public.shop_payments``, through the sink kind of
+  the separate package ``onceflow-postgres-sink``): one row per payment;
 - ``shop_dead_letter`` (Kafka): each malformed record with its reason and source.
 
 Every input record lands in exactly one of ``customer_events`` and
@@ -40,6 +42,7 @@ MAX_TS_MS = 253402300799999
 # The columns of order_lines. "coupon" came with the pipeline's second release.
 ORDER_LINE_COLUMNS = ("order_id", "customer_id", "amount", "order_date", "ts", "coupon")
 CATALOG_CONN_ID = "onceflow_iceberg"  # the Airflow connection of the Iceberg catalog
+POSTGRES_CONN_ID = "onceflow_postgres"  # the Airflow connection of the payments table's database
 
 ORDERS = PipelineSpec(
     name="shop_orders",
@@ -50,6 +53,7 @@ ORDERS = PipelineSpec(
         SinkSpec("daily_sales", ICEBERG, "shop.daily_sales", catalog=CATALOG_CONN_ID, partition_by=("order_date",)),
         SinkSpec("order_lines", FILES, "shop/order_lines"),
         SinkSpec("shop_dead_letter", KAFKA, "shop_dead_letter", dead_letter=True),
+        SinkSpec("payments", "postgres", "public.shop_payments", options={"connection": POSTGRES_CONN_ID}),
     ),
     input_columns=("key", "value", "topic", "partition", "offset"),
     max_records_per_partition=10_000,
@@ -124,5 +128,6 @@ def transform(records: DataFrame, batch_id: str) -> dict[str, DataFrame]:
                            F.base64("value").alias("payload_base64"), "topic", "partition", "offset",
                            F.lit(batch_id).alias("batch_id"))).cast("binary").alias("value"),
     )
+    payment_rows = good_payments.select("order_id", "customer_id", "method", "ts", "order_date")
     return {"customer_events": customer_events, "daily_sales": daily_sales, "order_lines": order_lines,
-            "shop_dead_letter": dead}
+            "shop_dead_letter": dead, "payments": payment_rows}

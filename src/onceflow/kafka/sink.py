@@ -43,6 +43,7 @@ from .ids import is_split_id, repair_id
 from .profiles import PROFILES, BrokerProfile
 from .txn_protocol import (
     Action,
+    NOT_OPEN,
     CoordinatorView,
     EndTxnReply,
     TransactionState,
@@ -57,6 +58,8 @@ from .headers import REPAIR
 from .lifetime import DEFAULT_SAFETY_FRACTION, DEFAULT_TRANSACTION_TIMEOUT_MS
 from .writer import TRANSACTION_VERSION, StagedCopyDamaged, TxnHandle, handle_headers, open_staged
 
+# How long a commit its coordinator reports complete reads for its records before it looks for why they are not visible.
+SETTLE_AFTER_COMPLETE_S = 10.0
 AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit: EndTxn sent for every split, nothing verified yet")
 
 # A transaction still open this many timeouts after its first write will not end by itself: Apache Kafka
@@ -245,7 +248,9 @@ class KafkaSinkParticipant(Participant):
                                     f"has not written every commit marker within {self.timeout_s:.0f}s (still "
                                     "PrepareCommit); commit again later")
         to_read = [i for i in range(len(handles)) if i not in results]
-        read = confirm_aborted(obs, [handles[i] for i in to_read], obs.settle([handles[i] for i in to_read]))
+        # CompleteCommit comes after the markers are in the partitions' logs: what is not visible soon is hanging or held back.
+        settled = obs.settle([handles[i] for i in to_read], quiet_s=min(SETTLE_AFTER_COMPLETE_S, self.timeout_s))
+        read = confirm_aborted(obs, [handles[i] for i in to_read], settled)
         hanging: dict[int, SplitView] = {}
         for i, view in zip(to_read, read):
             h = handles[i]
@@ -272,7 +277,9 @@ class KafkaSinkParticipant(Participant):
         handles = [h for _, h, _ in hanging]
         written = [write_commit_markers(self.config, h.topic, [v.partition for v in view.partitions if v.open],
                                         h.producer_id, h.epoch, self.timeout_s) for _, h, view in hanging]
-        after = confirm_aborted(obs, handles, obs.settle(handles))
+        # Only a marker written now can make them visible soon; held back by another open transaction, a look is enough.
+        wait = any(not what.startswith(NOT_OPEN) for marked in written for what in marked.values())
+        after = confirm_aborted(obs, handles, obs.settle(handles) if wait else obs.observe(handles))
         results = {}
         for (key, h, _), view, marked in zip(hanging, after, written):
             markers = ", ".join(f"p{p}: {what}" for p, what in sorted(marked.items()))
@@ -280,6 +287,14 @@ class KafkaSinkParticipant(Participant):
                 results[key] = Result(Outcome.DONE, f"{_where(h)}: committed; its coordinator had reported CompleteCommit "
                                       f"without the commit marker of partition(s) {sorted(marked)}, written now "
                                       f"({markers}); {h.records} records visible")
+                continue
+            if all(what.startswith(NOT_OPEN) for what in marked.values()):  # ours are ended: another holds them back
+                results[key] = Result(
+                    Outcome.RETRY_LATER,
+                    f"{_where(h)}: committed, its markers written, but not yet visible ({view.describe()}): another "
+                    f"transaction still open in the partition holds its records back ({markers}), an earlier batch of "
+                    "this pipeline still in flight or another producer. They become visible when it ends; re-run the "
+                    "commit task then")
                 continue
             results[key] = Result(
                 Outcome.RETRY_LATER,

@@ -288,10 +288,14 @@ def _skip_or_retry(transactional_id: str, error_code: int, retry: list[str]) -> 
         log.warning("DescribeTransactions for %s answered %s: reading its data instead", transactional_id, name)
 
 
+NOT_OPEN = "not open"
+
+
 def write_commit_markers(config: Mapping[str, Any], topic: str, partitions: Sequence[int], producer_id: int,
                          producer_epoch: int, timeout_s: float = 30.0) -> dict[int, str]:
     """Write a COMMIT marker for the transaction (producer id, epoch) to each of ``partitions`` that
-    still holds it open; partition -> what happened ("written", "not open", or the broker's error).
+    still holds it open; partition -> what happened ("written", the broker's error, or "not open"
+    followed by the other producers whose open transactions hold the partition's stable end back).
 
     Only for a transaction its coordinator reports CompleteCommit: that is the decision the marker
     carries. The partition leader checks the producer id and epoch (a fenced or newer epoch is
@@ -314,7 +318,12 @@ def write_commit_markers(config: Mapping[str, Any], topic: str, partitions: Sequ
     open_in = [tp.partition for tp, state in holders.items()
                if any((p.producer_id, p.producer_epoch) == (producer_id, producer_epoch)
                       and p.current_transaction_start_offset >= 0 for p in state.active_producers)]
-    outcome = {p: "not open" for p in partitions if p not in open_in}
+    others = {tp.partition: [f"producer {p.producer_id} since offset {p.current_transaction_start_offset}"
+                             for p in state.active_producers
+                             if p.current_transaction_start_offset >= 0 and p.producer_id != producer_id]
+              for tp, state in holders.items()}
+    outcome = {p: NOT_OPEN + (f"; held back by {', '.join(others[p])}" if others.get(p) else "")
+               for p in partitions if p not in open_in}
     if not open_in:
         return outcome
     leaders = AdminClient(base_config(config)).list_topics(topic, timeout=timeout_s).topics[topic].partitions

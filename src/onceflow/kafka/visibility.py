@@ -141,15 +141,16 @@ class Observer:
         """
         return self._scan(handles, from_start=from_start, wait=False)
 
-    def settle(self, handles: Sequence[TxnHandle]) -> list[SplitView]:
+    def settle(self, handles: Sequence[TxnHandle], quiet_s: float | None = None) -> list[SplitView]:
         """Like ``observe``, but keeps reading while a split is OPEN: for after EndTxn.
 
         Returns when no split is OPEN, or when nothing new arrived for
-        ``timeout_s``; a split still OPEN then is reported OPEN.
+        ``quiet_s`` (default ``timeout_s``); a split still OPEN then is reported OPEN.
         """
-        return self._scan(handles, from_start=False, wait=True)
+        return self._scan(handles, from_start=False, wait=True, quiet_s=quiet_s)
 
-    def _scan(self, handles: Sequence[TxnHandle], from_start: bool, wait: bool) -> list[SplitView]:
+    def _scan(self, handles: Sequence[TxnHandle], from_start: bool, wait: bool,
+              quiet_s: float | None = None) -> list[SplitView]:
         shares = [[_Share(h, p, w, from_start) for p, w in sorted(h.partitions.items())] for h in handles]
         by_partition: dict[tuple[str, int], list[_Share]] = {}
         for h, split_shares in zip(handles, shares):
@@ -157,12 +158,13 @@ class Observer:
                 by_partition.setdefault((h.topic, share.partition), []).append(share)
         if by_partition:
             try:
-                self._read(by_partition, from_start, wait)
+                self._read(by_partition, from_start, wait, quiet_s or self.timeout_s)
             finally:
                 self._consumer.unassign()
         return [SplitView(_state(views), views) for views in (tuple(s.view() for s in ss) for ss in shares)]
 
-    def _read(self, by_partition: dict[tuple[str, int], list["_Share"]], from_start: bool, wait: bool) -> None:
+    def _read(self, by_partition: dict[tuple[str, int], list["_Share"]], from_start: bool, wait: bool,
+              quiet_s: float) -> None:
         consumer, samples = self._consumer, self._samples
         # Per partition, the shares still unsettled, by their headers (several attempts of one split may share them).
         pending: dict[tuple[str, int], dict[tuple, list[_Share]]] = {}
@@ -192,11 +194,11 @@ class Observer:
         samples.clear()
         stale_samples = 1
         positions: dict[tuple[str, int], int] = {}  # offset of the latest record read, per partition
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + quiet_s
         while pending and time.monotonic() < deadline:
             messages = consumer.consume(num_messages=1_000, timeout=0.02)
             if messages:
-                deadline = time.monotonic() + self.timeout_s
+                deadline = time.monotonic() + quiet_s
             for m in messages:
                 tp = (m.topic(), m.partition())
                 waiting = pending.get(tp)

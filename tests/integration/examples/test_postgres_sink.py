@@ -49,6 +49,11 @@ class PostgresHarness:
 
         return sink_kind("postgres").participant(type("Spec", (), {"name": self.pipeline}), self.sink, None)
 
+    def job_failed(self, vote):
+        with psycopg.connect(self.uri, autocommit=True) as conn:
+            for split in vote.payload["splits"]:
+                conn.tpc_rollback(split["gid"])
+
     def prepared(self) -> list[str]:
         with psycopg.connect(self.uri, autocommit=True) as conn:
             return sorted(x.gtrid for x in conn.tpc_recover() if x.gtrid.startswith(f"onceflow:{self.pipeline}:"))
@@ -163,3 +168,16 @@ def test_a_kind_from_a_package_of_its_own_runs_a_batch_on_spark_where_only_the_s
         lingering = [x.gtrid for x in conn.tpc_recover() if x.gtrid.startswith(f"onceflow:{spec.name}:")]
     assert sorted(k for k, _ in rows) == sorted(f"order-{i}" for i in range(300))
     assert {b for _, b in rows} == {plan.batch_id} and lingering == []
+
+
+def test_a_zombie_killed_before_its_job_could_abort_leaves_nothing_prepared_once_the_batch_commits(postgres_server, pg_connection):
+    """Attempt 1 prepares after attempt 2 voted, and dies before its Spark job's abort: the commit of
+    attempt 2 leaves its transaction alone, and the step after the commit rolls it back."""
+    harness = PostgresHarness(postgres_server)
+    vote = harness.pre_commit(1, 2, [{"key": "a", "value": 2}])
+    zombie = harness.pre_commit(1, 1, [{"key": "a", "value": 1}])
+    participant = harness.participant()
+    assert participant.commit(vote).outcome is Outcome.DONE
+    assert sorted(harness.prepared()) == sorted(s["gid"] for s in zombie.payload["splits"])
+    participant.after_commit(Plan(harness.pipeline, 1, ()))
+    assert harness.prepared() == [] and [row[1:] for row in harness.visible()] == [("a", 2)]

@@ -14,7 +14,8 @@ import pytest
 from onceflow.files import layout
 from onceflow.files.staged_writer import write_staged_parquet
 from onceflow.sinks import sink_kind
-from onceflow.spec import FILES, PipelineSpec, SinkSpec
+from onceflow.protocol.participant import Vote
+from onceflow.spec import FILES, ICEBERG, KAFKA, PipelineSpec, SinkSpec
 from onceflow.storage import storage_for
 from onceflow.testing.conformance import SinkConformance
 
@@ -45,6 +46,11 @@ class FilesHarness:
                    for i in range(self.sink.splits)]
         return participant.vote_for(batch_seq, attempt, [e for e in entries if e is not None], replaces=replaces)
 
+    def job_failed(self, vote):
+        storage = storage_for(self.root)
+        for entry in vote.payload["files"]:
+            storage.delete(entry["path"])
+
     def visible(self):
         storage = storage_for(self.root)
         rows = []
@@ -63,3 +69,144 @@ class TestFilesSinkConformance(SinkConformance):
     @pytest.fixture
     def sink_harness(self, tmp_path):
         return FilesHarness(f"file://{tmp_path}/warehouse")
+
+
+class KafkaHarness:
+    """A kafka sink on the test broker (each record's value is ``key=value``): each split's transaction opened, written and left open as its
+    Spark task leaves it (a retried attempt first fences the batch's ids, as the kind's pre_commit
+    does), read back by a read_committed consumer by the batch its records' headers name."""
+
+    PARTITIONS = 3
+
+    def __init__(self, broker, warehouse: str):
+        from tests.integration.kafka.helpers import create_topic
+
+        self.broker, self.warehouse = broker, warehouse
+        self.pipeline = f"p{uuid.uuid4().hex[:8]}"
+        self.topic = create_topic(broker.config(), partitions=self.PARTITIONS, prefix="kit")
+        self.sink = SinkSpec("out", KAFKA, self.topic, splits=2)
+        self.spec = PipelineSpec(self.pipeline, ("t",), "m:f", (self.sink,))
+
+    def participant(self):
+        from onceflow.runtime import Deployment
+
+        return sink_kind(KAFKA).participant(self.spec, self.sink, Deployment(self.warehouse, self.broker))
+
+    def pre_commit(self, batch_seq, attempt, rows, replaces=None):
+        from onceflow.kafka.fencing import fence_transactional_ids
+        from onceflow.kafka.sink import vote_payload
+        from onceflow.kafka.writer import TransactionalSplitWriter, staged_uri
+        from onceflow.protocol.plan import SinkPlan
+
+        batch_id = layout.batch_id(batch_seq)
+        if attempt > 1:
+            ids = sink_kind(KAFKA).transactional_ids(self.pipeline, SinkPlan("out", KAFKA, self.sink.splits), batch_seq)
+            fence_transactional_ids(self.broker.config(), ids)
+        handles = []
+        for split in range(self.sink.splits):
+            part = list(rows[split::self.sink.splits])
+            writer = TransactionalSplitWriter(self.broker.config(), self.pipeline, "out", batch_id, split, self.topic,
+                                              staged_uri(self.warehouse, self.pipeline, "out", batch_id, split, attempt))
+            writer.begin()
+            writer.write_batch(pa.RecordBatch.from_pydict({
+                "key": pa.array([str(r["key"]).encode() for r in part], pa.binary()),
+                "value": pa.array([f"{r['key']}={r['value']}".encode() for r in part], pa.binary())}))
+            handles.append(writer.precommit())
+        return Vote("out", batch_seq, attempt, vote_payload(handles), records=sum(h.records for h in handles),
+                    replaces=replaces)
+
+    def job_failed(self, vote):
+        from onceflow.kafka.fencing import fence_transactional_ids
+        from onceflow.kafka.sink import handles_of
+
+        fence_transactional_ids(self.broker.config(), [h.transactional_id for h in handles_of(vote)])
+
+    def visible(self):
+        from onceflow.kafka.headers import batch_and_split
+        from tests.integration.kafka.helpers import read_committed
+
+        rows = []
+        for _, record, headers in read_committed(self.broker.config(), self.topic, self.PARTITIONS):
+            key, _, value = record.decode().partition("=")  # the value carries its row's key (harness's encoding)
+            rows.append((batch_and_split(headers)[0], key, int(value)))
+        return rows
+
+
+class TestKafkaSinkConformance(SinkConformance):
+    @pytest.fixture
+    def sink_harness(self, one_kafka_broker, tmp_path):
+        return KafkaHarness(one_kafka_broker, f"file://{tmp_path}/warehouse")
+
+
+def test_a_kafka_commit_held_back_by_an_earlier_batchs_open_transaction_says_so_and_finishes_once_it_ends(
+        one_kafka_broker, tmp_path):
+    """Not a dropped marker (docs/brokers.md, "Hanging transactions"): the later batch is committed and
+    its markers written, but the earlier batch's open transactions hold the partitions' stable end."""
+    from onceflow.protocol.participant import Outcome
+    from onceflow.testing.conformance import rows_of
+
+    harness = KafkaHarness(one_kafka_broker, f"file://{tmp_path}/warehouse")
+    first, second = harness.pre_commit(1, 1, rows_of(1, 1)), harness.pre_commit(2, 1, rows_of(2, 1))
+    participant = harness.participant()
+    held = participant.commit(second)
+    assert held.outcome is Outcome.RETRY_LATER, held.detail
+    assert "another transaction still open in the partition holds its records back" in held.detail, held.detail
+    assert f"producer {first.payload['handles'][0]['producer_id']} since offset" in held.detail, held.detail
+    assert participant.commit(first).outcome is Outcome.DONE
+    assert participant.commit(second).outcome is Outcome.ALREADY_DONE
+    assert sorted(b for b, _, _ in harness.visible()) == ["0000000001"] * 12 + ["0000000002"] * 12
+
+
+class IcebergHarness:
+    """An Iceberg table in pyiceberg's SQL catalog (SQLite) over a local warehouse: data files written
+    split by split with pyiceberg's writer, as the Spark tasks write them; read back as any engine
+    reads the table's current snapshot, each live data file by the snapshot that added it."""
+
+    def __init__(self, tmp_path):
+        from onceflow.iceberg import tables
+        from onceflow_devkit.services.iceberg_catalog import CONN_ID, catalog_properties
+
+        self.pipeline = f"p{uuid.uuid4().hex[:8]}"
+        self.properties = catalog_properties(tmp_path / "catalog", f"file://{tmp_path}/lake")
+        self.sink = SinkSpec("t", ICEBERG, f"ns_{self.pipeline}.t", splits=2, catalog=CONN_ID)
+        self.spec = PipelineSpec(self.pipeline, ("t",), "m:f", (self.sink,))
+        self.catalog = tables.open_catalog(CONN_ID, self.properties)
+        tables.prepared_table(self.catalog, self.sink.target, SCHEMA, (), "conformance table")
+
+    def participant(self):
+        from onceflow.runtime import Deployment
+
+        return sink_kind(ICEBERG).participant(self.spec, self.sink, Deployment("file:///unused", None, None,
+                                                                             {self.sink.catalog: self.properties}))
+
+    def pre_commit(self, batch_seq, attempt, rows, replaces=None):
+        from onceflow.iceberg import tables
+
+        table, planned_at_ms = self.catalog.load_table(self.sink.target), 1_000 + batch_seq
+        files = [f for i in range(self.sink.splits) for f in tables.write_data_files(
+            table, self.pipeline, self.sink.name, batch_seq, planned_at_ms, attempt,
+            [pa.RecordBatch.from_pylist(list(rows[i::self.sink.splits]), SCHEMA)])]
+        return self.participant().vote_for(batch_seq, planned_at_ms, attempt, table.location(), files, replaces=replaces)
+
+    def job_failed(self, vote):
+        pass  # the data source's abort leaves the files to the rollback, which deletes the batch's directory
+
+    def visible(self):
+        from onceflow.iceberg.sink import BATCH_KEY
+
+        table = self.catalog.load_table(self.sink.target)
+        if table.current_snapshot() is None:
+            return []
+        batch_of = {s.snapshot_id: s.summary[BATCH_KEY] for s in table.metadata.snapshots}
+        rows = []
+        for entry in table.inspect.entries().to_pylist():
+            if entry["status"] != 2:  # 2: DELETED, no longer in the table
+                data = pq.read_table(entry["data_file"]["file_path"].removeprefix("file://"))
+                rows += [(batch_of[entry["snapshot_id"]], k, v) for k, v in zip(data["key"].to_pylist(), data["value"].to_pylist())]
+        return rows
+
+
+class TestIcebergSinkConformance(SinkConformance):
+    @pytest.fixture
+    def sink_harness(self, tmp_path):
+        return IcebergHarness(tmp_path)

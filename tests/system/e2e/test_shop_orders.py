@@ -32,6 +32,7 @@ from onceflow.settings import ICEBERG_CATALOGS_VAR, KAFKA_BOOTSTRAP_VAR
 from onceflow.sinks import sink_kind
 from onceflow_devkit.airflow_env import onceflow_airflow
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, table_of
+from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID
 from tests.support import ROOT
 from tests.system.e2e.shop_data import generate, produce
 
@@ -75,7 +76,8 @@ def keyed_partitions(config, topic: str) -> list[tuple[int, bytes]]:
 @pytest.mark.parametrize("broker_name", ["apache", pytest.param("noida", marks=pytest.mark.slow),
                                          pytest.param("tansu", marks=pytest.mark.slow)])
 def test_two_topics_a_release_between_batches_and_every_output_replays_equal(broker_name, _brokers, tmp_path,
-                                                                           spark_connect_server, monkeypatch, capsys):
+                                                                           spark_connect_server, postgres_server,
+                                                                           monkeypatch, capsys):
     broker = _brokers.get(broker_name)  # the shop's topics are its own: no other test writes them
     config = broker.config()
     ensure_topics(config, ["shop_orders", "shop_payments", "shop_dead_letter"], partitions=2)
@@ -83,7 +85,10 @@ def test_two_topics_a_release_between_batches_and_every_output_replays_equal(bro
     dags, warehouse = tmp_path / "dags", f"file://{tmp_path}/warehouse"
     deploy(dags, release=1)
     airflow = onceflow_airflow(tmp_path / "airflow", broker, warehouse, dags_folder=dags,
-                               spark_connect=spark_connect_server, extra_env={"ONCEFLOW_SCHEDULE": "none"})
+                               spark_connect=spark_connect_server, extra_env={"ONCEFLOW_SCHEDULE": "none"},
+                               postgres=postgres_server)
+    with postgres_server.connect(autocommit=True) as conn:  # a table of the example's own, fresh for each run
+        conn.execute("DROP TABLE IF EXISTS public.shop_payments")
     airflow.migrate()
 
     first = generate(120, seed=1, coupons=False)
@@ -124,6 +129,7 @@ def test_two_topics_a_release_between_batches_and_every_output_replays_equal(bro
                  "--remote", spark_connect_server.url, "--json"]
         for name, value in broker.profile_env().items():  # Tansu's profile: the votes say which records count
             monkeypatch.setenv(name, value)
+        monkeypatch.setenv(f"AIRFLOW_CONN_{POSTGRES_CONN_ID.upper()}", postgres_server.uri())
         capsys.readouterr()
         assert main(audit) == 0
         report = json.loads(capsys.readouterr().out)
@@ -147,6 +153,14 @@ def test_two_topics_a_release_between_batches_and_every_output_replays_equal(bro
         sys.path.remove(str(dags))
         for name in [m for m in sys.modules if m.split(".")[0] == "shop_pipelines"]:
             del sys.modules[name]
+
+    # The payments, in PostgreSQL through a sink kind of another package: each once, nothing left prepared.
+    with postgres_server.connect(autocommit=True) as conn:
+        stored = conn.execute("SELECT order_id, onceflow_batch FROM public.shop_payments").fetchall()
+        lingering = [x.gtrid for x in conn.tpc_recover() if x.gtrid.startswith("onceflow:shop_orders:")]
+    payments = [r for r in first + second if r.topic == "shop_payments" and not r.malformed]
+    assert len(stored) == len(payments) > 0 and lingering == []
+    assert {b for _, b in stored} == {"0000000001", "0000000002"}
 
     # Keyed as a Java producer keys: toPositive(murmur2(key)) % partitions, over all three partitions.
     placed = keyed_partitions(config, "shop_customer_events")

@@ -1,1 +1,1 @@
-"""Spark Python data sources of onceflow (Spark 4.3 ``pyspark.sql.datasource``)."""
+"""Spark Python data sources of onceflow (Spark 4 ``pyspark.sql.datasource``)."""

@@ -12,7 +12,7 @@ starts per batch. Call sequence::
 
 Sessions. The server starts Python worker daemons per session (the session's
 artifacts are on their path) and does not stop them when the session ends
-(Spark 4.3), so a session per batch would leave about ten processes behind
+(Spark 4), so a session per batch would leave about ten processes behind
 per batch. Every batch that ships the same code therefore joins one session,
 named by that code: the zips' names carry their content's hash, so new code
 gets a new session. A session the server has closed (its idle timeout)

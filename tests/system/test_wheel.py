@@ -57,7 +57,11 @@ def test_the_wheel_holds_the_library_and_nothing_of_the_dev_kit(wheels):
     metadata = next(zipfile.ZipFile(wheels["library"]).read(n).decode() for n in names if n.endswith("/METADATA"))
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     assert any(r.startswith("Requires-Dist: apache-airflow") for r in requires), requires
-    assert not [r for r in requires if any(dev in r for dev in ("moto", "noida", "calfkit", "psutil", "pytest"))], requires
+    runtime = [r for r in requires if "extra ==" not in r]
+    assert not [r for r in runtime if any(dev in r for dev in ("moto", "noida", "calfkit", "psutil", "pytest"))], requires
+    # The sink conformance kit ships with the library; pytest only with its extra.
+    assert "onceflow/testing/conformance.py" in names
+    assert [r for r in requires if "pytest" in r] == ['Requires-Dist: pytest>=8; extra == "testing"'], requires
 
 
 @pytest.fixture(scope="module")

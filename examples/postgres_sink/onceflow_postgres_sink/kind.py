@@ -26,11 +26,12 @@ class PostgresKind(SinkKind):
         return sink.target
 
     def asset_uri(self, sink, warehouse: str) -> str:
-        # Airflow's postgres Asset scheme wants host/database/schema/table; the connection is the host.
+        # Not postgres://: with the postgres provider installed, Airflow would demand host, port and
+        # database, which DAG parsing does not read from the connection. x- schemes are Airflow's for others.
         from .tables import split_target
 
         schema, table = split_target(sink.target)
-        return f"postgres://{sink.options[CONNECTION_OPTION]}/{schema}/{table}"
+        return f"x-onceflow-postgres://{sink.options[CONNECTION_OPTION]}/{schema}/{table}"
 
     def check(self, sink, deployment) -> None:
         """Two-phase commit needs ``max_prepared_transactions`` > 0 on the server (its default is 0)."""

@@ -181,3 +181,13 @@ def test_a_zombie_killed_before_its_job_could_abort_leaves_nothing_prepared_once
     assert sorted(harness.prepared()) == sorted(s["gid"] for s in zombie.payload["splits"])
     participant.after_commit(Plan(harness.pipeline, 1, ()))
     assert harness.prepared() == [] and [row[1:] for row in harness.visible()] == [("a", 2)]
+
+
+def test_the_asset_of_a_postgres_output_names_its_connection_and_table_in_a_scheme_airflow_leaves_alone():
+    from airflow.sdk import Asset
+
+    from onceflow.sinks import sink_kind
+
+    sink = SinkSpec("payments", "postgres", "shop.payments", options={"connection": "pg_shop"})
+    uri = sink_kind("postgres").asset_uri(sink, "file:///w")
+    assert Asset(uri).uri == uri == "x-onceflow-postgres://pg_shop/shop/payments"

@@ -9,7 +9,7 @@ embedded stack and in production.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
 from .names import check_name
@@ -25,6 +25,8 @@ ICEBERG = "iceberg"
 OFFSETS = "offsets"  # each run takes the next offsets after the last committed batch, one run at a time
 INTERVAL = "interval"  # each run's batch is the records of its data interval; backfills and runs in parallel
 BATCHES = (OFFSETS, INTERVAL)
+# The SinkSpec fields only some kinds read (``SinkKind.fields``); set on another kind, they are refused.
+KIND_FIELDS = ("transaction_timeout_ms", "republish", "catalog", "partition_by")
 # The columns of a batch's input records (the onceflow_kafka_range source), in order.
 INPUT_COLUMNS = ("key", "value", "headers", "topic", "partition", "offset", "timestamp")
 
@@ -80,7 +82,13 @@ class SinkSpec:
         if not self.target:
             raise ConfigurationError(f"sink {self.name!r}: target is empty: give a warehouse path or a topic")
         object.__setattr__(self, "options", dict(self.options))
-        sink_kind(self.kind).check_options(self)
+        kind = sink_kind(self.kind)
+        defaults = {f.name: f.default for f in fields(self)}
+        stray = [name for name in KIND_FIELDS if getattr(self, name) != defaults[name] and name not in kind.fields]
+        if stray:
+            raise ConfigurationError(f"sink {self.name!r}: {', '.join(stray)} is not a setting of a {self.kind} sink "
+                                     f"(it reads {', '.join(kind.fields) or 'none of ' + ', '.join(KIND_FIELDS)}): remove it")
+        kind.check_options(self)
 
 
 @dataclass(frozen=True)

@@ -86,3 +86,15 @@ def test_any_spec_field_value_builds_a_spec_or_is_refused_naming_the_field(
                      batches=batches, run_params=run_params)
     except ConfigurationError as refused:
         assert str(refused).startswith(("pipeline ", "sink ")), refused
+
+
+@pytest.mark.parametrize("kind, target, setting", [
+    ("files", "out/path", {"catalog": "lake"}),
+    ("files", "out/path", {"republish": True}),
+    ("kafka", "topic", {"partition_by": ("day(ts)",)}),
+    ("iceberg", "ns.t", {"transaction_timeout_ms": 60_000}),
+])
+def test_a_setting_of_another_kind_is_refused_not_ignored(kind, target, setting):
+    (name,) = setting
+    with pytest.raises(ConfigurationError, match=f"sink 'out': {name} is not a setting of a {kind} sink"):
+        SinkSpec("out", kind, target, **setting)

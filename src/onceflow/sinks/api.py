@@ -108,6 +108,8 @@ class SinkKind(Protocol):
     # The module of the Spark data source that pre-commits this kind; its
     # ``register(spark)`` runs before the batch's outputs are written.
     data_source: str
+    # The SinkSpec fields of the built-in kinds this kind reads (``spec.KIND_FIELDS``); another's is refused.
+    fields: tuple[str, ...] = ()
 
     def check_options(self, sink: SinkSpec) -> None:
         """Refuse ``sink.options`` this kind does not take or cannot use, with a ConfigurationError

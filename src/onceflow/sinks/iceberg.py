@@ -17,6 +17,7 @@ FORMAT = "onceflow_iceberg"
 class IcebergKind(SinkKind):
     name = "iceberg"
     data_source = "onceflow.spark.iceberg_sink"
+    fields = ("catalog", "partition_by")
 
     def location(self, sink, warehouse: str) -> str:
         return sink.target  # the table identifier: its catalog knows where it lives

@@ -49,6 +49,7 @@ def check_transaction_timeout(sink, broker_max: str | None) -> None:
 class KafkaKind(SinkKind):
     name = "kafka"
     data_source = "onceflow.spark.kafka_sink"
+    fields = ("transaction_timeout_ms", "republish")
 
     def check_options(self, sink) -> None:
         refuse_options(sink, takes=(PARTITIONER_OPTION,))

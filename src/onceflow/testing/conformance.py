@@ -14,13 +14,15 @@ Each test drives the commit side the way the coordinator does, and judges it
 by what a reader of the real output sees (``SinkHarness.visible``), never by
 what the participant answers alone: commit twice, abort an attempt that never
 voted, a crash at every step of a commit followed by recovery from a new
-process, a zombie attempt that writes after a newer one, batches committed out
-of order, and reprocessing as the kind declares it.
+process, a zombie attempt that writes after a newer one, a vote older than
+the kind's lifetime, batches committed out of order, and reprocessing as the
+kind declares it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 from typing import Mapping, Protocol, Sequence
 
 import pytest
@@ -50,6 +52,9 @@ class SinkHarness(Protocol):
 
     def participant(self) -> Participant:
         """A new commit side, as a new Airflow task process would build it."""
+
+    def aged(self, vote: Vote, by: timedelta) -> Vote:
+        """``vote`` as if it had been written ``by`` earlier (only for a kind with a ``vote_lifetime``)."""
 
     def job_failed(self, vote: Vote) -> None:
         """What the kind's data source does when its Spark job fails after writing ``vote``'s output
@@ -143,6 +148,19 @@ class SinkConformance:
         assert participant.commit(vote).ok
         participant.after_commit(self.plan(sink_harness, 4))
         assert self.of_batch(sink_harness, 4) == seen(rows_of(4, 2), 4)
+
+    def test_a_vote_older_than_the_kinds_lifetime_is_refused_before_the_decision(self, sink_harness):
+        lifetime = sink_kind(sink_harness.sink.kind).vote_lifetime(sink_harness.sink)
+        vote = sink_harness.pre_commit(9, 1, rows_of(9, 1))
+        participant = sink_harness.participant()
+        if lifetime is None:  # no bound: a pre-committed output waits for its commit as long as it takes
+            assert participant.verify(vote).ok
+            return
+        assert participant.verify(sink_harness.aged(vote, lifetime / 2)).ok
+        too_old = participant.verify(sink_harness.aged(vote, lifetime + timedelta(seconds=1)))
+        assert too_old.outcome is Outcome.FAILED, too_old.detail
+        assert participant.abort(self.plan(sink_harness, 9), [vote]).ok  # what the coordinator then does
+        assert self.of_batch(sink_harness, 9) == Counter()
 
     def test_batches_in_flight_together_commit_in_any_order(self, sink_harness):
         first, second = sink_harness.pre_commit(5, 1, rows_of(5, 1)), sink_harness.pre_commit(6, 1, rows_of(6, 1))

@@ -5,6 +5,7 @@ The postgres kind of examples/ runs it in tests/integration/examples/test_postgr
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pyarrow as pa
@@ -114,6 +115,12 @@ class KafkaHarness:
             handles.append(writer.precommit())
         return Vote("out", batch_seq, attempt, vote_payload(handles), records=sum(h.records for h in handles),
                     replaces=replaces)
+
+    def aged(self, vote, by):
+        from onceflow.kafka.sink import handles_of, vote_payload
+
+        older = [dataclasses.replace(h, first_write_ms=h.first_write_ms - int(by.total_seconds() * 1000)) for h in handles_of(vote)]
+        return dataclasses.replace(vote, payload=vote_payload(older))
 
     def job_failed(self, vote):
         from onceflow.kafka.fencing import fence_transactional_ids

@@ -10,6 +10,7 @@ driver (attempts and votes) and by the CLI (status, audit).
 
 from __future__ import annotations
 
+import logging
 from functools import cached_property
 from typing import Any
 
@@ -22,6 +23,7 @@ from .spec import PipelineSpec
 
 
 RUN_LOOKBACK = 100
+log = logging.getLogger(__name__)
 
 
 class PipelineRuntime:
@@ -88,13 +90,18 @@ class PipelineRuntime:
 
     def after_commit(self, plan) -> None:
         """Once a batch is COMMITTED: mirror its input offsets to the consumer
-        group, then drop the Kafka sinks' staged copies (kept only to repair a
-        transaction the broker aborted before the commit). Idempotent; run by
-        the commit task, by a rollback that finished a commit, and by the next
-        plan task for a batch its recovery committed."""
+        group, then each participant's ``after_commit`` (the Kafka sinks drop
+        the staged copies kept to repair a transaction the broker aborted). A
+        participant's failure there is logged, and the others still run.
+        Idempotent; run by the commit task, by a rollback that finished a
+        commit, and by the next plan task for a batch its recovery committed."""
         self.mirror_offsets(plan)
-        for participant in self.coordinator.participants.values():
-            participant.after_commit(plan)
+        for name, participant in self.coordinator.participants.items():
+            try:
+                participant.after_commit(plan)
+            except Exception as exc:  # the batch is committed: a leftover must not hold back its Asset event or the next batch
+                log.warning("batch %s of %s is committed, but %s's step after the commit failed: %s",
+                            plan.batch_id, self.spec.name, name, exc)
 
     def mirror_offsets(self, plan) -> None:
         """After a commit: the input consumer group's offsets become the batch's

@@ -8,9 +8,9 @@ PREPARED`` for every attempt. Installed, it is kind ``postgres``::
     SinkSpec("orders", "postgres", "public.orders", splits=2, options={"connection": "pg_orders"})
 
 ``connection`` is an Airflow connection (type ``postgres``); the Spark
-executors read it from ``AIRFLOW_CONN_<ID>`` (give it to them with
-``spark.executorEnv``), as Airflow itself reads connections from the
-environment. docs/writing-a-sink.md of the onceflow repository walks through it.
+executors read it from ``AIRFLOW_CONN_<ID>`` and the password from
+``PGPASSWORD`` (connection.py says why), as Airflow itself reads connections
+from the environment. docs/writing-a-sink.md of the onceflow repository walks through it.
 """
 
 from .kind import POSTGRES  # noqa: F401

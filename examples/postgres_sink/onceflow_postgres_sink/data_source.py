@@ -20,10 +20,10 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from onceflow.sinks.api import record_vote
 
 from .connection import conninfo
-from .kind import FORMAT
+from .kind import CONNECTION_OPTION, FORMAT
 from .writer import SplitAttempt, prepare_split, vote_for
 
-REQUIRED = ("pipeline", "sink", "table", "connection", "batch_seq", "batch_id", "attempt")
+REQUIRED = ("pipeline", "sink", "table", CONNECTION_OPTION, "batch_seq", "batch_id", "attempt")
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class PreparedTransactionWriter(DataSourceArrowWriter):
         o = self.options
         who = SplitAttempt(o["pipeline"], o["sink"], int(o["batch_seq"]), o["batch_id"], context.partitionId(),
                            int(o["attempt"]), context.attemptNumber())
-        return PreparedSplit(prepare_split(conninfo(o["connection"]), o["table"], self.columns, iterator, who))
+        return PreparedSplit(prepare_split(conninfo(o[CONNECTION_OPTION]), o["table"], self.columns, iterator, who))
 
     def commit(self, messages: list[PreparedSplit | None]) -> None:
         o = self.options
@@ -54,7 +54,7 @@ class PreparedTransactionWriter(DataSourceArrowWriter):
     def abort(self, messages: list[PreparedSplit | None]) -> None:
         import psycopg
 
-        with psycopg.connect(conninfo(self.options["connection"]), autocommit=True) as conn:
+        with psycopg.connect(conninfo(self.options[CONNECTION_OPTION]), autocommit=True) as conn:
             for message in messages:
                 if message is not None:
                     try:

@@ -56,7 +56,7 @@ class PostgresKind(SinkKind):
 
         with connect(sink.options[CONNECTION_OPTION], autocommit=True) as conn:
             create_tables(conn, sink.target, [(f.name, f.dataType.simpleString()) for f in frame.schema.fields])
-        options = {**job_options, "table": sink.target, "connection": sink.options[CONNECTION_OPTION],
+        options = {**job_options, "table": sink.target, CONNECTION_OPTION: sink.options[CONNECTION_OPTION],
                    "batch_id": str(BatchId(int(job_options["batch_seq"])))}
         frame.write.format(FORMAT).mode("append").options(**options).save()
 

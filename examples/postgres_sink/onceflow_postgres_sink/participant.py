@@ -8,9 +8,11 @@
     after_commit(plan)  the same, for what a zombie attempt prepared after the vote
 
 Each call is idempotent: it asks PostgreSQL where each transaction stands
-before it acts. A lost connection is RETRY_LATER; a voted transaction that is
+before it acts. A lost connection, or another process ending the same
+transaction at that moment, is RETRY_LATER; a voted transaction that is
 neither prepared nor committed is FAILED (someone rolled it back: a human must
-look, the rows are gone).
+look, the rows are gone), as is any other refusal (a permission, a missing
+table), with PostgreSQL's reason.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ class PostgresTableSink(Participant):
     def after_commit(self, plan: Plan) -> None:
         result = self._guarded(plan.batch_seq, lambda conn: self._roll_back_batch(conn, plan.batch_seq))
         if not result.ok:
-            raise RuntimeError(result.detail)
+            raise RuntimeError(f"{result.detail}; the batch is committed, leftover prepared transactions of the "
+                               f"batch stay until rolled back (ids starting {ids.batch_prefix(self.pipeline, self.name, plan.batch_seq)})")
 
     # -- the steps, on one autocommit connection ----------------------------------------
 
@@ -102,5 +105,8 @@ class PostgresTableSink(Participant):
                 return step(conn)
         except psycopg.OperationalError as exc:  # the server is down or the connection was lost: nothing is decided
             return Result(Outcome.RETRY_LATER, f"{self._what(batch_seq)}: PostgreSQL did not answer ({exc}); retry")
-        except psycopg.errors.UndefinedObject as exc:  # another process ended a transaction between our look and our act
+        except (psycopg.errors.UndefinedObject, psycopg.errors.ObjectNotInPrerequisiteState) as exc:
+            # Another process (a recovery, a second commit task) ended or is ending it between our look and our act.
             return Result(Outcome.RETRY_LATER, f"{self._what(batch_seq)}: {exc}; look again")
+        except psycopg.Error as exc:  # refused for good: a permission, a missing table, a wrong setting
+            return Result(Outcome.FAILED, f"{self._what(batch_seq)}: PostgreSQL refused ({type(exc).__name__}: {exc})")

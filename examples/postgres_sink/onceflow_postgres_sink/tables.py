@@ -63,8 +63,9 @@ def create_tables(conn, target: str, columns: Iterable[tuple[str, str]]) -> None
 
 
 def prepared(conn, prefix: str) -> list[str]:
-    """The ids of this database's prepared transactions that start with ``prefix``."""
-    return sorted(x.gtrid for x in conn.tpc_recover() if x.gtrid.startswith(prefix))
+    """The ids of this database's prepared transactions that start with ``prefix`` (pg_prepared_xacts
+    lists the whole server's; COMMIT PREPARED works only in the database of the transaction)."""
+    return sorted(x.gtrid for x in conn.tpc_recover() if x.gtrid.startswith(prefix) and x.database == conn.info.dbname)
 
 
 def committed(conn, target: str, gids: Iterable[str]) -> set[str]:

@@ -1,8 +1,11 @@
 """One split of one attempt: its rows and marker in a transaction left prepared [Spark executor].
 
 Before it writes, an attempt rolls back the prepared transactions that older
-attempts of its split left (a zombie's, a failed task's): they hold locks on
-rows it may need, and their rows must never be committed beside its own.
+batch attempts of its split left (a zombie's, a failed job's): their rows must
+never be committed, and each holds a slot of ``max_prepared_transactions`` and
+holds back vacuum. Another task attempt of the same batch attempt is left
+alone: Spark may still take its message (a speculative pair), and the vote
+names whichever it took; the rollback task and ``after_commit`` end the other.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from onceflow.sinks.api import Vote
 from . import ids
 from .tables import BATCH_COLUMN, markers_sql, prepared, table_sql
 
+CONNECT_TIMEOUT_S = 30
 AFTER_PREPARE = faults.declare("postgres.precommit.after_prepare",
                                "postgres sink: a split's transaction prepared, its Spark task not yet finished")
 
@@ -40,13 +44,14 @@ class SplitAttempt:
         return ids.gid(self.pipeline, self.sink, self.batch_seq, self.split, self.attempt, self.task_attempt)
 
     def older(self, gid: str) -> bool:
-        mine = ids.attempt_of(gid)
-        return mine is not None and mine < (self.attempt, self.task_attempt)
+        """``gid`` is of an older batch attempt of the split."""
+        theirs = ids.attempt_of(gid)
+        return theirs is not None and theirs[0] < self.attempt
 
 
 def roll_back_older(conninfo: str, who: SplitAttempt) -> list[str]:
     """Roll back what older attempts of ``who``'s split left prepared; the ids rolled back."""
-    with psycopg.connect(conninfo, autocommit=True) as conn:
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
         older = [g for g in prepared(conn, ids.split_prefix(who.pipeline, who.sink, who.batch_seq, who.split)) if who.older(g)]
         for gid in older:
             conn.tpc_rollback(gid)
@@ -58,7 +63,7 @@ def prepare_split(conninfo: str, target: str, columns: list[str], batches: Itera
     TRANSACTION; what the vote records of the split."""
     roll_back_older(conninfo, who)
     rows = 0
-    conn = psycopg.connect(conninfo)  # not a context manager: its exit would commit, which a prepared one refuses
+    conn = psycopg.connect(conninfo, connect_timeout=CONNECT_TIMEOUT_S)  # not a context manager: its exit would commit, which a prepared one refuses
     try:
         conn.tpc_begin(who.gid)
         copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(

@@ -43,7 +43,6 @@ from .ids import is_split_id, repair_id
 from .profiles import PROFILES, BrokerProfile
 from .txn_protocol import (
     Action,
-    NOT_OPEN,
     CoordinatorView,
     EndTxnReply,
     TransactionState,
@@ -248,8 +247,11 @@ class KafkaSinkParticipant(Participant):
                                     f"has not written every commit marker within {self.timeout_s:.0f}s (still "
                                     "PrepareCommit); commit again later")
         to_read = [i for i in range(len(handles)) if i not in results]
-        # CompleteCommit comes after the markers are in the partitions' logs: what is not visible soon is hanging or held back.
-        settled = obs.settle([handles[i] for i in to_read], quiet_s=min(SETTLE_AFTER_COMPLETE_S, self.timeout_s))
+        # CompleteCommit comes after the markers are in the partitions' logs: what is not visible soon is hanging or held
+        # back. Any other answer (no description, an EndTxn to verify) is read for as long as the commit may wait.
+        all_complete = all(complete.get(handles[i].transactional_id) is TransactionState.COMPLETE_COMMIT for i in to_read)
+        quiet_s = min(SETTLE_AFTER_COMPLETE_S, self.timeout_s) if all_complete else None
+        settled = obs.settle([handles[i] for i in to_read], quiet_s=quiet_s)
         read = confirm_aborted(obs, [handles[i] for i in to_read], settled)
         hanging: dict[int, SplitView] = {}
         for i, view in zip(to_read, read):
@@ -264,10 +266,11 @@ class KafkaSinkParticipant(Participant):
                 cause = (f"EndTxn(commit) answered {replies[i]}" if i in replies
                          else f"its coordinator shows {views.get(h.transactional_id, 'nothing')}")
                 results[i] = self._settle_read(obs, h, view, cause)
-        results.update(self._finish_hanging(obs, [(i, handles[i], view) for i, view in hanging.items()]))
+        results.update(self._finish_hanging(obs, [(i, handles[i], view) for i, view in hanging.items()], set(replies)))
         return [results[i] for i in range(len(handles))]
 
-    def _finish_hanging(self, obs: Observer, hanging: list[tuple[int, TxnHandle, SplitView]]) -> dict[int, Result]:
+    def _finish_hanging(self, obs: Observer, hanging: list[tuple[int, TxnHandle, SplitView]],
+                        ended_here: set[int]) -> dict[int, Result]:
         """Splits their coordinators report CompleteCommit, yet a partition still holds open: the
         coordinator dropped that partition's marker (its leader died as the transaction ended). Write the
         COMMIT markers they decided on, all of them before looking again: two splits' hanging
@@ -278,17 +281,22 @@ class KafkaSinkParticipant(Participant):
         written = [write_commit_markers(self.config, h.topic, [v.partition for v in view.partitions if v.open],
                                         h.producer_id, h.epoch, self.timeout_s) for _, h, view in hanging]
         # Only a marker written now can make them visible soon; held back by another open transaction, a look is enough.
-        wait = any(not what.startswith(NOT_OPEN) for marked in written for what in marked.values())
+        wait = any(o.written for marked in written for o in marked.values())
         after = confirm_aborted(obs, handles, obs.settle(handles) if wait else obs.observe(handles))
         results = {}
         for (key, h, _), view, marked in zip(hanging, after, written):
-            markers = ", ".join(f"p{p}: {what}" for p, what in sorted(marked.items()))
+            markers = ", ".join(f"p{p}: {o}" for p, o in sorted(marked.items()))
+            now = sorted(p for p, o in marked.items() if o.written)
             if view.state is State.COMMITTED:
-                results[key] = Result(Outcome.DONE, f"{_where(h)}: committed; its coordinator had reported CompleteCommit "
-                                      f"without the commit marker of partition(s) {sorted(marked)}, written now "
-                                      f"({markers}); {h.records} records visible")
+                if now:
+                    results[key] = Result(Outcome.DONE, f"{_where(h)}: committed; its coordinator had reported "
+                                          f"CompleteCommit without the commit marker of partition(s) {now}, written "
+                                          f"now ({markers}); {h.records} records visible")
+                else:  # its markers came, or what held them back ended, while this commit looked
+                    results[key] = Result(Outcome.DONE if key in ended_here else Outcome.ALREADY_DONE,
+                                          f"{_where(h)}: committed, {h.records} records visible after a wait ({markers})")
                 continue
-            if all(what.startswith(NOT_OPEN) for what in marked.values()):  # ours are ended: another holds them back
+            if all(o.not_open for o in marked.values()) and any(o.holders for o in marked.values()):
                 results[key] = Result(
                     Outcome.RETRY_LATER,
                     f"{_where(h)}: committed, its markers written, but not yet visible ({view.describe()}): another "

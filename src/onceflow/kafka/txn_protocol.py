@@ -288,14 +288,32 @@ def _skip_or_retry(transactional_id: str, error_code: int, retry: list[str]) -> 
         log.warning("DescribeTransactions for %s answered %s: reading its data instead", transactional_id, name)
 
 
-NOT_OPEN = "not open"
+@dataclass(frozen=True)
+class MarkerOutcome:
+    """What writing a COMMIT marker to one partition came to."""
+
+    written: bool = False
+    refused: str | None = None  # the broker's error, or why nothing answered
+    # Not written because the transaction is not open there: the other transactions open in the partition.
+    holders: tuple[str, ...] = ()
+
+    @property
+    def not_open(self) -> bool:
+        return not self.written and self.refused is None
+
+    def __str__(self) -> str:
+        if self.written:
+            return "written"
+        if self.refused:
+            return self.refused
+        return "not open" + (f"; held back by {', '.join(self.holders)}" if self.holders else "")
 
 
 def write_commit_markers(config: Mapping[str, Any], topic: str, partitions: Sequence[int], producer_id: int,
-                         producer_epoch: int, timeout_s: float = 30.0) -> dict[int, str]:
+                         producer_epoch: int, timeout_s: float = 30.0) -> dict[int, MarkerOutcome]:
     """Write a COMMIT marker for the transaction (producer id, epoch) to each of ``partitions`` that
-    still holds it open; partition -> what happened ("written", the broker's error, or "not open"
-    followed by the other producers whose open transactions hold the partition's stable end back).
+    still holds it open; partition -> what happened (where it is not open: which other open
+    transactions hold the partition's stable end back).
 
     Only for a transaction its coordinator reports CompleteCommit: that is the decision the marker
     carries. The partition leader checks the producer id and epoch (a fenced or newer epoch is
@@ -318,12 +336,11 @@ def write_commit_markers(config: Mapping[str, Any], topic: str, partitions: Sequ
     open_in = [tp.partition for tp, state in holders.items()
                if any((p.producer_id, p.producer_epoch) == (producer_id, producer_epoch)
                       and p.current_transaction_start_offset >= 0 for p in state.active_producers)]
-    others = {tp.partition: [f"producer {p.producer_id} since offset {p.current_transaction_start_offset}"
-                             for p in state.active_producers
-                             if p.current_transaction_start_offset >= 0 and p.producer_id != producer_id]
+    others = {tp.partition: tuple(f"producer {p.producer_id} since offset {p.current_transaction_start_offset}"
+                                  for p in state.active_producers if p.current_transaction_start_offset >= 0
+                                  and (p.producer_id, p.producer_epoch) != (producer_id, producer_epoch))
               for tp, state in holders.items()}
-    outcome = {p: NOT_OPEN + (f"; held back by {', '.join(others[p])}" if others.get(p) else "")
-               for p in partitions if p not in open_in}
+    outcome = {p: MarkerOutcome(holders=others.get(p, ())) for p in partitions if p not in open_in}
     if not open_in:
         return outcome
     leaders = AdminClient(base_config(config)).list_topics(topic, timeout=timeout_s).topics[topic].partitions
@@ -337,9 +354,9 @@ def write_commit_markers(config: Mapping[str, Any], topic: str, partitions: Sequ
                 topics=[marker.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])], coordinator_epoch=-1)])
             reply = client.send_and_receive(leaders[partition].leader, request, timeout_ms=timeout_ms)
             code = next(p.error_code for m in reply.markers for t in m.topics for p in t.partitions)
-            outcome[partition] = "written" if code == 0 else classify(code)[0]
+            outcome[partition] = MarkerOutcome(written=True) if code == 0 else MarkerOutcome(refused=classify(code)[0])
     except (KafkaConnectionError, ConnectionError, KafkaTimeoutError, RequestTimedOutError, NodeNotReadyError) as exc:
-        outcome.update({p: f"no answer ({type(exc).__name__})" for p in open_in if p not in outcome})
+        outcome.update({p: MarkerOutcome(refused=f"no answer ({type(exc).__name__})") for p in open_in if p not in outcome})
     finally:
         client.close()
     return outcome

@@ -25,8 +25,9 @@ VOTE_PATH_OPTION = "vote_path"
 
 def record_vote(options: Mapping[str, str], vote: Vote) -> None:
     """Make ``vote`` durable, all of it (records withheld and the batch it replaces included). Runs in
-    the Python worker of the data source's commit. Idempotent for the same vote; a zombie attempt's
-    vote raises StaleAttempt; a second, different vote of one attempt is refused."""
+    the Python worker of the data source's commit. A zombie attempt's vote raises StaleAttempt. In the
+    ledger the same vote again is a no-op and a different one is refused; at ``vote_path`` any second
+    vote is refused."""
     if options.get("pipeline") and options.get("deployment"):
         record_vote_in_ledger(options["pipeline"], options["deployment"], vote)
         return

@@ -117,8 +117,8 @@ def test_a_kind_from_a_package_of_its_own_runs_a_batch_on_spark_where_only_the_s
         one_kafka_broker, postgres_server, tmp_path, monkeypatch):
     """spark-submit as the DAG runs it, with a Python that has neither onceflow nor the postgres
     sink's package (only their metadata): the kind is found by its entry point, its code comes from
-    the zips the DAG ships; the secret reaches the executors as AIRFLOW_CONN_*, never as an option.
-    The batch commits, and the table holds every input record once."""
+    the zips the DAG ships; the executors get the connection as AIRFLOW_CONN_* without its password,
+    and the password as PGPASSWORD. The batch commits, and the table holds every input record once."""
     import os
     import subprocess
 
@@ -152,11 +152,10 @@ def test_a_kind_from_a_package_of_its_own_runs_a_batch_on_spark_where_only_the_s
     hidden = subprocess.run([str(python), "-c", "import onceflow_postgres_sink"], capture_output=True, text=True)
     assert "No module named 'onceflow_postgres_sink'" in hidden.stderr, hidden.stderr
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ONCEFLOW_", "PYSPARK_", "SPARK_"))}
-    env.update(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python),
-               **{f"AIRFLOW_CONN_{CONN_ID.upper()}": postgres_server.uri()})
-    proc = spark_submit(tmp_path, runtime, plan, env)
-    assert postgres_server.password not in " ".join(proc.args)  # the secret is on no command line
-    result = job_summary(proc)
+    without_password = postgres_server.uri().replace(f":{postgres_server.password}@", "@")
+    env.update(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python), PGPASSWORD=postgres_server.password,
+               **{f"AIRFLOW_CONN_{CONN_ID.upper()}": without_password})
+    result = job_summary(spark_submit(tmp_path, runtime, plan, env))
     assert (result["batch"], result["input_records"]) == (plan.batch_seq, 300)
 
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", postgres_server.uri())
@@ -191,3 +190,13 @@ def test_the_asset_of_a_postgres_output_names_its_connection_and_table_in_a_sche
     sink = SinkSpec("payments", "postgres", "shop.payments", options={"connection": "pg_shop"})
     uri = sink_kind("postgres").asset_uri(sink, "file:///w")
     assert Asset(uri).uri == uri == "x-onceflow-postgres://pg_shop/shop/payments"
+
+
+def test_a_connection_in_airflows_json_form_keeps_its_tls_settings_and_never_needs_airflow(monkeypatch):
+    from onceflow_postgres_sink.connection import conninfo
+
+    monkeypatch.setenv("AIRFLOW_CONN_PG_SHOP", '{"conn_type": "postgres", "host": "db.internal", "port": 5433, '
+                       '"login": "etl", "password": "p@ss word", "schema": "shop", '
+                       '"extra": {"sslmode": "verify-full", "sslrootcert": "/etc/ca.pem"}}')
+    assert conninfo("pg_shop") == ("postgresql://etl:p%40ss%20word@db.internal:5433/shop"
+                                   "?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem")

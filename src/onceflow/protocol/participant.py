@@ -125,5 +125,5 @@ class Participant(Protocol):
 
     def after_commit(self, plan: "Plan") -> None:
         """Optional: once the batch is COMMITTED, drop what only a commit could need (staged copies
-        kept for a repair). Idempotent; failing here leaves the batch committed."""
+        kept for a repair). Idempotent; a failure here is logged, and the batch stays committed."""
         return None

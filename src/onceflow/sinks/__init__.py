@@ -1,10 +1,11 @@
 """Sink kinds: the registry of what each kind of output does at each step of a batch.
 
 A kind is one object implementing ``onceflow.sinks.api.SinkKind`` (the
-contract, all of it in that module); a ``SinkSpec`` names it by its string. ``sink_kind`` looks the string up here, or in the
-``onceflow.sinks`` entry point group of another package, and imports the
-module on first use (DAG parsing imports no sink's client library). Nothing
-else in onceflow branches on a sink's kind: a new kind is one new module and
+contract, all of it in that module); a ``SinkSpec`` names it by its string.
+``sink_kind`` looks the string up here, or in the ``onceflow.sinks`` entry
+point group of another package, and imports the module on first use (DAG
+parsing imports no sink's client library). Nothing else in onceflow branches
+on a sink's kind: a new kind is a package of its own, or one new module and
 one line below.
 """
 

@@ -28,6 +28,7 @@ from typing import Mapping, Protocol, Sequence
 import pytest
 
 from .. import faults
+from ..protocol.batch_id import BatchId
 from ..protocol.participant import Outcome, Participant, Vote
 from ..protocol.plan import Plan, SinkPlan
 from ..sinks import sink_kind
@@ -67,7 +68,7 @@ def rows_of(batch_seq: int, attempt: int, count: int = 12) -> list[dict]:
 
 
 def seen(rows: Sequence[Row], batch_seq: int) -> Counter:
-    return Counter((Plan("p", batch_seq, ()).batch_id, str(r["key"]), int(r["value"])) for r in rows)
+    return Counter((str(BatchId(batch_seq)), str(r["key"]), int(r["value"])) for r in rows)
 
 
 class SinkConformance:
@@ -79,7 +80,7 @@ class SinkConformance:
         return Plan(harness.pipeline, batch_seq, (), (SinkPlan(sink.name, sink.kind, sink.splits, ids),))
 
     def of_batch(self, harness: SinkHarness, batch_seq: int) -> Counter:
-        batch_id = Plan("p", batch_seq, ()).batch_id
+        batch_id = str(BatchId(batch_seq))
         return Counter(row for row in harness.visible() if row[0] == batch_id)
 
     def test_nothing_is_visible_before_the_commit_and_all_of_it_once_after(self, sink_harness):

@@ -9,7 +9,7 @@ import pyarrow as pa
 import psycopg
 import pytest
 
-from onceflow.sinks.api import Outcome, Plan
+from onceflow.sinks.api import BatchId, Outcome, Plan
 from onceflow.spec import SinkSpec
 from onceflow.testing.conformance import SinkConformance
 from onceflow_postgres_sink.tables import create_tables, split_target
@@ -31,7 +31,7 @@ class PostgresHarness:
             create_tables(conn, self.sink.target, [("key", "string"), ("value", "bigint")])
 
     def pre_commit(self, batch_seq, attempt, rows, replaces=None):
-        batch_id = Plan(self.pipeline, batch_seq, ()).batch_id
+        batch_id = str(BatchId(batch_seq))
         splits = [prepare_split(self.uri, self.sink.target, ["key", "value"],
                                 [pa.RecordBatch.from_pylist(list(rows[i::self.sink.splits]), SCHEMA)],
                                 SplitAttempt(self.pipeline, self.sink.name, batch_seq, batch_id, i, attempt))

@@ -11,10 +11,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def create_topic(config: Mapping[str, Any], partitions: int = 2, prefix: str = "t",
-                 topic_config: Mapping[str, str] | None = None, replication: int = 1) -> str:
+                 topic_config: Mapping[str, str] | None = None, replication: int = 1,
+                 on_broker: int | None = None) -> str:
+    """A new topic; ``on_broker`` places every partition's one replica on that broker (node id)."""
     topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
     admin = AdminClient(dict(config))
-    admin.create_topics([NewTopic(topic, partitions, replication, config=dict(topic_config or {}))])[topic].result(30)
+    placed = {"num_partitions": partitions, "replication_factor": -1, "replica_assignment": [[on_broker]] * partitions} \
+        if on_broker is not None else {"num_partitions": partitions, "replication_factor": replication}
+    admin.create_topics([NewTopic(topic, config=dict(topic_config or {}), **placed)])[topic].result(30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # metadata can lag the create on both brokers
         meta = admin.list_topics(topic, timeout=5).topics.get(topic)

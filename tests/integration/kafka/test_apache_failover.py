@@ -94,10 +94,12 @@ def test_a_commit_writes_the_marker_its_coordinator_dropped_for_a_partition_whos
     # the broker returns. Taking the coordinator's word would send the Asset event for records no reader
     # will ever see; waiting would wait for ever, and the transaction holds the partition back.
     config = {"bootstrap.servers": cluster.bootstrap}
-    topic = create_topic(config, partitions=1, prefix="unreplicated", topic_config={"min.insync.replicas": "1"})
-    holder = AdminClient(config).list_topics(topic, timeout=10).topics[topic].partitions[0].leader
-    pipeline = next(p for p in (f"p-{uuid.uuid4().hex[:6]}" for _ in range(100))  # both coordinated elsewhere
-                    if holder not in {coordinator_of(config, transactional_id(p, "out", s, 1)) for s in (0, 1)})
+    pipeline = f"p-{uuid.uuid4().hex[:6]}"
+    coordinators = {coordinator_of(config, transactional_id(pipeline, "out", s, 1)) for s in (0, 1)}
+    # The output partition's one replica goes on a broker that coordinates neither split.
+    holder = min(set(AdminClient(config).list_topics(timeout=10).brokers) - coordinators)
+    topic = create_topic(config, partitions=1, prefix="unreplicated", topic_config={"min.insync.replicas": "1"},
+                         on_broker=holder)
     # Two splits in the one partition, split 1's records first: the hanging transaction of each holds
     # back the other's records, whichever marker is written first.
     vote = precommit_batch(config, topic, tmp_path, pipeline, (50, 30), order=(1, 0))

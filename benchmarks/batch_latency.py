@@ -118,6 +118,7 @@ def main(argv=None) -> int:
     from onceflow_devkit.services.stack import EmbeddedStack
 
     home = Path(tempfile.mkdtemp(prefix="onceflow-latency-"))
+    home.chmod(0o755)  # the stack's PostgreSQL runs as user postgres when this runs as root
     stack = EmbeddedStack(home / "stack", die_with_parent=True)
     server_process = ManagedProcess("spark-connect", home / "spark-connect")
     info = stack.up()
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
         dags.mkdir()
         (dags / "latency.py").write_text(DAG_FILE)
         airflow = onceflow_airflow(home / "airflow", info.kafka, f"file://{home / 'warehouse'}", dags_folder=dags,
-                                   plugins_folder=None, triggerer=True, extra_env=tuning)
+                                   plugins_folder=None, triggerer=True, extra_env=tuning, postgres=info.postgres)
         airflow.set_connection("onceflow_spark_connect", server.connection())
         metadata = MetadataDb(airflow.sql_alchemy_conn)
         with airflow, airflow.api() as api:

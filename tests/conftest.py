@@ -98,6 +98,16 @@ def s3_endpoint():
     proc.stop(grace=2)
 
 
+def pytest_report_header(config) -> str:
+    from onceflow_devkit.services.postgres import postgres_bin
+    from onceflow_devkit.services.process import ServiceError
+
+    try:
+        return f"Airflow's metadata database: a database per Airflow home on the dev kit's PostgreSQL ({postgres_bin()})"
+    except ServiceError as exc:
+        return f"Airflow's metadata database: none, the tests that run Airflow fail: {exc}"
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> PostgresServer:
     proc = _fresh_process("postgres")

@@ -66,16 +66,14 @@ fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 echo "onceflow setup: installing pinned dependencies into .venv (first run: a few minutes)"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt
-# The Spark provider pulls pyspark-client, which installs into the same
-# pyspark/ folder and overwrites part of PySpark. Put PySpark back whole.
-# (Never uninstall pyspark-client: that deletes files PySpark needs.)
-pyspark_pin=$(grep -E '^pyspark==' requirements.txt)
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$pyspark_pin"
 # The library, its examples, the example sink kind (a package of its own, as a user's would be)
 # and the dev kit, editable: one direction of imports.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e . -e examples -e examples/postgres_sink -e devkit
-.venv/bin/python -c 'import pyspark, onceflow, onceflow_devkit, onceflow_examples, onceflow_postgres_sink; assert pyspark.__version__ == "'"${pyspark_pin#pyspark==}"'", pyspark.__version__' \
-  || fail "PySpark in .venv is not ${pyspark_pin#pyspark==} after the repair step; remove .venv and run again."
+# pyspark and the Spark provider's pyspark-client share the pyspark/ folder: at one version the files
+# both install are the same bytes, so neither breaks the other (never uninstall pyspark-client: that
+# deletes files PySpark needs).
+.venv/bin/python -m onceflow_devkit.pyspark_files \
+  || fail "PySpark in .venv is broken (see above); remove .venv and run again."
 echo "$want" > "$stamp"
 fetch_kafka
 echo "onceflow setup: .venv is ready"

@@ -7,15 +7,19 @@ formats: ``onceflow_kafka`` (kafka: extra = librdkafka settings),
 spark_connect: host and port), ``onceflow_s3`` (aws: login,
 password, extra endpoint_url/region_name), ``onceflow_iceberg`` (extra: the
 embedded catalog's properties, ``services.iceberg_catalog``), ``onceflow_postgres``
-(postgres: the dev kit's PostgreSQL server, ``services.postgres``).
+(postgres: the dev kit's PostgreSQL server, ``services.postgres``). Airflow's own
+metadata database is a database of that server (``local_airflow.metadata_database``).
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 from pathlib import Path
 from typing import Mapping
 
 from onceflow_devkit.local_airflow import LocalAirflow
+from onceflow_devkit.local_airflow.metadata_database import SQLITE_FALLBACK, airflow_database
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
 from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID, PostgresServer
 from onceflow_devkit.services.spark_connect import SparkConnectServer
@@ -25,6 +29,7 @@ from onceflow.s3_connection import S3Connection
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The dev kit runs from a checkout: its example DAG files are the repository's.
 DAGS_FOLDER = PROJECT_ROOT / "dags"
+log = logging.getLogger(__name__)
 
 
 def onceflow_airflow(
@@ -43,14 +48,22 @@ def onceflow_airflow(
 ) -> LocalAirflow:
     """``python``: the interpreter of the Airflow install to run (default: this one).
     ``spark_connect``: the spark tasks run as clients of that server instead of spark-submit.
-    ``postgres``: the server of connection ``onceflow_postgres`` (the shop example's payments table)."""
+    ``postgres``: the dev kit's PostgreSQL: it holds Airflow's metadata database (one per home, migrated)
+    and is connection ``onceflow_postgres`` (the shop example's payments table). Without it, Airflow's
+    metadata is SQLite, and a warning says so."""
+    python = Path(python) if python else Path(sys.executable)
+    if postgres is None:
+        log.warning(SQLITE_FALLBACK)
+    database = airflow_database(postgres, home, python) if postgres else None
     airflow = LocalAirflow(
         Path(home),
         dags_folder=dags_folder,
         plugins_folder=plugins_folder,
         extra_env={"ONCEFLOW_WAREHOUSE": warehouse, **(extra_env or {})},
         triggerer=triggerer,
-        **({"python": Path(python)} if python else {}),
+        python=python,
+        database=database,
+        migrated=database is not None,
     )
     airflow.set_connection(
         "onceflow_kafka", {"conn_type": "onceflow_kafka", "extra": kafka.connection_extra()}

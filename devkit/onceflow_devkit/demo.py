@@ -73,6 +73,7 @@ def run_demo(broker: str = DEFAULT_BROKER, warehouse: str | None = None, keep_ru
     from onceflow.cli import audit_session
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
     from onceflow_devkit.local_airflow.metadata import MetadataDb
+    from onceflow_devkit.local_airflow.metadata_database import SQLITE_FALLBACK
     from onceflow_devkit.services.spark_connect import start_connect_server
 
     started = time.monotonic()
@@ -104,12 +105,14 @@ def run_demo(broker: str = DEFAULT_BROKER, warehouse: str | None = None, keep_ru
         malformed = sum(r.reason is not None for r in events)
         _say(f"[input]   produced {len(events)} click events to 'clicks' ({malformed} malformed on purpose)")
 
-        airflow = onceflow_airflow(home / "airflow", info.kafka, warehouse, s3, spark_connect=server)
+        airflow = onceflow_airflow(home / "airflow", info.kafka, warehouse, s3, spark_connect=server,
+                                   postgres=info.postgres)
         airflow.migrate()
         faulty = onceflow_airflow(home / "airflow", info.kafka, warehouse, s3, spark_connect=server,
-                                  extra_env={"ONCEFLOW_FAULTS": FAULT})
+                                  postgres=info.postgres, extra_env={"ONCEFLOW_FAULTS": FAULT})
         metadata = MetadataDb(airflow.sql_alchemy_conn)
-        _say(f"[airflow] home {home / 'airflow'}; warehouse {warehouse}")
+        database = f"PostgreSQL on {info.postgres.host}:{info.postgres.port}" if info.postgres else SQLITE_FALLBACK
+        _say(f"[airflow] home {home / 'airflow'}; warehouse {warehouse}; metadata database: {database}")
 
         conf = {"max_records_per_partition": RECORDS_PER_PARTITION}
         # 1500 records per partition, 600 per partition and batch: the retry

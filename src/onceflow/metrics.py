@@ -1,6 +1,6 @@
-"""onceflow's metrics, through Airflow's own metrics setup: StatsD or
-OpenTelemetry, whichever the deployment's ``[metrics]`` section turns on
-(nothing is sent when neither is). The commit and rollback tasks emit them
+"""onceflow's metrics, through Airflow's own metrics setup: whatever the
+deployment's ``[metrics]`` section turns on (nothing is sent when nothing is;
+StatsD is tested, OpenTelemetry is not). The commit and rollback tasks emit them
 once a batch is finished; ``onceflow.<pipeline>.`` prefixes every name:
 
     batches.committed / batches.aborted       counter

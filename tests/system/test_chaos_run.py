@@ -9,10 +9,18 @@ and on the S3 warehouse behind the fault proxy are slow. The long run is
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from onceflow_devkit.chaos import schedule
 from onceflow_devkit.chaos.runner import ChaosOptions, run_chaos
+from tests.conftest import TEST_HOME
+
+
+def chaos_home():
+    """Not under pytest's tmp_path, closed to other users: the stack's PostgreSQL runs as user postgres."""
+    return TEST_HOME / f"chaos-{uuid.uuid4().hex[:6]}"
 
 
 def _assert_exactly_once(figures, min_faulted: int) -> None:
@@ -28,22 +36,22 @@ def _assert_exactly_once(figures, min_faulted: int) -> None:
 @pytest.mark.chaos
 @pytest.mark.slow  # 3 min; make test's bounded run is the Spark Connect one below
 @pytest.mark.timeout(1800)  # ~5 min on 2 idle cores; a loaded machine triples it
-def test_a_bounded_chaos_run_on_apache_kafka_and_files_loses_and_duplicates_nothing(tmp_path):
+def test_a_bounded_chaos_run_on_apache_kafka_and_files_loses_and_duplicates_nothing():
     kinds = (schedule.POINT_CRASH, schedule.KILL_SPARK_SUBMIT, schedule.BROKER_RESTART, schedule.BROKER_FENCE)
     figures = run_chaos(ChaosOptions(4, seed=8, broker="apache", warehouse="file", kinds=kinds,
-                                     records_per_partition=50, home=tmp_path / "chaos"))
+                                     records_per_partition=50, home=chaos_home()))
     _assert_exactly_once(figures, min_faulted=3)
 
 
 @pytest.mark.chaos
 @pytest.mark.timeout(1800)  # ~2 min on 2 idle cores
-def test_a_bounded_chaos_run_in_spark_connect_mode_loses_and_duplicates_nothing(tmp_path):
+def test_a_bounded_chaos_run_in_spark_connect_mode_loses_and_duplicates_nothing():
     # The spark tasks are clients of one Spark Connect server: a killed client, a server killed with
     # its Python workers and started again, and a killed worker. Three kinds keep make test under 20
     # minutes; the abort path of a crashed fault point is the interval backfill test's faulted hour.
     kinds = (schedule.KILL_CONNECT_CLIENT, schedule.RESTART_CONNECT_SERVER, schedule.KILL_PYTHON_WORKER)
     figures = run_chaos(ChaosOptions(3, seed=8, broker="apache", warehouse="file", kinds=kinds, spark="connect",
-                                     records_per_partition=50, home=tmp_path / "chaos"))
+                                     records_per_partition=50, home=chaos_home()))
     _assert_exactly_once(figures, min_faulted=2)
     assert {schedule.KILL_CONNECT_CLIENT, schedule.RESTART_CONNECT_SERVER} <= set(figures.injected_by_kind), figures.summary()
 
@@ -53,19 +61,19 @@ def test_a_bounded_chaos_run_in_spark_connect_mode_loses_and_duplicates_nothing(
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("broker,warehouse", [("apache", "s3"), ("noida", "file"), ("noida", "s3"), ("tansu", "file"),
                                               ("tansu", "s3")])
-def test_chaos_on_every_broker_and_warehouse_loses_and_duplicates_nothing(tmp_path, broker, warehouse):
+def test_chaos_on_every_broker_and_warehouse_loses_and_duplicates_nothing(broker, warehouse):
     kinds = schedule.kinds_for(warehouse == "s3")
     figures = run_chaos(ChaosOptions(len(kinds), seed=7, broker=broker, warehouse=warehouse, kinds=kinds,
-                                     records_per_partition=50, home=tmp_path / "chaos"))
+                                     records_per_partition=50, home=chaos_home()))
     _assert_exactly_once(figures, min_faulted=len(kinds) - 3)
 
 
 @pytest.mark.chaos
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
-def test_chaos_in_backfill_mode_loses_and_duplicates_nothing_and_the_hours_tile_the_log(tmp_path):
+def test_chaos_in_backfill_mode_loses_and_duplicates_nothing_and_the_hours_tile_the_log():
     kinds = (schedule.POINT_CRASH, schedule.KILL_SPARK_SUBMIT, schedule.BROKER_RESTART, schedule.BROKER_FENCE)
     figures = run_chaos(ChaosOptions(4, seed=8, broker="noida", warehouse="file", kinds=kinds, mode="backfill",
-                                     records_per_partition=50, home=tmp_path / "chaos"))
+                                     records_per_partition=50, home=chaos_home()))
     _assert_exactly_once(figures, min_faulted=3)
     assert figures.drain_runs >= 1  # at least one backfill of every hour ran (committed hours as no-ops)

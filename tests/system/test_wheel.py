@@ -3,10 +3,9 @@ the checkout on its path, the example DAG copied into a DAGs folder of its own,
 one batch through Airflow against the embedded stack, audited.
 
 The fresh venv gets the wheels of the library and of the example pipeline
-(user code), installed by pip; their dependencies come from the project venv
-through a directory of links that leaves out every onceflow distribution, the
-way a deployment's own environment would hold them. The dev kit is not
-importable there: it only starts the services and the Airflow processes.
+(user code), installed by pip with their dependencies resolved from the
+registry (pip's cache makes a second run quick). The dev kit is not importable
+there: it only starts the services and the Airflow processes.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -66,28 +64,27 @@ def test_the_wheel_holds_the_library_and_nothing_of_the_dev_kit(wheels):
 
 @pytest.fixture(scope="module")
 def fresh_venv(wheels, tmp_path_factory) -> Path:
-    """A venv with the two wheels installed by pip, the project's dependencies
-    linked in without any onceflow distribution, and the console scripts
-    (airflow, spark-submit) that pip would have put in its bin/."""
+    """A venv where pip installed the two wheels and resolved their dependencies from the registry
+    (pinned by constraints.txt, as README's install section says), with psycopg, the driver of the
+    deployment's metadata database. No repair step follows."""
     venv = tmp_path_factory.mktemp("fresh") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--disable-pip-version-check",
-                    str(wheels["library"]), str(wheels["example"])], check=True, capture_output=True, timeout=300)
-    deps = venv / "deps"
-    deps.mkdir()
-    ours = ("onceflow", "__editable__", "_onceflow", "onceflow_devkit", "onceflow_examples")
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if not entry.name.startswith(ours) and not entry.name.endswith(".pth"):
-            (deps / entry.name).symlink_to(entry)
-    site_packages = next((venv / "lib").glob("python3*/site-packages"))
-    (site_packages / "project-dependencies.pth").write_text(f"{deps}\n")
-    bin_dir = Path(sys.executable).parent
-    (venv / "bin" / "airflow").write_text(f"#!{python}\nimport sys\nfrom airflow.__main__ import main\nsys.exit(main())\n")
-    (venv / "bin" / "spark-submit").write_text(f'#!/bin/sh\nexec "{bin_dir / "spark-submit"}" "$@"\n')
-    for script in ("airflow", "spark-submit"):
-        (venv / "bin" / script).chmod(0o755)
+    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                           "-c", str(ROOT / "constraints.txt"), str(wheels["library"]), str(wheels["example"]),
+                           "psycopg[binary]"],
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr
     return python
+
+
+def test_pip_leaves_pyspark_whole_and_every_requirement_met(fresh_venv):
+    # The Spark provider's pyspark-client installs into PySpark's folder: the same bytes at one version.
+    whole = subprocess.run([str(fresh_venv), str(ROOT / "devkit" / "onceflow_devkit" / "pyspark_files.py")],
+                           capture_output=True, text=True, timeout=300, cwd="/")
+    assert whole.returncode == 0, whole.stderr
+    check = subprocess.run([str(fresh_venv), "-m", "pip", "check"], capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stdout
 
 
 def test_the_fresh_venv_imports_onceflow_from_the_wheel_and_not_the_dev_kit(fresh_venv):
@@ -109,7 +106,7 @@ def test_the_fresh_venv_imports_onceflow_from_the_wheel_and_not_the_dev_kit(fres
 
 
 # Not marked slow (about 90 s): it is the suite's only proof that the installed wheel works on its own.
-def test_one_batch_runs_through_airflow_from_the_installed_wheel(fresh_venv, tmp_path):
+def test_one_batch_runs_through_airflow_from_the_installed_wheel(fresh_venv, tmp_path, postgres_server):
     from onceflow.kafka.admin import ensure_topics
     from onceflow.runtime import Deployment, PipelineRuntime
     from onceflow_devkit.airflow_env import onceflow_airflow
@@ -131,7 +128,7 @@ def test_one_batch_runs_through_airflow_from_the_installed_wheel(fresh_venv, tmp
         warehouse = f"file://{tmp_path}/warehouse"
         # No plugins folder either: Airflow puts it on sys.path, and nothing of the checkout may be there.
         airflow = onceflow_airflow(tmp_path / "airflow", broker, warehouse, dags_folder=dags, python=fresh_venv, plugins_folder=None,
-                                   extra_env={"ONCEFLOW_SCHEDULE": "none", "PYTHONPATH": ""})
+                                   postgres=postgres_server, extra_env={"ONCEFLOW_SCHEDULE": "none", "PYTHONPATH": ""})
         airflow.migrate()
         result = airflow.dags_test("clickstream_exactly_once", conf={"max_records_per_partition": 10_000}, timeout=900)
         assert result.succeeded, result.describe()

@@ -235,7 +235,7 @@ class _Run:
             self.home / "airflow", info.kafka, self.warehouse, clients_s3,
             extra_env={"ONCEFLOW_SCHEDULE": "none", "CLICKSTREAM_TRANSACTION_TIMEOUT_MS": str(options.transaction_timeout_ms),
                        **injection},
-            spark_connect=self.spark_server.server if self.spark_server else None,
+            spark_connect=self.spark_server.server if self.spark_server else None, postgres=info.postgres,
         )
         self.airflow.migrate()
         self.airflow.start(timeout=300)

@@ -5,7 +5,9 @@ does happens in subprocesses that get ``env()``.
 
 Layout of ``home``::
 
-    airflow.cfg, airflow.db   written by ``airflow db migrate`` (secrets included)
+    airflow.cfg               written by the first Airflow command
+    secrets.json              the home's JWT, session and Fernet keys (mode 0600), see _secrets
+    airflow.db                the metadata database when no ``database`` is given (SQLite)
     logs/                     task logs
     api-server/ scheduler/ dag-processor/
                               one ManagedProcess directory each: pid, port, service.log
@@ -24,6 +26,11 @@ Why the environment looks the way it does:
 - The caller's own ``AIRFLOW_*`` variables are dropped: this home is hermetic.
 - The simple auth manager with everyone admin: a local, loopback-only API.
 - ``PYSPARK_PYTHON``: Spark's Python workers must be this venv's Python.
+- The home's keys are set, not left to airflow.cfg: each component started
+  before airflow.cfg exists writes one with keys of its own, and the
+  Execution API then refuses the scheduler's task tokens ("Invalid auth
+  token"). ``airflow db migrate`` used to write it first; a home whose
+  database is a migrated copy runs no migration.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -114,6 +122,10 @@ class LocalAirflow:
     python: Path = Path(sys.executable)
     # Also run the triggerer (AssetWatchers, deferred tasks).
     triggerer: bool = False
+    # SQLAlchemy URL of the metadata database (``metadata_database.airflow_database``); None: SQLite in home.
+    database: str | None = field(default=None, repr=False)
+    # The database is a copy of a migrated one: migrate() has nothing to do.
+    migrated: bool = False
 
     @property
     def components(self) -> tuple[str, ...]:
@@ -129,7 +141,7 @@ class LocalAirflow:
                 f"dags folder {self.dags_folder} does not exist: create it or pass the folder holding your DAG files"
             )
         self._connections: dict[str, str] = {}
-        self._migrated = False
+        self._migrated = self.migrated
         self.home.mkdir(parents=True, exist_ok=True)
         # Running components keep their ports; otherwise take free ones now so
         # env() is the same for every subprocess of this instance. Free ports,
@@ -166,6 +178,21 @@ class LocalAirflow:
             )
         self._connections[conn_id] = json.dumps(dict(conn))
 
+    def _secrets(self) -> dict[str, str]:
+        """The home's keys, made once: the same in every process of this home."""
+        from cryptography.fernet import Fernet
+
+        path = self.home / "secrets.json"
+        if not path.exists():
+            keys = {"AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
+                    "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+                    "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode()}
+            fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                json.dump(keys, out)
+            os.replace(path.with_suffix(".tmp"), path)
+        return json.loads(path.read_text())
+
     def env(self) -> dict[str, str]:
         """The environment of every Airflow subprocess of this home.
 
@@ -178,7 +205,7 @@ class LocalAirflow:
         env.update(
             {
                 "AIRFLOW_HOME": str(self.home),
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home}/airflow.db",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database or f"sqlite:///{self.home}/airflow.db",
                 "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__PARALLELISM": "4",
@@ -209,6 +236,9 @@ class LocalAirflow:
                 "no_proxy": ",".join(filter(None, [os.environ.get("no_proxy"), "127.0.0.1", "localhost"])),
             }
         )
+        env.update(self._secrets())
+        if self.database is not None:  # Airflow would derive an asyncpg URL, a driver we do not install
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = self.database
         if self.plugins_folder is not None:
             env["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(self.plugins_folder)
         env.update({f"AIRFLOW_CONN_{conn_id.upper()}": value for conn_id, value in self._connections.items()})
@@ -229,6 +259,21 @@ class LocalAirflow:
                 f"{_tail(done.stdout + done.stderr)}"
             )
         return done
+
+    def create_backfill(self, dag_id: str, from_date: str, to_date: str, max_active_runs: int | None = None,
+                        reprocess_behavior: str | None = None, dag_run_conf: dict | None = None) -> dict:
+        """``airflow backfill create`` as a user types it; the backfill it made, as the REST API shows it
+        (``AirflowApi.create_backfill`` is what the UI's dialog sends instead)."""
+        options = {"--max-active-runs": max_active_runs, "--reprocess-behavior": reprocess_behavior,
+                   "--dag-run-conf": json.dumps(dag_run_conf) if dag_run_conf is not None else None}
+        with self.api() as api:
+            before = {b["id"] for b in api.backfills(dag_id)}
+            self.cli("backfill", "create", "--dag-id", dag_id, "--from-date", from_date, "--to-date", to_date,
+                     *(str(part) for flag, value in options.items() if value is not None for part in (flag, value)))
+            made = [b for b in api.backfills(dag_id) if b["id"] not in before]
+        if len(made) != 1:
+            raise AirflowHarnessError(f"`airflow backfill create --dag-id {dag_id}` made {len(made)} backfills: {made}")
+        return made[0]
 
     def migrate(self, timeout: float = 300.0) -> None:
         """``airflow db migrate``: creates or upgrades the metadata DB. Idempotent.
@@ -319,7 +364,7 @@ class LocalAirflow:
 
     def api(self) -> AirflowApi:
         """A REST client for this Airflow's API server (close it, or use it as a context manager)."""
-        return AirflowApi(self.api_url)
+        return AirflowApi(self.api_url, sqlite=self.database is None)
 
     def start(self, timeout: float = 120.0, detach: bool = False) -> None:
         """Start api-server, scheduler and dag-processor; return when all three are healthy.

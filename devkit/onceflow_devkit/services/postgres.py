@@ -24,6 +24,8 @@ DATABASE = "postgres"
 CONN_ID = "onceflow_postgres"  # the Airflow connection the dev kit gives the server (the shop example's payments)
 # Prepared transactions a server keeps at once: a batch's splits, zombies and the chaos run's concurrency.
 MAX_PREPARED_TRANSACTIONS = 64
+# Airflow's components pool their connections (its metadata database is here too): PostgreSQL's 100 is tight.
+MAX_CONNECTIONS = 300
 INSTALL_HINT = "install Debian's package (apt-get install postgresql) or set ONCEFLOW_POSTGRES_BIN to its bin directory"
 
 
@@ -79,6 +81,16 @@ def _hand_over(path: Path) -> None:
         shutil.chown(path, "postgres", "postgres")
 
 
+def _check_reachable(directory: Path) -> None:
+    """Fail fast when the server's user cannot reach ``directory`` (a 0700 directory above it)."""
+    if os.geteuid() != 0:
+        return
+    if subprocess.run(_as_server_user(["test", "-x", str(directory)]), capture_output=True).returncode != 0:
+        raise ServiceError(
+            f"PostgreSQL runs as user postgres, which cannot reach {directory}: a directory above it is closed to "
+            "other users. Keep the dev kit's state (ONCEFLOW_HOME) where other users may pass through")
+
+
 def _init_cluster(bin_dir: Path, data: Path) -> None:
     if (data / "PG_VERSION").exists():
         return
@@ -102,6 +114,7 @@ def start_postgres(proc: ManagedProcess, die_with_parent: bool = False, port: in
     """A PostgreSQL cluster in ``proc``'s data directory, started (or made first) on 127.0.0.1."""
     bin_dir = postgres_bin()
     proc.directory.mkdir(parents=True, exist_ok=True)
+    _check_reachable(proc.directory)
     data = proc.data_dir / "cluster"
     _init_cluster(bin_dir, data)
     sockets = proc.data_dir / "sockets"
@@ -117,6 +130,7 @@ def start_postgres(proc: ManagedProcess, die_with_parent: bool = False, port: in
     proc.start(
         _as_server_user([str(bin_dir / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port),
                          "-k", str(sockets), "-c", f"max_prepared_transactions={MAX_PREPARED_TRANSACTIONS}",
+                         "-c", f"max_connections={MAX_CONNECTIONS}",
                          "-c", "fsync=off"],  # a test cluster: a process crash loses nothing, only the OS's would
                         die_with_parent),
         port=port, ready=ready, timeout=60, die_with_parent=die_with_parent,

@@ -1,4 +1,5 @@
-"""The embedded stack: one S3 endpoint and one Kafka broker (or a 3-node Apache Kafka cluster) on 127.0.0.1.
+"""The embedded stack: one S3 endpoint, one Kafka broker (or a 3-node Apache Kafka cluster) and
+one PostgreSQL server (Airflow's metadata databases), on 127.0.0.1.
 
 Runs on the developer's or CI's machine. State lives under ``<home>/``
 (``.onceflow/`` by default): a directory per service, ``stack.json`` (read by
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from onceflow_devkit.services.apache_kafka import ApacheCluster
 from onceflow_devkit.services.kafka_broker import CLUSTER, DEFAULT_BROKER, STACK_BROKERS, KafkaBroker, start_broker
+from onceflow_devkit.services.postgres import PostgresServer, postgres_bin, start_postgres
 from onceflow_devkit.services.process import ManagedProcess, ServiceError, pick_port
 from onceflow_devkit.services.s3 import S3Endpoint, start_moto
 
@@ -30,6 +32,7 @@ def onceflow_home() -> Path:
 class StackInfo:
     kafka: KafkaBroker
     s3: S3Endpoint
+    postgres: PostgresServer | None = None  # None: PostgreSQL is not installed (Airflow falls back to SQLite)
 
     def env(self) -> dict[str, str]:
         """The variables that point onceflow's CLI and Spark jobs at this stack."""
@@ -37,12 +40,14 @@ class StackInfo:
                 **self.kafka.profile_env(), **self.s3.credentials_env()}
 
     def to_json(self) -> str:
-        return json.dumps({"kafka": asdict(self.kafka), "s3": asdict(self.s3)}, indent=2)
+        return json.dumps({"kafka": asdict(self.kafka), "s3": asdict(self.s3),
+                           "postgres": asdict(self.postgres) if self.postgres else None}, indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> "StackInfo":
         raw = json.loads(text)
-        return cls(KafkaBroker(**raw["kafka"]), S3Endpoint(**raw["s3"]))
+        postgres = raw.get("postgres")
+        return cls(KafkaBroker(**raw["kafka"]), S3Endpoint(**raw["s3"]), PostgresServer(**postgres) if postgres else None)
 
 
 class EmbeddedStack:
@@ -55,6 +60,7 @@ class EmbeddedStack:
         self.usual_ports = usual_ports
         self.s3_proc = ManagedProcess("s3", self.home / "s3")
         self.kafka_proc = ManagedProcess("kafka", self.home / "kafka")
+        self.postgres_proc = ManagedProcess("postgres", self.home / "postgres")
 
     @property
     def info_file(self) -> Path:
@@ -70,7 +76,8 @@ class EmbeddedStack:
         if not self.info_file.exists():
             return None
         info = StackInfo.from_json(self.info_file.read_text())
-        if self.s3_proc.running_pid() is None or self.dead_kafka_nodes(info):
+        if self.s3_proc.running_pid() is None or self.dead_kafka_nodes(info) or (
+                info.postgres is not None and self.postgres_proc.running_pid() is None):
             return None
         return info
 
@@ -121,12 +128,18 @@ class EmbeddedStack:
         self.down()  # a half-up stack (one service died) is restarted whole
         s3 = start_moto(self.s3_proc, die_with_parent=self.die_with_parent, port=self._port())
         kafka = start_broker(broker, self.kafka_proc, s3=s3, die_with_parent=self.die_with_parent, port=self._port())
-        info = StackInfo(kafka, s3)
-        self.info_file.write_text(info.to_json())
-        fd = os.open(self.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.writelines(f"{k}={shlex.quote(v)}\n" for k, v in info.env().items())
+        info = StackInfo(kafka, s3, self._start_postgres())
+        # Both hold the embedded services' keys: readable by their owner only.
+        _write_private(self.info_file, info.to_json())
+        _write_private(self.env_file, "".join(f"{k}={shlex.quote(v)}\n" for k, v in info.env().items()))
         return info
+
+    def _start_postgres(self) -> PostgresServer | None:
+        try:
+            postgres_bin()
+        except ServiceError:  # said where Airflow starts: its metadata is SQLite then (airflow_env)
+            return None
+        return start_postgres(self.postgres_proc, die_with_parent=self.die_with_parent, port=self._port())
 
     def _port(self) -> int | None:
         """A service's port: None lets it take its usual port when free (see ``usual_ports``)."""
@@ -154,7 +167,8 @@ class EmbeddedStack:
     def down(self) -> list[str]:
         """Stop every service by PID; returns the names that were running."""
         cluster = self.cluster() if self.info_file.exists() else None
-        stopped = [p.name for p in (*(cluster.procs if cluster else ()), self.kafka_proc, self.s3_proc) if p.stop(grace=2 if cluster else 10)]
+        stopped = [p.name for p in (*(cluster.procs if cluster else ()), self.kafka_proc, self.s3_proc, self.postgres_proc)
+                   if p.stop(grace=2 if cluster else 10)]
         self.info_file.unlink(missing_ok=True)
         self.env_file.unlink(missing_ok=True)
         return stopped
@@ -163,8 +177,15 @@ class EmbeddedStack:
         cluster = self.cluster()
         return [
             {"service": p.name, "pid": p.running_pid(), "port": p.port(), "log": str(p.log_file)}
-            for p in (self.s3_proc, *(cluster.procs if cluster else (self.kafka_proc,)))
+            for p in (self.s3_proc, *(cluster.procs if cluster else (self.kafka_proc,)), self.postgres_proc)
         ]
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.unlink(missing_ok=True)  # a file left by an older stack may be readable by others
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
 
 
 def environment_broker() -> KafkaBroker:

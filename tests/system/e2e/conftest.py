@@ -107,11 +107,11 @@ def broker_with_topics():
         proc.stop(grace=2)
 
 
-def make_world(broker, root, extra_env=None, spark_connect=None) -> ClickstreamWorld:
-    """The clickstream DAG in a migrated Airflow home under ``root``, on a local warehouse.
-    ``spark_connect``: a Spark Connect server the spark tasks use instead of spark-submit."""
+def make_world(broker, root, postgres, extra_env=None, spark_connect=None) -> ClickstreamWorld:
+    """The clickstream DAG in an Airflow home under ``root`` (its metadata database on ``postgres``),
+    on a local warehouse. ``spark_connect``: a Spark Connect server the spark tasks use instead of spark-submit."""
     warehouse = f"file://{root}/warehouse"
-    airflow = onceflow_airflow(root / "airflow", broker, warehouse, spark_connect=spark_connect,
+    airflow = onceflow_airflow(root / "airflow", broker, warehouse, spark_connect=spark_connect, postgres=postgres,
                                extra_env={"ONCEFLOW_SCHEDULE": "none", **(extra_env or {})})
     airflow.migrate()
     return ClickstreamWorld(broker, warehouse, airflow)
@@ -124,5 +124,5 @@ def fresh_broker():
 
 
 @pytest.fixture
-def world(fresh_broker, tmp_path) -> ClickstreamWorld:
-    return make_world(fresh_broker, tmp_path)
+def world(fresh_broker, tmp_path, postgres_server) -> ClickstreamWorld:
+    return make_world(fresh_broker, tmp_path, postgres_server)

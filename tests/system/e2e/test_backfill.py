@@ -16,9 +16,9 @@ from tests.system.e2e.conftest import broker_with_topics, make_world
 DAG_ID = "clickstream_exactly_once"
 
 
-def test_a_backfill_of_a_sequence_pipeline_is_refused_and_reads_nothing(tmp_path):
+def test_a_backfill_of_a_sequence_pipeline_is_refused_and_reads_nothing(tmp_path, postgres_server):
     with broker_with_topics() as broker:
-        world = make_world(broker, tmp_path, {"ONCEFLOW_SCHEDULE": "@hourly"})
+        world = make_world(broker, tmp_path, postgres_server, {"ONCEFLOW_SCHEDULE": "@hourly"})
         world.produce(100, seed=5)
         with world.airflow, world.airflow.api() as api:
             api.wait_for_dag(DAG_ID, timeout=180)

@@ -46,14 +46,14 @@ def started_at(run: dict) -> float:
     return datetime.fromisoformat(run["start_date"]).timestamp()
 
 
-def test_runs_start_when_enough_records_wait_or_the_oldest_is_old_enough_and_only_then(tmp_path, spark_connect_server):
+def test_runs_start_when_enough_records_wait_or_the_oldest_is_old_enough_and_only_then(tmp_path, spark_connect_server, postgres_server):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "on_input.py").write_text(DAG_FILE)
     with broker_with_topics() as broker:
         warehouse = f"file://{tmp_path}/warehouse"
         airflow = onceflow_airflow(tmp_path / "airflow", broker, warehouse, dags_folder=dags, plugins_folder=None,
-                                   spark_connect=spark_connect_server, triggerer=True,
+                                   spark_connect=spark_connect_server, triggerer=True, postgres=postgres_server,
                                    extra_env={"ONCEFLOW_SCHEDULE": SCHEDULE})
         world = ClickstreamWorld(broker, warehouse, airflow)
         with airflow, airflow.api() as api:

@@ -1,6 +1,5 @@
-"""A backfill of an interval pipeline through Airflow's own backfill API (what
-`airflow backfill create` and the UI's dialog call), in a running Airflow
-with its scheduler, beside a faulted manual run and the scheduled run. The
+"""Backfills of an interval pipeline as a user types them (``airflow backfill create``), in a
+running Airflow with its scheduler, beside a faulted manual run and the scheduled run. The
 spark tasks are Spark Connect clients of one server (up to three at once).
 
 Input: click events stamped (Kafka record timestamps) over the seven hours
@@ -69,12 +68,12 @@ def max_overlap(runs: list[dict]) -> int:
     return peak
 
 
-def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_and_the_scheduled_one(tmp_path, spark_connect_server):
+def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_and_the_scheduled_one(tmp_path, spark_connect_server, postgres_server):
     now_hour = int(time.time() * 1000) // H * H
     t0 = now_hour - 7 * H
     with broker_with_topics() as broker:
         # Spark Connect mode: three batches at once share the server's session (spark-submit mode: the wheel test).
-        world = make_world(broker, tmp_path, {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE}, spark_connect_server)
+        world = make_world(broker, tmp_path, postgres_server, {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE}, spark_connect_server)
         runtime = PipelineRuntime(CLICKSTREAM_HOURLY, Deployment(world.warehouse, broker, catalogs=embedded_catalogs(world.warehouse)))
         events = generate(7 * PER_HOUR, seed=21, malformed_ratio=0.1)
         produce(broker.config(), "clicks", events, timestamps=[t0 + i * (H // PER_HOUR) for i in range(len(events))])
@@ -92,7 +91,7 @@ def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_an
             aborted = runtime.batch_of_run(faulted)
             assert aborted.state is BatchState.ABORTED and aborted.plan.interval == Interval(t0 + 5 * H, t0 + 6 * H)
 
-            first = api.create_backfill(DAG_ID, iso(t0), iso(t0 + 5 * H), max_active_runs=3, reprocess_behavior="none")
+            first = world.airflow.create_backfill(DAG_ID, iso(t0), iso(t0 + 5 * H), max_active_runs=3, reprocess_behavior="none")
             backfill = wait_until_finished(api, lambda: api.runs(DAG_ID, run_type="backfill"), 6, timeout=1200)
             scheduled = wait_until_finished(api, lambda: api.runs(DAG_ID, run_type="scheduled"), 1, timeout=600)
             for run in [*backfill, *scheduled]:
@@ -101,7 +100,7 @@ def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_an
 
             api.wait_for_backfill(first["id"], timeout=120)  # a DAG has one backfill at a time
             # Committed hours asked again (two of them: the rule is per run) are no-ops.
-            again = api.create_backfill(DAG_ID, iso(t0), iso(t0 + H), max_active_runs=2, reprocess_behavior="completed")
+            again = world.airflow.create_backfill(DAG_ID, iso(t0), iso(t0 + H), max_active_runs=2, reprocess_behavior="completed")
             api.wait_for_backfill(again["id"], timeout=600)
             asked_again = [r for r in api.runs(DAG_ID, run_type="backfill")
                            if datetime.fromisoformat(r["logical_date"]).timestamp() * 1000 <= t0 + H]
@@ -109,14 +108,15 @@ def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_an
             for run in asked_again:
                 states = api.task_states(DAG_ID, run["dag_run_id"])
                 assert states == dict.fromkeys(("plan", "spark", "commit", "rollback"), "skipped"), api.explain(DAG_ID, run["dag_run_id"])
-                # Its latest try: the second, or the first where Airflow re-created a run its refused creation deleted.
+                # The backfill cleared the committed run: its plan task's second try said so.
                 plan = next(t for t in api.task_instances(DAG_ID, run["dag_run_id"]) if t["task_id"] == "plan")
-                log = api.task_log(DAG_ID, run["dag_run_id"], "plan", try_number=plan["try_number"])
+                assert plan["try_number"] == 2, plan
+                log = api.task_log(DAG_ID, run["dag_run_id"], "plan", try_number=2)
                 assert "is already committed: nothing to do" in log, log
 
             api.wait_for_backfill(again["id"], timeout=120)
-            replace = api.create_backfill(DAG_ID, iso(t0), iso(t0 + H), max_active_runs=2, reprocess_behavior="completed",
-                                          dag_run_conf={REPLACE_COMMITTED: True})
+            replace = world.airflow.create_backfill(DAG_ID, iso(t0), iso(t0 + H), max_active_runs=2,
+                                                    reprocess_behavior="completed", dag_run_conf={REPLACE_COMMITTED: True})
             api.wait_for_backfill(replace["id"], timeout=600)
             replaced_runs = [r for r in api.runs(DAG_ID, run_type="backfill")
                              if datetime.fromisoformat(r["logical_date"]).timestamp() * 1000 <= t0 + H]

@@ -1,5 +1,5 @@
-"""How the harness's REST client creates a backfill when Airflow's SQLite is locked (client logic only:
-the answers are Airflow's, served by an httpx transport)."""
+"""How the harness's REST client creates a backfill when Airflow's SQLite is locked, and that it asks
+once on PostgreSQL (client logic only: the answers are Airflow's, served by an httpx transport)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ ALREADY_RUNNING = (409, {"detail": "There is already a running backfill for dag 
 CREATED = (200, {"id": 7, "dag_id": "d"})
 
 
-def api_answering(*answers):
+def api_answering(*answers, sqlite: bool = True):
     """An API whose POST /api/v2/backfills answers ``answers`` in turn, and the posts made."""
     posts: list[httpx.Request] = []
     replies = iter(answers)
@@ -26,7 +26,7 @@ def api_answering(*answers):
         status, body = next(replies)
         return httpx.Response(status, json=body)
 
-    return AirflowApi("http://airflow.test", transport=httpx.MockTransport(handle)), posts
+    return AirflowApi("http://airflow.test", transport=httpx.MockTransport(handle), sqlite=sqlite), posts
 
 
 @pytest.fixture
@@ -52,5 +52,13 @@ def test_a_locked_audit_log_did_nothing_and_is_asked_again_after_a_short_pause(s
 def test_already_running_without_a_refusal_before_it_is_the_callers_error(sleeps):
     api, posts = api_answering(ALREADY_RUNNING)
     with pytest.raises(AirflowHarnessError, match="409"):
+        api.create_backfill("d", "2026-01-01", "2026-01-02")
+    assert len(posts) == 1 and sleeps == []
+
+
+def test_on_postgresql_a_refusal_is_the_answer(sleeps):
+    # Nothing but SQLite's lock refuses a creation with 503: elsewhere it is Airflow's error, reported as is.
+    api, posts = api_answering(LOCKED, CREATED, sqlite=False)
+    with pytest.raises(AirflowHarnessError, match="503"):
         api.create_backfill("d", "2026-01-01", "2026-01-02")
     assert len(posts) == 1 and sleeps == []

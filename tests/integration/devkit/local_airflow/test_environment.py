@@ -75,3 +75,24 @@ def test_a_bad_connection_is_refused_with_the_fix(airflow, conn_id, conn, says):
 def test_a_missing_dags_folder_fails_fast_naming_it(tmp_path):
     with pytest.raises(AirflowHarnessError, match=f"dags folder {tmp_path / 'nope'} does not exist"):
         LocalAirflow(tmp_path / "home", tmp_path / "nope")
+
+
+def test_every_process_of_a_home_gets_the_same_keys_kept_from_other_users(tmp_path):
+    # Components started before airflow.cfg exists would each write keys of their own, and the
+    # Execution API would refuse the scheduler's task tokens (a home on a migrated copy runs no migration).
+    (tmp_path / "dags").mkdir()
+    first = LocalAirflow(tmp_path / "home", tmp_path / "dags").env()
+    again = LocalAirflow(tmp_path / "home", tmp_path / "dags").env()
+    other = LocalAirflow(tmp_path / "other", tmp_path / "dags").env()
+
+    keys = ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY", "AIRFLOW__CORE__FERNET_KEY")
+    assert all(first[k] and first[k] == again[k] != other[k] for k in keys)
+    assert len(first["AIRFLOW__API_AUTH__JWT_SECRET"]) >= 64  # PyJWT warns below 64 bytes for SHA512
+    assert (tmp_path / "home" / "secrets.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_database_url_is_airflows_sync_and_async_metadata_database(tmp_path):
+    (tmp_path / "dags").mkdir()
+    url = "postgresql+psycopg://u:p@127.0.0.1:5432/airflow_x"
+    env = LocalAirflow(tmp_path / "home", tmp_path / "dags", database=url).env()
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] == url

@@ -12,10 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+import uuid
+
 import pytest
 
 from onceflow_devkit.services.process import ManagedProcess, pick_port, port_is_free
 from onceflow_devkit.services.stack import EmbeddedStack
+from tests.conftest import TEST_HOME
 
 ONCEFLOW = str(Path(sys.executable).parent / "onceflow")
 
@@ -29,8 +32,9 @@ def _cli(home: Path, *args: str, timeout: float = 120, extra_env: dict | None = 
 
 
 @pytest.fixture
-def stack_home(tmp_path):
-    home = tmp_path / "stack"
+def stack_home():
+    # Not under pytest's tmp_path: its root is closed to other users, and PostgreSQL runs as user postgres.
+    home = TEST_HOME / f"stack-{uuid.uuid4().hex[:6]}"
     yield home
     EmbeddedStack(home).down()
 
@@ -41,7 +45,7 @@ def test_cli_up_status_down_round_trip(stack_home):
     status = _cli(stack_home, "services", "status", "--json")
     assert status.returncode == 0
     rows = {r["service"]: r for r in json.loads(status.stdout)}
-    assert rows["s3"]["pid"] and rows["kafka"]["pid"]
+    assert rows["s3"]["pid"] and rows["kafka"]["pid"] and rows["postgres"]["pid"]
     # The broker really listens where stack.json says it does.
     info = json.loads((stack_home / "stack.json").read_text())
     host, port = info["kafka"]["bootstrap"].split(":")
@@ -52,6 +56,7 @@ def test_cli_up_status_down_round_trip(stack_home):
     env_file = stack_home / "stack.env"
     assert f". {env_file};" in up.stdout
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE((stack_home / "stack.json").stat().st_mode) == 0o600  # it holds the services' keys
     settings = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
     assert settings["ONCEFLOW_KAFKA_BOOTSTRAP"] == info["kafka"]["bootstrap"]
     assert settings["ONCEFLOW_S3_ENDPOINT"] == info["s3"]["endpoint_url"]
@@ -67,7 +72,7 @@ def test_cli_up_status_down_round_trip(stack_home):
     assert json.loads(_cli(stack_home, "services", "status", "--json").stdout) == list(rows.values())
 
     down = _cli(stack_home, "services", "down")
-    assert down.returncode == 0 and "kafka" in down.stdout and "s3" in down.stdout
+    assert down.returncode == 0 and all(name in down.stdout for name in ("kafka", "s3", "postgres"))
     for row in rows.values():
         assert not Path(f"/proc/{row['pid']}").exists() or _is_zombie(row["pid"])
     assert _cli(stack_home, "services", "status").returncode == 3
@@ -225,7 +230,7 @@ def test_a_cluster_stack_reports_its_three_nodes_and_starts_again_the_one_that_d
 
     assert info.kafka.name == "apache-cluster" and len(info.kafka.bootstrap.split(",")) == 3
     assert sorted(cluster.running()) == [0, 1, 2] and len(stack.kafka_pids()) == 3
-    assert [row["service"] for row in stack.status()] == ["s3", "kafka-1", "kafka-2", "kafka-3"]
+    assert [row["service"] for row in stack.status()] == ["s3", "kafka-1", "kafka-2", "kafka-3", "postgres"]
     leader = cluster.active_controller()
     cluster.kill(leader)
 
@@ -233,4 +238,4 @@ def test_a_cluster_stack_reports_its_three_nodes_and_starts_again_the_one_that_d
     stack.revive_kafka()
     assert stack.dead_kafka_nodes() == [] and stack.info() == info
     assert cluster.active_controller() in (0, 1, 2)
-    assert sorted(stack.down()) == ["kafka-1", "kafka-2", "kafka-3", "s3"]
+    assert sorted(stack.down()) == ["kafka-1", "kafka-2", "kafka-3", "postgres", "s3"]

@@ -11,7 +11,9 @@
 - ``spark_standalone``: a Spark standalone master and worker (cluster mode).
 - ``spark_connect_server``: a Spark Connect server (local[2]) whose Python
   workers have the S3 keys, as ``spark``'s executors do, and the PostgreSQL connection.
-- ``postgres_server``: a PostgreSQL cluster of Debian's package, two-phase commit enabled.
+- ``postgres_server``: a PostgreSQL cluster of Debian's package, two-phase commit enabled; it also
+  holds the metadata database of every Airflow the system tests start.
+- ``redis_server``: Debian's Redis, the broker of the Celery executor's test.
 - ``airflow_home``: a migrated SQLite Airflow home pointing at dags/ and plugins/.
 
 Service state lives in ``.onceflow/test/``. Processes are started so they die
@@ -106,6 +108,16 @@ def pytest_report_header(config) -> str:
         return f"Airflow's metadata database: a database per Airflow home on the dev kit's PostgreSQL ({postgres_bin()})"
     except ServiceError as exc:
         return f"Airflow's metadata database: none, the tests that run Airflow fail: {exc}"
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    from onceflow_devkit.services.redis import start_redis
+
+    proc = _fresh_process("redis")
+    server = start_redis(proc, die_with_parent=True)
+    yield server
+    proc.stop(grace=5)
 
 
 @pytest.fixture(scope="session")

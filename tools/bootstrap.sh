@@ -47,11 +47,17 @@ if ! command -v mvn >/dev/null 2>&1; then
     || fail "Maven (mvn) fetches Apache Kafka's jars and could not be installed. Install it (apt-get install maven), or run on a compatible broker: ONCEFLOW_TEST_BROKERS=noida make test, onceflow demo --broker noida"
 fi
 
-# PostgreSQL, the server of the example postgres sink's tests (and its two-phase commit), is
+# PostgreSQL (Airflow's metadata database, and the example postgres sink's two-phase commit) is
 # Debian's package; the dev kit starts a cluster of its own from its binaries.
 if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && [ -z "${ONCEFLOW_POSTGRES_BIN:-}" ]; then
   apt_install postgresql "for the postgres sink's tests" \
     || fail "PostgreSQL's server was not found and could not be installed. Install it (apt-get install postgresql) or set ONCEFLOW_POSTGRES_BIN to its bin directory"
+fi
+
+# Redis, the Celery executor's broker in the dev kit, is Debian's package; the dev kit starts its own.
+if ! command -v redis-server >/dev/null 2>&1; then
+  apt_install redis-server "for the Celery executor's tests" \
+    || fail "redis-server was not found and could not be installed. Install it (apt-get install redis-server)"
 fi
 
 fetch_kafka() { .venv/bin/python -m onceflow_devkit.services.apache_kafka >/dev/null || fail "fetching Apache Kafka's jars with Maven failed (see above)"; }

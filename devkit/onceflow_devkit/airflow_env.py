@@ -22,6 +22,7 @@ from onceflow_devkit.local_airflow import LocalAirflow
 from onceflow_devkit.local_airflow.metadata_database import SQLITE_FALLBACK, airflow_database
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
 from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID, PostgresServer
+from onceflow_devkit.services.redis import RedisServer
 from onceflow_devkit.services.spark_connect import SparkConnectServer
 from onceflow.kafka.cluster import KafkaCluster
 from onceflow.s3_connection import S3Connection
@@ -45,12 +46,14 @@ def onceflow_airflow(
     spark_connect: SparkConnectServer | None = None,
     triggerer: bool = False,
     postgres: PostgresServer | None = None,
+    celery: RedisServer | None = None,
 ) -> LocalAirflow:
     """``python``: the interpreter of the Airflow install to run (default: this one).
     ``spark_connect``: the spark tasks run as clients of that server instead of spark-submit.
     ``postgres``: the dev kit's PostgreSQL: it holds Airflow's metadata database (one per home, migrated)
     and is connection ``onceflow_postgres`` (the shop example's payments table). Without it, Airflow's
-    metadata is SQLite, and a warning says so."""
+    metadata is SQLite, and a warning says so. ``celery``: the CeleryExecutor with two workers, that
+    Redis server its broker, instead of the LocalExecutor."""
     python = Path(python) if python else Path(sys.executable)
     if postgres is None:
         log.warning(SQLITE_FALLBACK)
@@ -64,6 +67,7 @@ def onceflow_airflow(
         python=python,
         database=database,
         migrated=database is not None,
+        celery_broker=celery.url() if celery else None,
     )
     airflow.set_connection(
         "onceflow_kafka", {"conn_type": "onceflow_kafka", "extra": kafka.connection_extra()}

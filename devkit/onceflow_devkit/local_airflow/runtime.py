@@ -1,4 +1,5 @@
-"""LocalAirflow: one Airflow home, its CLI, and its three server processes.
+"""LocalAirflow: one Airflow home, its CLI, and its server processes (api-server, scheduler,
+dag-processor; a triggerer and Celery workers when asked).
 
 Runs in the calling process (a test, ``onceflow demo``); everything Airflow
 does happens in subprocesses that get ``env()``.
@@ -9,7 +10,7 @@ Layout of ``home``::
     secrets.json              the home's JWT, session and Fernet keys (mode 0600), see _secrets
     airflow.db                the metadata database when no ``database`` is given (SQLite)
     logs/                     task logs
-    api-server/ scheduler/ dag-processor/
+    api-server/ scheduler/ dag-processor/ (triggerer/ celery-worker-<n>/)
                               one ManagedProcess directory each: pid, port, service.log
     sessions                  session ids of started components (see _sessions)
     dags-test/                full output of every ``dags_test`` call
@@ -63,6 +64,9 @@ TRIGGERER = "triggerer"
 # log server ("serve-logs") would be one more process listening on every
 # interface, for nothing.
 _COMPONENT_ARGS = {"scheduler": ("--skip-serve-logs",)}
+# Celery workers (``celery_broker`` given) are components named celery-worker-<n>.
+CELERY_WORKER = "celery-worker"
+CELERY_EXECUTOR = "airflow.providers.celery.executors.celery_executor.CeleryExecutor"
 _CONN_ID = re.compile(r"^[A-Za-z0-9_]+$")
 _TAIL_LINES = 40
 
@@ -126,10 +130,23 @@ class LocalAirflow:
     database: str | None = field(default=None, repr=False)
     # The database is a copy of a migrated one: migrate() has nothing to do.
     migrated: bool = False
+    # A Celery broker URL (``services.redis``): the CeleryExecutor with ``celery_workers`` workers
+    # instead of the LocalExecutor.
+    celery_broker: str | None = field(default=None, repr=False)
+    celery_workers: int = 2
 
     @property
     def components(self) -> tuple[str, ...]:
-        return (*COMPONENTS, TRIGGERER) if self.triggerer else COMPONENTS
+        workers = tuple(f"{CELERY_WORKER}-{n}" for n in range(1, self.celery_workers + 1)) if self.celery_broker else ()
+        return (*COMPONENTS, *((TRIGGERER,) if self.triggerer else ()), *workers)
+
+    def _argv(self, component: str) -> list[str]:
+        airflow = str(_airflow_cli(self.python))
+        if component.startswith(CELERY_WORKER):
+            # Each worker its own Celery name and PID file (the default PID file is one per home).
+            return [airflow, "celery", "worker", "--celery-hostname", f"{component}@%h", "--skip-serve-logs",
+                    "--pid", str(self.process(component).directory / "celery.pid")]
+        return [airflow, component, *_COMPONENT_ARGS.get(component, ())]
 
     def __post_init__(self) -> None:
         self.home = Path(self.home).resolve()
@@ -206,7 +223,7 @@ class LocalAirflow:
             {
                 "AIRFLOW_HOME": str(self.home),
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database or f"sqlite:///{self.home}/airflow.db",
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__EXECUTOR": CELERY_EXECUTOR if self.celery_broker else "LocalExecutor",
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__PARALLELISM": "4",
                 "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
@@ -237,6 +254,11 @@ class LocalAirflow:
             }
         )
         env.update(self._secrets())
+        if self.celery_broker is not None:
+            env.update({"AIRFLOW__CELERY__BROKER_URL": self.celery_broker,
+                        # Task states come from the metadata database; Celery's results go to Redis too.
+                        "AIRFLOW__CELERY__RESULT_BACKEND": self.celery_broker.rsplit("/", 1)[0] + "/1",
+                        "AIRFLOW__CELERY__WORKER_CONCURRENCY": "4"})
         if self.database is not None:  # Airflow would derive an asyncpg URL, a driver we do not install
             env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = self.database
         if self.plugins_folder is not None:
@@ -387,7 +409,7 @@ class LocalAirflow:
                 remaining = max(deadline - time.monotonic(), 1.0)
                 try:
                     proc.start(
-                        [str(_airflow_cli(self.python)), component, *_COMPONENT_ARGS.get(component, ())],
+                        self._argv(component),
                         port={"api-server": self.api_port, "scheduler": self.log_server_port}.get(component, 0),
                         ready=self._recording_session(proc, api.health if component == "api-server" else None),
                         env=env,

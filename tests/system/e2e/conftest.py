@@ -107,11 +107,13 @@ def broker_with_topics():
         proc.stop(grace=2)
 
 
-def make_world(broker, root, postgres, extra_env=None, spark_connect=None) -> ClickstreamWorld:
+def make_world(broker, root, postgres, extra_env=None, spark_connect=None, celery=None) -> ClickstreamWorld:
     """The clickstream DAG in an Airflow home under ``root`` (its metadata database on ``postgres``),
-    on a local warehouse. ``spark_connect``: a Spark Connect server the spark tasks use instead of spark-submit."""
+    on a local warehouse. ``spark_connect``: a Spark Connect server the spark tasks use instead of
+    spark-submit; ``celery``: a Redis server, the broker of a CeleryExecutor with two workers."""
     warehouse = f"file://{root}/warehouse"
     airflow = onceflow_airflow(root / "airflow", broker, warehouse, spark_connect=spark_connect, postgres=postgres,
+                               celery=celery,
                                extra_env={"ONCEFLOW_SCHEDULE": "none", **(extra_env or {})})
     airflow.migrate()
     return ClickstreamWorld(broker, warehouse, airflow)

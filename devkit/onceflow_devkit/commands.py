@@ -92,7 +92,7 @@ def _chaos(args: argparse.Namespace) -> int:
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (lambda text: print(text, flush=True))
     results = run_matrix(args.batches, args.seed, brokers, warehouses, say=say,
                          records_per_partition=args.records_per_partition, mode=args.mode, spark=args.spark,
-                         kinds=args.kinds)
+                         executor=args.executor, kinds=args.kinds)
     total = combined(results)
     if args.json:
         print(json.dumps(total, indent=2))
@@ -158,6 +158,8 @@ def add_commands(sub) -> None:
     chaos.add_argument("--spark", choices=["submit", "connect"], default="submit",
                        help="submit: spark-submit per batch; connect: the spark tasks are clients of one Spark Connect "
                        "server, which the run also kills and restarts")
+    chaos.add_argument("--executor", choices=["local", "celery"], default="local",
+                       help="Airflow's executor: local (LocalExecutor), or celery (two Celery workers, a Redis broker)")
     chaos.add_argument("--kinds", type=_kinds, help="only these fault kinds, comma-separated (default: every kind the "
                        f"options allow): {', '.join(ALL_KINDS)}")
     chaos.add_argument("--json", action="store_true", help="figures as JSON on stdout (progress on stderr)")

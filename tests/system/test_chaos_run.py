@@ -44,6 +44,18 @@ def test_a_bounded_chaos_run_on_apache_kafka_and_files_loses_and_duplicates_noth
 
 
 @pytest.mark.chaos
+@pytest.mark.slow  # 4 min; make test's Celery test is tests/system/e2e/test_celery_executor.py
+@pytest.mark.timeout(1800)
+def test_a_bounded_chaos_run_on_the_celery_executor_loses_and_duplicates_nothing():
+    # Task processes are the Celery workers' children here: a lost worker (every task process of the run
+    # and all it started), a killed Spark Connect client, a crashed fault point, two runs of the DAG at once.
+    kinds = (schedule.LOSE_WORKER, schedule.KILL_CONNECT_CLIENT, schedule.POINT_CRASH, schedule.TWO_RUNS_AT_ONCE)
+    figures = run_chaos(ChaosOptions(4, seed=8, broker="apache", warehouse="file", kinds=kinds, spark="connect",
+                                     executor="celery", records_per_partition=50, home=chaos_home()))
+    _assert_exactly_once(figures, min_faulted=3)
+
+
+@pytest.mark.chaos
 @pytest.mark.timeout(1800)  # ~2 min on 2 idle cores
 def test_a_bounded_chaos_run_in_spark_connect_mode_loses_and_duplicates_nothing():
     # The spark tasks are clients of one Spark Connect server: a killed client, a server killed with

@@ -55,6 +55,7 @@ class ChaosFigures:
     sequence: list[Fault]
     mode: str = "offsets"  # "backfill": faulted runs of the hourly interval pipeline, drained by a backfill
     spark: str = "submit"  # "connect": the spark tasks were clients of a Spark Connect server
+    executor: str = "local"  # "celery": Airflow's Celery executor, two workers
     kinds: tuple[str, ...] | None = None  # the kinds asked for with --kinds (None: every kind the options allow)
     commit: str = "unknown"  # the code the run ran on (runner.code_commit)
     runs: list[BatchRun] = field(default_factory=list)
@@ -100,6 +101,7 @@ class ChaosFigures:
             f"onceflow chaos --batches {len(self.sequence)} --seed {self.seed} --broker {self.broker} "
             f"--warehouse {self.warehouse}" + (f" --mode {self.mode}" if self.mode != "offsets" else "")
             + (f" --spark {self.spark}" if self.spark != "submit" else "")
+            + (f" --executor {self.executor}" if self.executor != "local" else "")
             + (f" --kinds {','.join(self.kinds)}" if self.kinds else "")
         )
 
@@ -111,6 +113,7 @@ class ChaosFigures:
             "warehouse": self.warehouse,
             "mode": self.mode,
             "spark": self.spark,
+            "executor": self.executor,
             "seed": self.seed,
             "batches_run": len(self.runs),
             "faulted_batches": self.faulted_batches,
@@ -143,7 +146,7 @@ class ChaosFigures:
 
     def summary(self) -> str:
         lines = [
-            f"chaos {self.broker} / {self.warehouse} / {self.mode} / spark {self.spark} (seed {self.seed}, code {self.commit}): "
+            f"chaos {self.broker} / {self.warehouse} / {self.mode} / spark {self.spark} / {self.executor} executor (seed {self.seed}, code {self.commit}): "
             f"{'OK' if self.ok else 'FAILED'} in {self.wall_time_s:.0f} s",
             f"  batches run {len(self.runs)}, faulted {self.faulted_batches}; drain runs {self.drain_runs}",
             f"  faults injected {self.injected_by_kind}",

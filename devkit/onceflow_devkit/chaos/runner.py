@@ -45,6 +45,8 @@ from onceflow_devkit.chaos.injectors import Injection, RunTarget, inject, oversi
 DAG_ID = "clickstream_exactly_once"
 HOURLY_DAG_ID = "clickstream_hourly"
 MODES = ("offsets", "backfill")
+# Airflow's executor in the run: the LocalExecutor, or Celery with two workers and a Redis broker.
+EXECUTORS = ("local", "celery")
 HOUR_MS = 3_600_000
 WAREHOUSES = ("file", "s3")
 # A bucket per broker: an S3 warehouse's embedded Iceberg catalog is found by the warehouse's URI
@@ -74,6 +76,7 @@ class ChaosOptions:
     home: Path | None = None
     mode: str = "offsets"              # or "backfill" (see the module doc)
     spark: str = "submit"              # or "connect": the spark tasks are clients of one Spark Connect server
+    executor: str = "local"            # or "celery": two Celery workers, Redis their broker
 
     def possible_kinds(self, warehouse_on_s3: bool) -> tuple[str, ...]:
         from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, CAPABILITIES, CLUSTER, TXN_TIMEOUT_ABORTS
@@ -99,6 +102,8 @@ class ChaosOptions:
             raise ConfigurationError(f"--broker {self.broker!r}: choose one of {', '.join(STACK_BROKERS)}")
         if self.mode not in MODES:
             raise ConfigurationError(f"--mode {self.mode!r}: choose one of {', '.join(MODES)}")
+        if self.executor not in EXECUTORS:
+            raise ConfigurationError(f"--executor {self.executor!r}: choose one of {', '.join(EXECUTORS)}")
         if self.spark not in schedule.SPARK_MODES:
             raise ConfigurationError(f"--spark {self.spark!r}: choose one of {', '.join(schedule.SPARK_MODES)}")
         impossible = set(self.kinds or ()) - set(self.possible_kinds(True))
@@ -178,6 +183,7 @@ class _Run:
         self.stack = None
         self.airflow = None
         self.spark_server = None
+        self.redis = None  # the Celery broker's process (--executor celery)
         self._home_lock = None
         self.oversized_at: dict[int, tuple[int, int]] = {}  # faulted run n -> where its oversized record is
         self.backfill = options.mode == "backfill"
@@ -236,6 +242,7 @@ class _Run:
             extra_env={"ONCEFLOW_SCHEDULE": "none", "CLICKSTREAM_TRANSACTION_TIMEOUT_MS": str(options.transaction_timeout_ms),
                        **injection},
             spark_connect=self.spark_server.server if self.spark_server else None, postgres=info.postgres,
+            celery=self._start_celery_broker(),
         )
         self.airflow.migrate()
         self.airflow.start(timeout=300)
@@ -293,9 +300,20 @@ class _Run:
             raise ConfigurationError(f"another chaos run is using {self.home} (same --broker and --warehouse): "
                                      "wait for it to end, or run another combination beside it") from None
 
+    def _start_celery_broker(self):
+        if self.options.executor != "celery":
+            return None
+        from onceflow_devkit.services.process import ManagedProcess, pick_port
+        from onceflow_devkit.services.redis import start_redis
+
+        self.redis = ManagedProcess("redis", self.home / "redis").reset()
+        return start_redis(self.redis, port=pick_port(None))  # runs side by side: never the usual port
+
     def down(self) -> None:
         if self.airflow is not None:
             self.airflow.stop()
+        if self.redis is not None:
+            self.redis.stop(grace=5)
         if self.spark_server is not None:
             self.spark_server.stop()
         if self.proxy is not None:
@@ -354,12 +372,13 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
     kinds = options.kinds or options.possible_kinds(options.warehouse == "s3")
     sequence = schedule.fault_sequence(options.seed, options.batches, kinds)
     figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark,
-                           kinds=options.kinds, commit=code_commit())
+                           executor=options.executor, kinds=options.kinds, commit=code_commit())
     world = _Run(options, say)
     try:
         world.up()
         figures.records_in = world.produce_input(sequence)
-        say(f"[chaos]   {options.broker} / {world.warehouse} / spark {options.spark}: {figures.records_in} input records, "
+        say(f"[chaos]   {options.broker} / {world.warehouse} / spark {options.spark} / {options.executor} executor: "
+            f"{figures.records_in} input records, "
             f"{options.batches} faulted batches, seed {options.seed}; state in {world.home}")
         with world.airflow.api() as api:
             api.wait_for_dag(world.dag_id, timeout=300)

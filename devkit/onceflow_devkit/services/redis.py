@@ -52,6 +52,8 @@ def start_redis(proc: ManagedProcess, die_with_parent: bool = False, port: int |
     fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(f'bind 127.0.0.1\nport {port}\nrequirepass "{server.password}"\nsave ""\nappendonly no\n'
-                  f"dir {proc.data_dir}\ndaemonize no\nprotected-mode yes\n")
+                  f"dir {proc.data_dir}\ndaemonize no\nprotected-mode yes\n"
+                  # Redis writes its process title over its environment, where ManagedProcess finds its marker.
+                  "set-proc-title no\n")
     proc.start([binary, str(config)], port=port, ready=server.ping, timeout=30, die_with_parent=die_with_parent)
     return server

@@ -20,8 +20,11 @@ def test_the_broker_answers_only_with_its_password_kept_in_a_private_file(tmp_pa
             conn.sendall(b"PING\r\n")
             assert conn.recv(128).startswith(b"-NOAUTH")
         assert server.ping()
-        assert not any(server.password in part for part in psutil.Process(proc.running_pid()).cmdline())
+        pid = proc.running_pid()
+        assert pid is not None  # found again by its marker, so stop() can end it
+        assert not any(server.password in part for part in psutil.Process(pid).cmdline())
         assert stat.S_IMODE((proc.directory / "redis.conf").stat().st_mode) == 0o600
         assert server.password not in repr(server)
     finally:
         proc.stop(grace=2)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

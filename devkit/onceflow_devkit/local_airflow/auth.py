@@ -17,6 +17,8 @@ from typing import Mapping
 
 from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
 
+from onceflow_devkit.services.process import write_private
+
 DENIED_VAR = "ONCEFLOW_DEVKIT_DENIED_DAGS"  # JSON: {"user": ["dag_id", ...]}
 
 
@@ -33,8 +35,7 @@ def auth_env(home: Path, users: Mapping[str, tuple[str, str]], denied: Mapping[s
     (viewer, user, op, admin). The passwords file is written under ``home``."""
     home.mkdir(parents=True, exist_ok=True)
     passwords = home / "simple_auth_manager_passwords.json"
-    passwords.write_text(json.dumps({name: password for name, (_role, password) in users.items()}))
-    passwords.chmod(0o600)
+    write_private(passwords, json.dumps({name: password for name, (_role, password) in users.items()}))
     return {
         "AIRFLOW__CORE__AUTH_MANAGER": f"{__name__}.{DagDenyingAuthManager.__name__}",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",

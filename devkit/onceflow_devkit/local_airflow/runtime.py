@@ -49,7 +49,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Mapping
 
-from onceflow_devkit.services.process import MARKER_VAR, _die_with_parent, pick_port
+from onceflow_devkit.services.process import MARKER_VAR, _die_with_parent, pick_port, write_private
 from onceflow_devkit.local_airflow.errors import AirflowHarnessError
 from onceflow_devkit.local_airflow.metadata import MetadataDb, RunStates
 from onceflow_devkit.local_airflow.processes import AirflowProcess, stray_processes
@@ -204,10 +204,7 @@ class LocalAirflow:
             keys = {"AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
                     "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
                     "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode()}
-            fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as out:
-                json.dump(keys, out)
-            os.replace(path.with_suffix(".tmp"), path)
+            write_private(path, json.dumps(keys))
         return json.loads(path.read_text())
 
     def env(self) -> dict[str, str]:

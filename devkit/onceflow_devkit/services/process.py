@@ -41,6 +41,17 @@ class ServiceError(CommandError, RuntimeError):
     """A service could not be started or did not become ready."""
 
 
+def write_private(path: Path, text: str) -> None:
+    """``text`` into ``path``, readable by its owner only from its first byte, whole or not at all: it
+    holds a secret (keys, a password). A file already there is replaced, whatever its mode was."""
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staging.unlink(missing_ok=True)
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.replace(staging, path)
+
+
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -6,12 +6,11 @@ password, kept in its configuration file (mode 0600), never on its command line.
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 from dataclasses import dataclass, field
 
-from onceflow_devkit.services.process import ManagedProcess, ServiceError, pick_port
+from onceflow_devkit.services.process import ManagedProcess, ServiceError, pick_port, write_private
 
 DEFAULT_PORT = 56379
 PASSWORD = "onceflow-redis-secret"  # the embedded stack's; never a production credential
@@ -49,9 +48,7 @@ def start_redis(proc: ManagedProcess, die_with_parent: bool = False, port: int |
     server = RedisServer("127.0.0.1", port)
     proc.directory.mkdir(parents=True, exist_ok=True)
     config = proc.directory / "redis.conf"
-    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(f'bind 127.0.0.1\nport {port}\nrequirepass "{server.password}"\nsave ""\nappendonly no\n'
+    write_private(config, f'bind 127.0.0.1\nport {port}\nrequirepass "{server.password}"\nsave ""\nappendonly no\n'
                   f"dir {proc.data_dir}\ndaemonize no\nprotected-mode yes\n"
                   # Redis writes its process title over its environment, where ManagedProcess finds its marker.
                   "set-proc-title no\n")

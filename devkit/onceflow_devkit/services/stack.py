@@ -19,7 +19,7 @@ from pathlib import Path
 from onceflow_devkit.services.apache_kafka import ApacheCluster
 from onceflow_devkit.services.kafka_broker import CLUSTER, DEFAULT_BROKER, STACK_BROKERS, KafkaBroker, start_broker
 from onceflow_devkit.services.postgres import PostgresServer, postgres_bin, start_postgres
-from onceflow_devkit.services.process import ManagedProcess, ServiceError, pick_port
+from onceflow_devkit.services.process import ManagedProcess, ServiceError, pick_port, write_private
 from onceflow_devkit.services.s3 import S3Endpoint, start_moto
 
 
@@ -130,8 +130,8 @@ class EmbeddedStack:
         kafka = start_broker(broker, self.kafka_proc, s3=s3, die_with_parent=self.die_with_parent, port=self._port())
         info = StackInfo(kafka, s3, self._start_postgres())
         # Both hold the embedded services' keys: readable by their owner only.
-        _write_private(self.info_file, info.to_json())
-        _write_private(self.env_file, "".join(f"{k}={shlex.quote(v)}\n" for k, v in info.env().items()))
+        write_private(self.info_file, info.to_json())
+        write_private(self.env_file, "".join(f"{k}={shlex.quote(v)}\n" for k, v in info.env().items()))
         return info
 
     def _start_postgres(self) -> PostgresServer | None:
@@ -179,13 +179,6 @@ class EmbeddedStack:
             {"service": p.name, "pid": p.running_pid(), "port": p.port(), "log": str(p.log_file)}
             for p in (self.s3_proc, *(cluster.procs if cluster else (self.kafka_proc,)), self.postgres_proc)
         ]
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.unlink(missing_ok=True)  # a file left by an older stack may be readable by others
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
 
 
 def environment_broker() -> KafkaBroker:

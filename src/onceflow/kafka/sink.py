@@ -44,6 +44,7 @@ from .profiles import PROFILES, BrokerProfile
 from .txn_protocol import (
     Action,
     CoordinatorView,
+    CoordinatorViews,
     EndTxnReply,
     TransactionState,
     describe_transactions,
@@ -323,16 +324,17 @@ class KafkaSinkParticipant(Participant):
         waiting = {h.transactional_id: h for h in handles}
         deadline = time.monotonic() + self.timeout_s
         pause = 0.005
-        while waiting:
-            views = describe_transactions(self.config, list(waiting), max(deadline - time.monotonic(), 0.1))
-            for txn_id, h in list(waiting.items()):
-                last[txn_id] = _recorded_state(views, h)
-                if last[txn_id] is not TransactionState.PREPARE_COMMIT:
-                    del waiting[txn_id]
-            if not waiting or time.monotonic() + pause > deadline:
-                break
-            time.sleep(pause)
-            pause = min(pause * 2, 0.25)
+        with CoordinatorViews(self.config, self.timeout_s) as coordinators:
+            while waiting:
+                views = coordinators.describe(list(waiting), max(deadline - time.monotonic(), 0.1))
+                for txn_id, h in list(waiting.items()):
+                    last[txn_id] = _recorded_state(views, h)
+                    if last[txn_id] is not TransactionState.PREPARE_COMMIT:
+                        del waiting[txn_id]
+                if not waiting or time.monotonic() + pause > deadline:
+                    break
+                time.sleep(pause)
+                pause = min(pause * 2, 0.25)
         return last
 
     def _end_txns(self, handles: Sequence[TxnHandle], commit: bool) -> list[EndTxnReply]:

@@ -231,22 +231,38 @@ class CoordinatorView:
         return f"{self.state.value} (producer id {self.producer_id}, epoch {self.producer_epoch})"
 
 
-def describe_transactions(config: Mapping[str, Any], transactional_ids: Sequence[str],
-                          timeout_s: float = 30.0) -> dict[str, CoordinatorView]:
-    """Each id's coordinator's view of its latest transaction, asking each coordinator once for
-    all its ids; RETRY answers are asked again until ``timeout_s``.
+class CoordinatorViews:
+    """Asks transactions' coordinators where each stands, over one client kept open across calls
+    (a commit polls until PrepareCommit ends: a new client per poll paid a bootstrap and version
+    probe every time)."""
 
-    An id missing from the answer could not be described (no coordinator in
-    time, or an error that is not transient, such as a missing DESCRIBE
-    permission on the transactional id): the caller reads the data instead.
-    """
-    views: dict[str, CoordinatorView] = {}
-    wanted = list(dict.fromkeys(transactional_ids))
-    deadline = time.monotonic() + timeout_s
-    timeout_ms = int(min(timeout_s, 30) * 1000)
-    backoff = 0.02
-    client = KafkaNetClient(**kafka_python_config(config), request_timeout_ms=timeout_ms)
-    try:
+    def __init__(self, config: Mapping[str, Any], request_timeout_s: float = 30.0) -> None:
+        self._timeout_ms = int(min(request_timeout_s, 30) * 1000)
+        self._client = KafkaNetClient(**kafka_python_config(config), request_timeout_ms=self._timeout_ms)
+
+    def __enter__(self) -> "CoordinatorViews":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def describe(self, transactional_ids: Sequence[str], timeout_s: float = 30.0) -> dict[str, CoordinatorView]:
+        """Each id's coordinator's view of its latest transaction, asking each coordinator once for
+        all its ids; RETRY answers are asked again until ``timeout_s``.
+
+        An id missing from the answer could not be described (no coordinator in
+        time, or an error that is not transient, such as a missing DESCRIBE
+        permission on the transactional id): the caller reads the data instead.
+        """
+        views: dict[str, CoordinatorView] = {}
+        wanted = list(dict.fromkeys(transactional_ids))
+        deadline = time.monotonic() + timeout_s
+        timeout_ms = min(self._timeout_ms, max(int(timeout_s * 1000), 100))
+        backoff = 0.02
+        client = self._client
         while wanted:
             retry: list[str] = []
             try:
@@ -275,9 +291,14 @@ def describe_transactions(config: Mapping[str, Any], transactional_ids: Sequence
                 return views
             time.sleep(backoff)
             backoff = min(backoff * 2, 0.5)
-    finally:
-        client.close()
-    return views
+        return views
+
+
+def describe_transactions(config: Mapping[str, Any], transactional_ids: Sequence[str],
+                          timeout_s: float = 30.0) -> dict[str, CoordinatorView]:
+    """One question to the coordinators (``CoordinatorViews.describe``) on a client of its own."""
+    with CoordinatorViews(config, timeout_s) as coordinators:
+        return coordinators.describe(transactional_ids, timeout_s)
 
 
 def _skip_or_retry(transactional_id: str, error_code: int, retry: list[str]) -> None:

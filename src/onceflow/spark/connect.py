@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -141,13 +142,30 @@ def join_session(connection_url: str, code_zips: Sequence[str]):
                        "that sessions outlive the time between batches")
 
 
-def close_client(spark) -> None:
+# How long closing a client may take before it is left behind (see close_client).
+CLOSE_TIMEOUT_S = 10.0
+
+
+def close_client(spark, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
     """Close the connection, never the session (the next batch joins it). Now rather than at
     interpreter exit, where gRPC's channel close can wait forever (seen after a failed job).
     ``stop()`` without releasing also forgets it as the process's active and default session:
     otherwise the next session this process joins is neither, and a transform's
-    ``F.udf(f, "string")`` (its DDL is parsed with the active session) fails."""
+    ``F.udf(f, "string")`` (its DDL is parsed with the active session) fails.
+
+    gRPC's close waits for every stream of the channel to end, and a stream cut short by a
+    timeout raised in the task (Airflow's execution_timeout) may never end: a chaos run's task
+    hung there for good, "running", its attempt already failed. So the channel is closed in a
+    thread of its own, and one that outlasts ``timeout_s`` is left behind with a warning; the
+    active session is thread-local, so ``stop()`` itself runs here, on the closed client."""
     spark.release_session_on_close = False
+    closer = threading.Thread(target=spark.client.close, name="onceflow-spark-connect-close", daemon=True)
+    closer.start()
+    closer.join(timeout_s)
+    if closer.is_alive():
+        log.warning("the Spark Connect client did not close within %.0f s (gRPC waits for a stream that was cut "
+                    "short); it is left to the process's exit", timeout_s)
+        return
     spark.stop()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import types
 
 import pytest
@@ -13,6 +14,7 @@ class _Session:
     """What run() asks of a joined session, recorded."""
 
     session_id = "s-1"
+    client = types.SimpleNamespace(close=lambda: None)
 
     def __init__(self):
         self.calls = []
@@ -46,3 +48,20 @@ def test_a_job_stopped_while_it_joins_its_session_starts_no_query(monkeypatch):
     with pytest.raises(connect.JobStopped, match="before the job's first query"):
         job.run()
     assert session.calls == ["addTag", "interruptTag", "removeTag", "stop"] and not job.running
+
+
+def test_a_client_close_that_never_returns_is_left_behind_not_waited_for(caplog):
+    # gRPC's channel close waits for streams to end; one cut short by a task timeout may never end
+    release = threading.Event()
+
+    class _Hanging(_Session):
+        client = types.SimpleNamespace(close=release.wait)
+
+    session = _Hanging()
+    try:
+        connect.close_client(session, timeout_s=0.2)
+    finally:
+        release.set()
+    assert session.release_session_on_close is False  # the next batch joins the session
+    assert "did not close within" in caplog.text
+    assert "stop" not in session.calls  # it would wait on the same channel

@@ -10,6 +10,10 @@ reported as the median:
    commit) against onceflow's pre-commit (TransactionalSplitWriter with its
    staged copy) plus commit from the handle (KafkaSinkParticipant.commit:
    EndTxn from another client, then verification by reading).
+   The delivery guarantees side by side: a plain idempotent producer without a
+   transaction (acks=all) against onceflow's at_least_once and none outputs
+   (DirectSplitWriter: no transaction, no staged copy; none with acks=1), and
+   exactly_once against that same plain producer: the price of each guarantee.
 2. read: a plain read_committed consumer (assign, consume to the end,
    touch each value; and once more keeping key, value, headers, offset and
    timestamp of each record in a list) against ``RangeReader.read`` over
@@ -39,6 +43,7 @@ fields on both sides: values only).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import tempfile
@@ -55,7 +60,8 @@ from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.reader import FIELDS, RangeReader
 from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
 from onceflow.kafka.headers import record_headers
-from onceflow.kafka.writer import TransactionalSplitWriter, staged_uri
+from onceflow.kafka.writer import DirectSplitWriter, TransactionalSplitWriter, staged_uri
+from onceflow.protocol.plan import AT_LEAST_ONCE, EXACTLY_ONCE, NO_GUARANTEE
 from onceflow.protocol.participant import Vote
 from onceflow.protocol.plan import OffsetRange
 
@@ -157,11 +163,35 @@ def wait_until_readable(config: dict, topic: str, last: dict[int, int], timeout_
     consumer.close()
 
 
-def onceflow_write(config: dict, topic: str, batch: pa.RecordBatch, staging: str) -> tuple[float, float, float]:
-    """Seconds for pre-commit + commit, of that the commit alone, and the heap work left (``charge_freed_records``)."""
+def raw_plain_write(config: dict, topic: str, batch: pa.RecordBatch) -> float:
+    """Seconds until an idempotent producer without a transaction (acks=all) flushed the same records:
+    what an at_least_once output's job does, by hand."""
+    started = time.perf_counter()
+    keys = batch.column("key").to_pylist()
+    values = batch.column("value").to_pylist()
+    headers = record_headers("0000000001", 0, "onceflow.bench.out.0")
+    producer = Producer({**config, "enable.idempotence": True, "acks": "all", **PRODUCER_TUNING})
+    produce, poll = producer.produce, producer.poll
+    for k, v in zip(keys, values):
+        while True:
+            try:
+                produce(topic, v, k, headers=headers)
+                break
+            except BufferError:
+                poll(0.05)
+    if producer.flush(60):
+        raise SystemExit("raw plain write: records still undelivered after 60 s")
+    charge_freed_records()
+    return time.perf_counter() - started
+
+
+def onceflow_write(config: dict, topic: str, batch: pa.RecordBatch, staging: str,
+                   guarantee: str = EXACTLY_ONCE) -> tuple[float, float, float]:
+    """Seconds for pre-commit + commit, of that the commit alone, and the heap work left (``charge_freed_records``).
+    Another ``guarantee`` than exactly_once writes with ``DirectSplitWriter`` (no transaction, nothing staged)."""
     pipeline = f"bench-{uuid.uuid4().hex[:6]}"
     started = time.perf_counter()
-    writer = TransactionalSplitWriter(
+    writer = (TransactionalSplitWriter if guarantee == EXACTLY_ONCE else functools.partial(DirectSplitWriter, guarantee=guarantee))(
         config, pipeline, "out", "0000000001", 0, topic, staged_uri(staging, pipeline, "out", "0000000001", 0, 0),
     )
     writer.begin()
@@ -237,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.partitions} partitions, {args.rounds} rounds")
     batch = make_batch(args.records, args.value_bytes)
     write_raw, write_raw_readable, write_of, commit_of, freed_raw, freed_of = [], [], [], [], [], []
+    write_raw_plain, write_at_least_once, write_none = [], [], []
     read_raw, read_raw_all, read_of, read_of_value, read_of_parallel = [], [], [], [], []
     with tempfile.TemporaryDirectory() as staging:
         for _ in range(args.rounds):
@@ -250,6 +281,11 @@ def main(argv: list[str] | None = None) -> int:
             write_of.append(total)
             commit_of.append(commit)
             freed_of.append(freed)
+            weaker = create_topic(config, args.partitions)
+            write_raw_plain.append(raw_plain_write(config, weaker, batch))
+            write_at_least_once.append(onceflow_write(config, weaker, batch, staging, AT_LEAST_ONCE)[0])
+            write_none.append(onceflow_write(config, weaker, batch, staging, NO_GUARANTEE)[0])
+            delete_topics(config, [weaker])
             with KafkaOffsetSource(config) as source:
                 stable = source.last_stable_offsets(source.partitions([topic]))
                 ranges = [OffsetRange(topic, tp.partition, 0, end) for tp, end in stable.items()]
@@ -277,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
         ("write: onceflow pre-commit + commit", rate(write_of), rate(write_of) / rate(write_raw)),
         ("write: raw producer until readable", rate(write_raw_readable), None),
         ("write: onceflow vs raw until readable", rate(write_of), rate(write_of) / rate(write_raw_readable)),
+        ("write: raw idempotent producer, no txn", rate(write_raw_plain), None),
+        ("write: onceflow at_least_once", rate(write_at_least_once), rate(write_at_least_once) / rate(write_raw_plain)),
+        ("write: onceflow none (acks=1)", rate(write_none), rate(write_none) / rate(write_raw_plain)),
+        ("write: onceflow exactly_once vs no txn", rate(write_of), rate(write_of) / rate(write_raw_plain)),
         ("read: raw read_committed consumer", rate(read_raw), None),
         ("read: onceflow read_range, value only", rate(read_of_value), rate(read_of_value) / rate(read_raw)),
         ("read: value only, a reader per range", rate(read_of_parallel), rate(read_of_parallel) / rate(read_raw)),

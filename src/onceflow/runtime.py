@@ -138,7 +138,7 @@ class PipelineRuntime:
         """The planner's configuration: the spec's, with what this run asked for (validated ``RunInputs``)."""
         inputs = inputs or RunInputs()
         max_records = inputs.max_records_per_partition or self.spec.max_records_per_partition
-        sinks = tuple(SinkPlan(s.name, s.kind, s.splits) for s in self.spec.sinks)
+        sinks = tuple(SinkPlan(s.name, s.kind, s.splits, guarantee=s.guarantee) for s in self.spec.sinks)
         return PlanConfig(
             topics=self.spec.topics,
             sinks=sinks,

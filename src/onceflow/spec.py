@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 from .names import check_name
 from .settings import ConfigurationError
 from .kafka.lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
+from .protocol.plan import EXACTLY_ONCE, GUARANTEES
 from .sinks import kinds, sink_kind
 
 # The built-in sink kinds (onceflow.sinks has what each does).
@@ -71,6 +72,10 @@ class SinkSpec:
     # The kind's own settings (JSON values), checked by the kind (``SinkKind.check_options``), e.g. a
     # kafka sink's {"partitioner": "murmur2"}. They travel to Spark with the spec: never a secret here.
     options: Mapping[str, Any] = field(default_factory=dict)
+    # The delivery guarantee (``onceflow.sinks.api.GUARANTEES``): "exactly_once" (two-phase), or, where the
+    # kind offers them, "at_least_once" (no transaction: replays may write copies, for consumers that
+    # deduplicate) and "none" (a replay or retry never writes: records may be lost, never copied).
+    guarantee: str = EXACTLY_ONCE
 
     def __post_init__(self) -> None:
         check_name("sink name", self.name)
@@ -88,6 +93,11 @@ class SinkSpec:
         if stray:
             raise ConfigurationError(f"sink {self.name!r}: {', '.join(stray)} is not a setting of a {self.kind} sink "
                                      f"(it reads {', '.join(kind.fields) or 'none of ' + ', '.join(KIND_FIELDS)}): remove it")
+        if self.guarantee not in kind.guarantees:
+            offered = ", ".join(map(repr, kind.guarantees))
+            raise ConfigurationError(f"sink {self.name!r}: guarantee {self.guarantee!r} is not one a {self.kind} sink "
+                                     f"offers: use {offered}" + ("" if self.guarantee in GUARANTEES else
+                                                                  f" ({', '.join(GUARANTEES)} exist)"))
         kind.check_options(self)
 
 

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .protocol.batch_id import BatchId
+from .protocol.plan import EXACTLY_ONCE
 
 # Stages of a batch, as (name, from timing, to timing) of BatchStatus.timings.
 STAGES = (
@@ -45,6 +46,8 @@ def batch_row(status) -> dict[str, Any]:
         # A plan of the old format: run parameters it carried that were not taken as facts.
         "disbelieved": dict(status.plan.disbelieved),
         "attempt": status.attempt,
+        # Outputs planned with a weaker guarantee than exactly_once (plans record each output's).
+        "guarantees": {s.name: s.guarantee for s in status.plan.sinks if s.guarantee != EXACTLY_ONCE},
         "votes": {name: vote.records for name, vote in status.votes.items()},
         "withheld": {name: vote.withheld for name, vote in status.votes.items() if vote.withheld},
         "missing_votes": list(status.missing_votes),
@@ -94,6 +97,9 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         if r.get("withheld"):
             lines.append(f"{'':<11} withheld (too large for the topic; in _onceflow/<pipeline>/withheld/): "
                          + ", ".join(f"{name} {n}" for name, n in r["withheld"].items()))
+        if r.get("guarantees"):
+            lines.append(f"{'':<11} guarantees: " + ", ".join(f"{name} {g}" for name, g in r["guarantees"].items())
+                         + " (written by the job, without a transaction)")
         if r["votes"] or r["missing_votes"]:
             lines.append(f"{'':<11} votes: {r['votes']}" + (f"; missing {r['missing_votes']}" if r["missing_votes"] else ""))
     return "\n".join(lines)

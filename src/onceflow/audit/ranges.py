@@ -28,6 +28,13 @@ def accounted_plans(coordinator) -> tuple[list[tuple[Plan, Any]], list[Plan]]:
     return committed, skipped
 
 
+def aborted_batches(coordinator) -> set[str]:
+    """The ids of the batches the ledger shows aborted: rows an output of a weaker guarantee
+    than exactly_once may show under them were written before the abort (a full scan)."""
+    statuses = (coordinator.describe(seq) for seq in range(1, coordinator.latest_seq() + 1))
+    return {s.plan.batch_id for s in statuses if s.state is BatchState.ABORTED}
+
+
 def committed_plans(coordinator) -> list[tuple[Plan, Any]]:
     """(plan, status) of every committed batch, oldest first (a full scan: tooling only)."""
     return accounted_plans(coordinator)[0]

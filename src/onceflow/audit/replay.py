@@ -18,6 +18,10 @@ ignored columns):
   batch's, an edited row), and, in a full audit, rows of batches that never
   committed.
 
+An output whose guarantee is weaker than exactly_once (``SinkSpec.guarantee``) is held to
+its own promise: at_least_once fails only on missing rows, none only on copies; what each
+may show (duplicates, missing rows, rows written under a batch later aborted) is counted.
+
 Plus each output's findings (a manifest naming a file that is gone, a file no
 manifest lists) and the committed ranges' gaps and overlaps (I1, I8).
 
@@ -44,7 +48,8 @@ from typing import Any, Sequence
 
 from ..settings import ConfigurationError
 from ..sinks import AuditScope, sink_kind
-from .ranges import accounted_plans, contiguity_errors, replaced_batches
+from ..protocol.plan import AT_LEAST_ONCE, EXACTLY_ONCE, NO_GUARANTEE
+from .ranges import aborted_batches, accounted_plans, contiguity_errors, replaced_batches
 
 
 @dataclass
@@ -59,9 +64,21 @@ class BatchDiff:
     missing: int = 0
     unexpected: int = 0
 
+    # Rows under a batch the ledger shows aborted, in an output whose guarantee lets them stay
+    # (written visibly before the abort): counted, not failed.
+    before_abort: int = 0
+    guarantee: str = EXACTLY_ONCE
+
     @property
     def ok(self) -> bool:
-        return not (self.duplicates or self.missing or self.unexpected)
+        """What the output's guarantee promises: at_least_once counts its copies (duplicates, rows
+        written before an abort) and fails only on what is missing; none counts what is missing."""
+        tolerated = TOLERATED[self.guarantee]
+        return not any(getattr(self, what) for what in ("duplicates", "missing", "unexpected") if what not in tolerated)
+
+
+# What an output of each guarantee may show without failing the audit (counted all the same).
+TOLERATED = {EXACTLY_ONCE: (), AT_LEAST_ONCE: ("duplicates",), NO_GUARANTEE: ("missing",)}
 
 
 @dataclass
@@ -72,6 +89,7 @@ class OutputReport:
     findings: list[str] = field(default_factory=list)
     examples: list[str] = field(default_factory=list)
     set_aside: int = 0  # CommittedOutput.set_aside: seen, not compared
+    guarantee: str = EXACTLY_ONCE
 
     def total(self, what: str) -> int:
         return sum(getattr(b, what) for b in self.batches)
@@ -110,9 +128,10 @@ class ReplayReport:
             "replacements_refused": self.replacements_refused,
             "seconds": round(self.seconds, 1),
             "outputs": {
-                name: {"ok": o.ok, "reading": o.reading, "findings": o.findings, "examples": o.examples,
-                       "set_aside": o.set_aside,
-                       **{what: o.total(what) for what in ("expected", "found", "duplicates", "missing", "unexpected")},
+                name: {"ok": o.ok, "guarantee": o.guarantee, "reading": o.reading, "findings": o.findings,
+                       "examples": o.examples, "set_aside": o.set_aside,
+                       **{what: o.total(what) for what in ("expected", "found", "duplicates", "missing", "unexpected",
+                                                           "before_abort")},
                        "batches": [{**asdict(b), "ok": b.ok} for b in o.batches]}
                 for name, o in self.outputs.items()
             },
@@ -125,7 +144,9 @@ class ReplayReport:
         for o in self.outputs.values():
             lines.append(f"  {o.name:<20} {o.total('found'):>8} rows found, {o.total('expected')} replayed  "
                          f"duplicates {o.total('duplicates')}  missing {o.total('missing')}  "
-                         f"unexpected {o.total('unexpected')}")
+                         f"unexpected {o.total('unexpected')}"
+                         + (f"  ({o.guarantee}: {', '.join(TOLERATED[o.guarantee])} counted, not failed; "
+                            f"{o.total('before_abort')} rows written before an abort)" if o.guarantee != EXACTLY_ONCE else ""))
             lines += [f"    batch {b.batch}: {b.found} found, {b.expected} replayed, duplicates {b.duplicates}, "
                       f"missing {b.missing}, unexpected {b.unexpected}" for b in o.batches if not b.ok]
             lines += [f"    finding: {f}" for f in o.findings]
@@ -175,7 +196,7 @@ def _rows(frame, columns: Sequence[str]):
 
 
 def _compare(expected, found, columns: Sequence[str], audited: Sequence[str], report: OutputReport,
-             examples: int) -> None:
+             examples: int, aborted: set[str] = frozenset()) -> None:
     from pyspark.sql import functions as F
 
     want = _rows(expected, columns).groupBy("batch", "row").agg(F.count("*").alias("expected"))
@@ -189,10 +210,15 @@ def _compare(expected, found, columns: Sequence[str], audited: Sequence[str], re
         F.sum(F.when(F.col("expected") == 0, F.col("found")).otherwise(0)).alias("unexpected"),
     ).collect()
     diffs = {r["batch"]: BatchDiff(r["batch"], report.name, *(int(r[k]) for k in
-                                                             ("expected", "found", "duplicates", "missing", "unexpected")))
+                                                             ("expected", "found", "duplicates", "missing", "unexpected")),
+                                   guarantee=report.guarantee)
              for r in per_batch}
+    if report.guarantee != EXACTLY_ONCE:  # rows written visibly before their batch was aborted are allowed
+        for diff in diffs.values():
+            if diff.batch in aborted and not diff.expected:
+                diff.before_abort, diff.unexpected = diff.unexpected, 0
     # Every audited batch is listed, an empty one too; batches outside them only when something is there.
-    report.batches = [diffs.pop(b, BatchDiff(b, report.name)) for b in audited] + sorted(diffs.values(), key=lambda d: d.batch)
+    report.batches = [diffs.pop(b, BatchDiff(b, report.name, guarantee=report.guarantee)) for b in audited] + sorted(diffs.values(), key=lambda d: d.batch)
     if not report.ok:
         for r in rows.filter(F.col("expected") != F.col("found")).orderBy("batch", "row").limit(examples).collect():
             report.examples.append(f"batch {r['batch']}: {r['row'][:300]} replayed {r['expected']}x, found {r['found']}x")
@@ -211,6 +237,7 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
     started = time.monotonic()
     spec, deployment = runtime.spec, runtime.deployment
     committed, skipped = accounted_plans(runtime.coordinator)
+    aborted = aborted_batches(runtime.coordinator) if any(s.guarantee != EXACTLY_ONCE for s in spec.sinks) else set()
     chosen = select(committed, batches, sample, seed)
     register_data_sources(spark, spec)
     committed_parquet.register(spark)
@@ -254,8 +281,10 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
             output = sink_kind(sink.kind).committed_output(spark, sink, spec, deployment, scope)
             found = output.frame if output.frame is not None else spark.createDataFrame([], with_batch)
             columns = [c for c in found.columns if c != "batch" and c not in ignore_columns]
-            report = OutputReport(sink.name, output.reading, findings=list(output.findings), set_aside=output.set_aside)
-            _compare(want.select(*columns, "batch"), found.select(*columns, "batch"), columns, audited, report, examples)
+            report = OutputReport(sink.name, output.reading, findings=list(output.findings), set_aside=output.set_aside,
+                                  guarantee=sink.guarantee)
+            _compare(want.select(*columns, "batch"), found.select(*columns, "batch"), columns, audited, report, examples,
+                     aborted)
             reports[sink.name] = report
     finally:
         for records in inputs:

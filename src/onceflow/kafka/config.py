@@ -57,6 +57,20 @@ def producer_config(source: KafkaCluster | Mapping[str, Any], txn_id: str, **ove
     _refuse(config, "enable.idempotence", {"true", "1"}, "transactions need the idempotent producer")
     _refuse(config, "acks", {"all", "-1"}, "transactions need acks=all")
     config.update({"transactional.id": txn_id, "enable.idempotence": True})
+    return _with_defaults(config, overrides)
+
+
+def direct_producer_config(source: KafkaCluster | Mapping[str, Any], acks_all: bool, **overrides: Any) -> dict[str, Any]:
+    """A producer without a transaction, for outputs of the weaker guarantees: ``acks_all``
+    (at_least_once) waits for every in-sync replica, idempotent; otherwise (none) for the leader."""
+    config = base_config(source)
+    if "transactional.id" in config:
+        raise ConfigurationError("Kafka config sets transactional.id: remove it, onceflow sets it where it is needed")
+    config.update({"enable.idempotence": acks_all, "acks": "all" if acks_all else "1"})
+    return _with_defaults(config, overrides)
+
+
+def _with_defaults(config: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in PRODUCER_DEFAULTS.items():
         config.setdefault(key, value)
     config.update(overrides)

@@ -157,8 +157,8 @@ class KafkaSinkParticipant(Participant):
             if h.withheld and self.storage.size(h.withheld_uri) is None:
                 problems.append(f"{where}: the file of its {h.withheld} withheld records {h.withheld_uri} is missing")
                 continue
-            if not h.partitions:
-                continue
+            if not h.partitions or not h.transactional:
+                continue  # nothing written, or written visibly by the job (a weaker guarantee): nothing to keep open
             age = now_ms - h.first_write_ms
             if age > self.max_vote_age_ms:
                 problems.append(
@@ -174,7 +174,7 @@ class KafkaSinkParticipant(Participant):
             problems += self._not_open(to_observe)
         if problems:
             return Result(Outcome.FAILED, "; ".join(problems))
-        return Result(Outcome.DONE, f"{len(handles_of(vote))} transaction(s) open and young enough")
+        return Result(Outcome.DONE, f"{len(to_observe)} transaction(s) open and young enough")
 
     def _not_open(self, handles: list[TxnHandle]) -> list[str]:
         """A problem for each handle whose transaction is no longer open: as its coordinator reports it
@@ -211,12 +211,18 @@ class KafkaSinkParticipant(Participant):
         it could not write: docs/brokers.md, "Hanging transactions").
         """
         voted = handles_of(vote)
-        handles = [h for h in voted if h.partitions]
-        with Observer(self.config, self.timeout_s) as obs:
-            if self.broker.describes_transactions:
-                results = self._commit_described(obs, handles)
-            else:
-                results = self._commit_read_back(obs, handles)
+        handles = [h for h in voted if h.partitions and h.transactional]
+        results = []
+        if handles:
+            with Observer(self.config, self.timeout_s) as obs:
+                if self.broker.describes_transactions:
+                    results = self._commit_described(obs, handles)
+                else:
+                    results = self._commit_read_back(obs, handles)
+        direct = [h for h in voted if not h.transactional]
+        if direct:
+            results.append(Result(Outcome.ALREADY_DONE, f"{sum(h.records for h in direct)} record(s) written visibly by "
+                                  f"the job ({direct[0].guarantee}: no transaction to end)"))
         if all(r.ok for r in results):  # the batch's records are in the topic: now the ones it could not take
             results += [self._publish_withheld(h) for h in voted if h.withheld]
         return _worst(results) if results else Result(Outcome.ALREADY_DONE, "wrote nothing")
@@ -478,9 +484,12 @@ class KafkaSinkParticipant(Participant):
 
     def abort(self, plan: Plan, votes: Sequence[Vote]) -> Result:
         """End known transactions, fence every id the plan allows, delete staging."""
-        written = [h for vote in votes for h in handles_of(vote) if h.partitions]
+        voted = [h for vote in votes for h in handles_of(vote) if h.partitions]
+        written = [h for h in voted if h.transactional]
         replies = self._end_txns(written, commit=False)
         details = [f"{h.transactional_id}: EndTxn(abort) {reply.error_name}" for h, reply in zip(written, replies)]
+        details += [f"split {h.split}: {h.records} record(s) stay visible ({h.guarantee}: written without a transaction)"
+                    for h in voted if not h.transactional]
         try:
             ids = plan.sink(self.name).transactional_ids
         except KeyError as exc:

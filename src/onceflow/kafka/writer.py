@@ -51,7 +51,8 @@ from .. import faults
 from ..layout import kafka_staging_dir
 from ..protocol.batch_id import BatchId
 from ..storage import Storage, storage_for
-from .config import producer_config
+from ..protocol.plan import AT_LEAST_ONCE, EXACTLY_ONCE
+from .config import direct_producer_config, producer_config
 from .ids import transactional_id
 from .lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
 from .partitioners import DEFAULT as DEFAULT_PARTITIONER, partition_function
@@ -120,6 +121,13 @@ class TxnHandle:
     # The transaction protocol version the producer began on (``txn_protocol``); 0 in votes
     # from before this field, whose producers all spoke v1.
     transaction_version: int = 0
+    # The output's delivery guarantee: anything but exactly_once was written without a transaction
+    # (``DirectSplitWriter``), visible as soon as the job flushed it.
+    guarantee: str = EXACTLY_ONCE
+
+    @property
+    def transactional(self) -> bool:
+        return self.guarantee == EXACTLY_ONCE
 
     @property
     def records(self) -> int:
@@ -245,7 +253,7 @@ class TransactionalSplitWriter:
         self.max_record_bytes = min(max_record_bytes or configured, configured)
         # Record batches are capped by message.max.bytes too: none may outgrow the topic's limit.
         overrides["message.max.bytes"] = self.max_record_bytes
-        self._producer = Producer(producer_config(config, self.txn_id, **overrides))
+        self._producer = Producer(self._producer_config(config, overrides))
         self._headers = record_headers(batch_id, split, self.txn_id, self.record_format)
         self._first: dict[int, int] = {}
         self._last: dict[int, int] = {}
@@ -266,6 +274,9 @@ class TransactionalSplitWriter:
         self._withheld_file: _Digesting | None = None
         self._withheld_stream = ExitStack()
 
+    def _producer_config(self, config: Mapping[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+        return producer_config(config, self.txn_id, **overrides)
+
     # -- lifecycle -----------------------------------------------------------------
 
     def begin(self) -> None:
@@ -275,12 +286,15 @@ class TransactionalSplitWriter:
             self._producer.begin_transaction()
         except KafkaException as exc:
             raise PreCommitError(f"{self._name()}: could not open a transaction: {exc.args[0]}") from None
+        self._open_topic()
+        self._stage_file = _Digesting(self._stage_stream.enter_context(self._storage.open_write(self.staged_uri)))
+        self._stage_writer = pa.ipc.new_stream(self._stage_file, STAGED_SCHEMA)
+
+    def _open_topic(self) -> None:
         meta = self._producer.list_topics(self.topic, timeout=self.timeout_s).topics.get(self.topic)
         if meta is None or meta.error is not None or not meta.partitions:
             raise PreCommitError(f"{self._name()}: output topic {self.topic!r} does not exist: create it first")
         self._partition_count = len(meta.partitions)
-        self._stage_file = _Digesting(self._stage_stream.enter_context(self._storage.open_write(self.staged_uri)))
-        self._stage_writer = pa.ipc.new_stream(self._stage_file, STAGED_SCHEMA)
 
     def write(
         self,
@@ -421,19 +435,7 @@ class TransactionalSplitWriter:
 
         The transaction is left open. Returns the handle for the vote.
         """
-        self._write_rows()
-        try:
-            remaining = self._producer.flush(self.timeout_s)
-        except (KafkaException, SystemError) as exc:
-            # A fatal error (fenced by a newer attempt) surfaces from flush; confluent-kafka then
-            # reports further failed deliveries as SystemError wrapping the KafkaException.
-            cause = exc.__cause__ if isinstance(exc, SystemError) and exc.__cause__ else exc
-            raise PreCommitError(f"{self._name()}: delivery failed: {cause}") from exc
-        if remaining:
-            raise PreCommitError(f"{self._name()}: {remaining} records still undelivered after {self.timeout_s:.0f}s")
-        if self._delivery_errors:
-            raise PreCommitError(f"{self._name()}: delivery failed: {self._delivery_errors[0]}")
-        produced = sum(self._counts.values())
+        produced = self._flush()
         eos = self._settled_eos(produced)
         if produced and eos.get("txn_state") != "InTransaction":
             raise PreCommitError(
@@ -446,6 +448,27 @@ class TransactionalSplitWriter:
         faults.fault_point(AFTER_FLUSH)
         self._stage_writer.close()
         self._stage_stream.close()  # the staged copy is complete (on S3: uploaded) only now
+        return self._handle(int(eos["producer_id"]), int(eos["producer_epoch"]), staged_uri=self.staged_uri,
+                            staged_sha256=self._stage_file.digest.hexdigest(), transaction_version=TRANSACTION_VERSION)
+
+    def _flush(self) -> int:
+        """Deliver every record written (an error names the split); how many were produced."""
+        self._write_rows()
+        try:
+            remaining = self._producer.flush(self.timeout_s)
+        except (KafkaException, SystemError) as exc:
+            # A fatal error (fenced by a newer attempt) surfaces from flush; confluent-kafka then
+            # reports further failed deliveries as SystemError wrapping the KafkaException.
+            cause = exc.__cause__ if isinstance(exc, SystemError) and exc.__cause__ else exc
+            raise PreCommitError(f"{self._name()}: delivery failed: {cause}") from exc
+        if remaining:
+            raise PreCommitError(f"{self._name()}: {remaining} records still undelivered after {self.timeout_s:.0f}s")
+        if self._delivery_errors:
+            raise PreCommitError(f"{self._name()}: delivery failed: {self._delivery_errors[0]}")
+        return sum(self._counts.values())
+
+    def _handle(self, producer_id: int, epoch: int, **extra: Any) -> TxnHandle:
+        """The vote's handle of this split, its withheld file closed."""
         if self._withheld_writer is not None:
             self._withheld_writer.close()
             self._withheld_stream.close()
@@ -456,18 +479,16 @@ class TransactionalSplitWriter:
             split=self.split,
             topic=self.topic,
             transactional_id=self.txn_id,
-            producer_id=int(eos["producer_id"]),
-            epoch=int(eos["producer_epoch"]),
+            producer_id=producer_id,
+            epoch=epoch,
             first_write_ms=self._first_write_ms,
             partitions={p: PartitionWrite(self._first[p], c, self._last[p]) for p, c in sorted(self._counts.items())},
-            staged_uri=self.staged_uri,
-            staged_sha256=self._stage_file.digest.hexdigest(),
             withheld=self._withheld,
             withheld_uri=self.withheld_uri if self._withheld else "",
             withheld_sha256=self._withheld_file.digest.hexdigest() if self._withheld_file else "",
             max_record_bytes=self.max_record_bytes,
             record_format=self.record_format,
-            transaction_version=TRANSACTION_VERSION,
+            **extra,
         )
 
     def abandon(self) -> None:
@@ -505,3 +526,36 @@ class TransactionalSplitWriter:
 
     def _name(self) -> str:
         return f"batch {self.batch_id} sink {self.sink} split {self.split} ({self.txn_id})"
+
+
+class DirectSplitWriter(TransactionalSplitWriter):
+    """One split of an output whose guarantee is at_least_once or none: the same records and
+    headers (so the audit attributes them), produced without a transaction and visible once
+    flushed. Nothing is staged: there is no transaction for a broker to abort, so nothing to repair."""
+
+    def __init__(self, *args: Any, guarantee: str = AT_LEAST_ONCE, **kwargs: Any):
+        if guarantee == EXACTLY_ONCE:
+            raise ValueError("an exactly_once split is written by TransactionalSplitWriter")
+        self.guarantee = guarantee
+        super().__init__(*args, **kwargs)
+
+    def _producer_config(self, config: Mapping[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+        overrides.pop("transaction.timeout.ms", None)
+        return direct_producer_config(config, acks_all=self.guarantee == AT_LEAST_ONCE, **overrides)
+
+    def begin(self) -> None:
+        self._open_topic()
+
+    def _stage_rows(self, partitions: list, batch, keys: list, n: int) -> None:
+        self._write_rows()  # rows of earlier write() calls go first; nothing is staged
+
+    def precommit(self) -> TxnHandle:
+        """Flush: the split's records are visible now. The handle says where they went."""
+        self._flush()
+        missing = set(self._counts) - (set(self._first) & set(self._last))
+        if missing:
+            raise PreCommitError(f"{self._name()}: no delivery report for partitions {sorted(missing)}")
+        return self._handle(-1, -1, guarantee=self.guarantee)
+
+    def abandon(self) -> None:
+        self._producer = None

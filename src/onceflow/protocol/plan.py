@@ -50,6 +50,17 @@ class OffsetRange:
         return cls(str(raw["topic"]), int(raw["partition"]), int(raw["start"]), int(raw["end"]))
 
 
+# Delivery guarantees of an output (``SinkSpec.guarantee``), after Flink's DeliveryGuarantee.
+EXACTLY_ONCE = "exactly_once"  # two-phase: written invisibly by the job, made visible by the commit task
+AT_LEAST_ONCE = "at_least_once"  # written visibly by the job; a replay or a retried attempt writes its records again
+NO_GUARANTEE = "none"  # written visibly by the job's first attempt only: a replay or a retry never writes it again
+GUARANTEES = {
+    EXACTLY_ONCE: "every record once: the job pre-commits, the commit task makes the batch visible",
+    AT_LEAST_ONCE: "every record at least once: the job writes and flushes; a replay or retry may write copies",
+    NO_GUARANTEE: "every record at most once: only a batch's first attempt writes; a replay or retry writes nothing",
+}
+
+
 @dataclass(frozen=True)
 class SinkPlan:
     """One output of the batch.
@@ -64,13 +75,20 @@ class SinkPlan:
     kind: str
     splits: int
     transactional_ids: tuple[str, ...] = ()
+    # The output's delivery guarantee (``GUARANTEES``), fixed for the batch when it is planned.
+    guarantee: str = EXACTLY_ONCE
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "splits": self.splits, "transactional_ids": list(self.transactional_ids)}
+        return {"name": self.name, "kind": self.kind, "splits": self.splits, "transactional_ids": list(self.transactional_ids),
+                "guarantee": self.guarantee}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> "SinkPlan":
-        return cls(str(raw["name"]), str(raw["kind"]), int(raw["splits"]), tuple(raw.get("transactional_ids", ())))
+        guarantee = str(raw.get("guarantee", EXACTLY_ONCE))  # plans from before guarantees were all exactly once
+        if guarantee not in GUARANTEES:
+            raise ValueError(f"sink {raw['name']!r}: the plan's guarantee {guarantee!r} is not one of {', '.join(GUARANTEES)}")
+        return cls(str(raw["name"]), str(raw["kind"]), int(raw["splits"]), tuple(raw.get("transactional_ids", ())),
+                   guarantee)
 
 
 def iso(ms: int) -> str:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 # The coordinator's view of a participant, its votes and outcomes (the protocol core owns them).
 from ..protocol.batch_id import BatchId
 from ..protocol.participant import Outcome, Participant, Result, Vote
-from ..protocol.plan import Plan, SinkPlan
+from ..protocol.plan import AT_LEAST_ONCE, EXACTLY_ONCE, GUARANTEES, NO_GUARANTEE, Plan, SinkPlan
 from ..settings import ConfigurationError
 from .votes import record_vote
 
@@ -40,8 +40,9 @@ if TYPE_CHECKING:
     from ..spec import PipelineSpec, SinkSpec
 
 __all__ = [
-    "AuditScope", "BatchId", "CommittedOutput", "ConfigurationError", "OpenTransaction", "Outcome", "Participant", "Plan",
-    "Result", "SinkKind", "SinkPlan", "Vote", "committed_parquet", "record_vote", "refuse_options",
+    "AT_LEAST_ONCE", "AuditScope", "BatchId", "CommittedOutput", "ConfigurationError", "EXACTLY_ONCE", "GUARANTEES",
+    "NO_GUARANTEE", "OpenTransaction", "Outcome", "Participant", "Plan", "Result", "SinkKind", "SinkPlan", "Vote",
+    "committed_parquet", "record_vote", "refuse_options",
 ]
 
 
@@ -110,6 +111,11 @@ class SinkKind(Protocol):
     data_source: str
     # The SinkSpec fields of the built-in kinds this kind reads (``spec.KIND_FIELDS``); another's is refused.
     fields: tuple[str, ...] = ()
+    # The delivery guarantees it offers (``GUARANTEES``). EXACTLY_ONCE is the two-phase contract below;
+    # a kind offering the others writes visibly in ``pre_commit`` when ``sink_plan.guarantee`` says so,
+    # and its participant then has nothing to commit or take back. NO_GUARANTEE outputs are never
+    # written by a replay or a retried attempt: ``run_batch`` records an empty vote for them instead.
+    guarantees: tuple[str, ...] = (EXACTLY_ONCE,)
 
     def check_options(self, sink: SinkSpec) -> None:
         """Refuse ``sink.options`` this kind does not take or cannot use, with a ConfigurationError

@@ -13,7 +13,7 @@ from ..kafka.ids import transactional_ids
 from ..kafka.lifetime import DEFAULT_SAFETY_FRACTION
 from ..kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, PARTITIONERS
 from ..settings import ConfigurationError
-from .api import OpenTransaction, SinkKind, refuse_options
+from .api import EXACTLY_ONCE, GUARANTEES, OpenTransaction, SinkKind, refuse_options
 
 if TYPE_CHECKING:
     from ..kafka.sink import KafkaSinkParticipant
@@ -50,6 +50,8 @@ class KafkaKind(SinkKind):
     name = "kafka"
     data_source = "onceflow.spark.kafka_sink"
     fields = ("transaction_timeout_ms", "republish")
+    # at_least_once and none: a plain producer, acks=all and idempotent or acks=1, flushed by the job.
+    guarantees = tuple(GUARANTEES)
 
     def check_options(self, sink) -> None:
         refuse_options(sink, takes=(PARTITIONER_OPTION,))
@@ -68,13 +70,17 @@ class KafkaKind(SinkKind):
         return f"kafka://kafka/{sink.target}"
 
     def transactional_ids(self, pipeline: str, sink, batch_seq: int) -> tuple[str, ...]:
+        if sink.guarantee != EXACTLY_ONCE:
+            return ()  # written without a transaction: nothing for an abort to fence
         return transactional_ids(pipeline, sink.name, sink.splits, batch_seq)
 
     def reprocess(self, sink) -> str | None:
         # Committed records cannot be taken back from a topic: only consumers that deduplicate can take them twice.
         return "republished" if sink.republish else None
 
-    def vote_lifetime(self, sink) -> timedelta:
+    def vote_lifetime(self, sink) -> timedelta | None:
+        if sink.guarantee != EXACTLY_ONCE:
+            return None  # no transaction to outlive
         # The commit refuses a vote older than this fraction of the transaction's timeout.
         return timedelta(milliseconds=sink.transaction_timeout_ms * DEFAULT_SAFETY_FRACTION)
 
@@ -112,7 +118,7 @@ class KafkaKind(SinkKind):
         return [
             OpenTransaction(h.transactional_id, h.split, h.first_write_ms, sink.transaction_timeout_ms)
             for h in handles_of(vote)
-            if h.first_write_ms  # a split that wrote nothing began no transaction
+            if h.first_write_ms and h.transactional  # a split that wrote nothing began no transaction
         ]
 
     def participant(self, pipeline, sink, deployment) -> KafkaSinkParticipant:
@@ -132,12 +138,14 @@ class KafkaKind(SinkKind):
         options = {
             **job_options,
             "topic": sink.target,
+            "splits": str(sink_plan.splits),
+            "guarantee": sink_plan.guarantee,
             "transactional_ids": json.dumps(list(sink_plan.transactional_ids)),
             "transaction_timeout_ms": str(sink.transaction_timeout_ms),
             "max_record_bytes": str(self.max_record_bytes(sink, deployment)),
             "partitioner": self.partitioner(sink),
         }
-        if int(job_options["attempt"]) > 1:
+        if int(job_options["attempt"]) > 1 and sink_plan.transactional_ids:
             # An earlier attempt may have left transactions open. End them here, one id at a time, before
             # the writers' init_transactions would all at once: Tansu 0.6 loses track of concurrent aborts
             # and leaves later commits on those partitions pending for ever (docs/brokers.md).

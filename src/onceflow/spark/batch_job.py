@@ -23,6 +23,9 @@ import time
 from dataclasses import dataclass, field
 
 from .. import faults
+from ..protocol.batch_id import BatchId
+from ..protocol.participant import Vote
+from ..protocol.plan import NO_GUARANTEE
 from ..sinks import sink_kind
 from .writer_options import job_fault_options
 
@@ -81,6 +84,18 @@ def release(records) -> None:
         log.warning("could not release the cached input: %s", exc)
 
 
+def written_already(plan, attempt: int) -> str | None:
+    """Why this batch's records may already have been written by an attempt before this one (None: they
+    cannot have been): what an output of guarantee ``none`` must never write again."""
+    if attempt > 1:
+        return f"attempt {attempt - 1} of this batch may have written them"
+    if plan.replay_of is not None:
+        return f"this batch replays aborted batch {BatchId(plan.replay_of)}"
+    if plan.replaces is not None:
+        return f"this batch reprocesses committed batch {BatchId(plan.replaces.batch_seq)}"
+    return None
+
+
 def run_batch(spark, runtime, seq: int) -> JobResult:
     coordinator = runtime.coordinator
     spec = runtime.spec
@@ -105,11 +120,17 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
                          "planned_at_ms": str(plan.created_at_ms), "attempt": str(attempt), **job_fault_options()}
         if plan.replaces is not None:  # a reprocessed interval: the committed batch it replaces
             batch_options["replaces"] = str(plan.replaces.batch_seq)
+        written_before = written_already(plan, attempt)
         for i, sink in enumerate(spec.sinks):
             if i:
                 faults.fault_point(JOB_BETWEEN_OUTPUTS)
             started = time.perf_counter()
             sink_plan = plan.sink(sink.name)
+            if sink_plan.guarantee == NO_GUARANTEE and written_before:
+                # At most once: records an earlier attempt or batch may have written are never written again.
+                coordinator.record_vote(seq, attempt, Vote(sink.name, seq, attempt, {"not_written": written_before}))
+                log.info("batch %s: %s not written (guarantee none: %s)", plan.batch_id, sink.name, written_before)
+                continue
             frame = outputs[sink.name].repartition(sink_plan.splits)
             job_options = {**batch_options, "sink": sink.name}
             sink_kind(sink.kind).pre_commit(frame, sink, sink_plan, runtime.deployment, job_options)

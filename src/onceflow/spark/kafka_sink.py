@@ -39,10 +39,11 @@ from pyspark.sql.datasource import (
 from ..kafka.lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
 from ..kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER
 from ..protocol.batch_id import BatchId
+from ..protocol.plan import EXACTLY_ONCE, GUARANTEES, NO_GUARANTEE
 from ..sinks.kafka import FORMAT  # the name this data source registers under
 from .writer_options import FAULTS_OPTION, armed_as_job, checked_options, int_option
 
-REQUIRED = ("pipeline", "deployment", "sink", "topic", "batch_seq", "attempt", "transactional_ids")
+REQUIRED = ("pipeline", "deployment", "sink", "topic", "batch_seq", "attempt", "splits", "transactional_ids")
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,10 @@ class KafkaWriteOptions:
     topic: str
     batch_seq: int
     attempt: int
-    transactional_ids: tuple[str, ...]
+    splits: int
+    transactional_ids: tuple[str, ...]  # () for an output written without transactions
     transaction_timeout_ms: int
+    guarantee: str = EXACTLY_ONCE
     max_record_bytes: int | None = None  # larger records are withheld (kafka.writer), not produced
     partitioner: str = DEFAULT_PARTITIONER  # where a keyed record goes
     faults: str = ""  # the run's faults, for a Spark Connect server's workers (writer_options)
@@ -72,11 +75,17 @@ class KafkaWriteOptions:
     def parse(cls, options: Mapping[str, str]) -> "KafkaWriteOptions":
         opts = checked_options(FORMAT, options, REQUIRED)
         ints = {key: int_option(FORMAT, opts, key)
-                for key in ("batch_seq", "attempt", "transaction_timeout_ms", "max_record_bytes")}
+                for key in ("batch_seq", "attempt", "splits", "transaction_timeout_ms", "max_record_bytes")}
+        guarantee = opts.get("guarantee") or EXACTLY_ONCE
+        ids = tuple(json.loads(opts["transactional_ids"]))
+        if guarantee not in GUARANTEES or (guarantee == EXACTLY_ONCE) != bool(ids):
+            raise ValueError(f"{FORMAT}: guarantee {guarantee!r} with {len(ids)} transactional ids: an exactly_once "
+                             "output needs the plan's ids, the other guarantees none")
         return cls(
             opts["deployment"], opts["pipeline"], opts["sink"], opts["topic"], ints["batch_seq"], ints["attempt"],
-            tuple(json.loads(opts["transactional_ids"])),
+            ints["splits"], ids,
             ints["transaction_timeout_ms"] or DEFAULT_TRANSACTION_TIMEOUT_MS,
+            guarantee,
             ints["max_record_bytes"],
             partitioner=opts.get("partitioner") or DEFAULT_PARTITIONER,
             faults=opts.get(FAULTS_OPTION, ""),
@@ -92,29 +101,34 @@ class KafkaSplitWriter(DataSourceArrowWriter):
         """Executor: pre-commit this task attempt's split; the transaction stays open."""
         from pyspark import TaskContext
 
-        from ..kafka.writer import TransactionalSplitWriter, staged_uri
+        from ..kafka.writer import DirectSplitWriter, TransactionalSplitWriter, staged_uri
         from ..deployment import Deployment
 
         opts = self.options
         # Staged copies live in the warehouse (onceflow.layout), which the deployment names.
         deployment = Deployment.from_option(opts.deployment)
-        split = TaskContext.get().partitionId()
-        if split >= len(opts.transactional_ids):
+        task = TaskContext.get()
+        split = task.partitionId()
+        if split >= opts.splits:
             raise ValueError(
-                f"{FORMAT}: partition {split} has no transactional id: the plan allows {len(opts.transactional_ids)} "
-                f"splits for sink {opts.sink!r}; repartition the DataFrame to that many partitions"
+                f"{FORMAT}: partition {split} has no split: the plan allows {opts.splits} splits for sink "
+                f"{opts.sink!r}; repartition the DataFrame to that many partitions"
             )
+        if opts.guarantee == NO_GUARANTEE and task.attemptNumber() > 0:
+            return HandleMessage({})  # at most once: Spark's retry of a task never writes its records again
         # taskAttemptId is unique in the application: attemptNumber restarts at 0 when a stage is retried.
-        attempt_tag = f"{opts.attempt}-{TaskContext.get().taskAttemptId()}"
-        writer = TransactionalSplitWriter(
+        attempt_tag = f"{opts.attempt}-{task.taskAttemptId()}"
+        transactional = opts.guarantee == EXACTLY_ONCE
+        writer = (TransactionalSplitWriter if transactional else DirectSplitWriter)(
             deployment.kafka.config(), opts.pipeline, opts.sink, opts.batch_id, split, opts.topic,
             staged_uri(deployment.warehouse, opts.pipeline, opts.sink, opts.batch_id, split, attempt_tag),
             storage=deployment.storage(),
             producer_overrides={"transaction.timeout.ms": opts.transaction_timeout_ms},
             max_record_bytes=opts.max_record_bytes,
             partitioner=opts.partitioner,
+            **({} if transactional else {"guarantee": opts.guarantee}),
         )
-        if writer.txn_id != opts.transactional_ids[split]:
+        if transactional and writer.txn_id != opts.transactional_ids[split]:
             raise ValueError(
                 f"{FORMAT}: split {split} derives transactional id {writer.txn_id!r} but the plan allows "
                 f"{opts.transactional_ids[split]!r}; the plan was written by another version of the pipeline"
@@ -136,7 +150,7 @@ class KafkaSplitWriter(DataSourceArrowWriter):
         from ..protocol.participant import Vote
         from ..sinks.votes import record_vote
 
-        handles = [TxnHandle.from_dict(m.handle) for m in messages if m is not None]
+        handles = [TxnHandle.from_dict(m.handle) for m in messages if m is not None and m.handle]
         vote = Vote(self.options.sink, self.options.batch_seq, self.options.attempt, vote_payload(handles),
                     records=sum(h.records for h in handles), withheld=sum(h.withheld for h in handles))
         record_vote({"pipeline": self.options.pipeline, "deployment": self.options.deployment}, vote)

@@ -98,7 +98,7 @@ def overview(runtime, dag_id: str, before: int | None = None, limit: int = PAGE_
         "dag_id": dag_id,
         "pipeline": runtime.spec.name,
         "topics": list(runtime.spec.topics),
-        "sinks": [{"name": s.name, "kind": s.kind, "target": s.target} for s in runtime.spec.sinks],
+        "sinks": [{"name": s.name, "kind": s.kind, "target": s.target, "guarantee": s.guarantee} for s in runtime.spec.sinks],
         "now_ms": now,
         "latest": latest,
         "lag": lag,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from onceflow.spark.kafka_sink import KafkaWriteOptions
 from onceflow.spark.writer_options import FAULTS_OPTION
 
-BASE = {"pipeline": "p", "deployment": "{}", "sink": "out", "topic": "t", "batch_seq": "3", "attempt": "2",
+BASE = {"pipeline": "p", "deployment": "{}", "sink": "out", "topic": "t", "batch_seq": "3", "attempt": "2", "splits": "2",
         "transactional_ids": json.dumps(["a", "b"]), "transaction_timeout_ms": "60000"}
 
 
@@ -20,3 +22,11 @@ def test_every_option_lands_in_its_own_field():
 
 def test_without_a_partitioner_keys_go_as_librdkafka_puts_them():
     assert KafkaWriteOptions.parse(BASE).partitioner == "crc32"
+
+
+def test_the_guarantee_and_the_plans_ids_must_agree():
+    # An exactly_once output without ids could not be fenced; ids on another would be fenced for nothing.
+    assert KafkaWriteOptions.parse({**BASE, "guarantee": "at_least_once", "transactional_ids": "[]"}).guarantee == "at_least_once"
+    for wrong in ({"guarantee": "at_least_once"}, {"transactional_ids": "[]"}, {"guarantee": "twice"}):
+        with pytest.raises(ValueError, match="transactional ids"):
+            KafkaWriteOptions.parse({**BASE, **wrong})

@@ -11,6 +11,8 @@
 - ``spark_standalone``: a Spark standalone master and worker (cluster mode).
 - ``spark_connect_server``: a Spark Connect server (local[2]) whose Python
   workers have the S3 keys, as ``spark``'s executors do, and the PostgreSQL connection.
+- ``hdfs_cluster``: HDFS (Apache Hadoop's NameNode and DataNode, from their jars);
+  ``hdfs_storage`` is HadoopStorage on ``spark``'s JVM configured as its client.
 - ``postgres_server``: a PostgreSQL cluster of Debian's package, two-phase commit enabled; it also
   holds the metadata database of every Airflow the system tests start.
 - ``redis_server``: Debian's Redis, the broker of the Celery executor's test.
@@ -32,12 +34,14 @@ from pathlib import Path
 
 import pytest
 
+from onceflow_devkit.services.hdfs import HdfsCluster, start_hdfs
 from onceflow_devkit.services.kafka_broker import COMPATIBLE, DEFAULT_BROKER, KafkaBroker, start_broker
 from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID, PostgresServer, start_postgres
 from onceflow_devkit.services.process import ManagedProcess
 from onceflow_devkit.services.s3 import ACCESS_KEY as S3_ACCESS_KEY, SECRET_KEY as S3_SECRET_KEY, S3Endpoint, start_moto
 from onceflow_devkit.services.spark_connect import SparkConnectServer, start_connect_server
 from onceflow_devkit.services.spark_standalone import SparkStandalone, start_standalone
+from tests.support import hdfs_client_storage
 
 ROOT = Path(__file__).resolve().parent.parent
 # boto3's credential chain (a test without keys) must never ask a cloud metadata
@@ -244,6 +248,19 @@ def spark_standalone() -> SparkStandalone:
     yield cluster
     worker.stop(grace=5)
     master.stop(grace=5)
+
+
+@pytest.fixture(scope="session")
+def hdfs_cluster() -> HdfsCluster:
+    namenode, datanode = _fresh_process("hdfs-namenode"), _fresh_process("hdfs-datanode")
+    cluster = start_hdfs(namenode, datanode, die_with_parent=True)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def hdfs_storage(hdfs_cluster, spark, tmp_path_factory):
+    return hdfs_client_storage(spark, hdfs_cluster, tmp_path_factory.mktemp("hdfs-client"))
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from onceflow_devkit.services.hdfs import HdfsCluster
 from onceflow_devkit.services.kafka_broker import KafkaBroker
 
 # The repository: tests at any depth find files here without counting parents.
@@ -19,3 +20,21 @@ def require(broker: KafkaBroker, capability: str) -> None:
     weakened (docs/testing.md, "Broker capabilities")."""
     if not broker.has(capability):
         pytest.skip(reason=f"{broker.name} lacks: {capability}")
+
+
+def hdfs_client_storage(spark, cluster: HdfsCluster, conf_dir: Path):
+    """HadoopStorage on ``spark``'s JVM, its Hadoop configuration a copy of the session's that also
+    reads ``cluster``'s client core-site.xml/hdfs-site.xml (the session's own keeps its defaultFS).
+
+    The JVM caches one client per filesystem, made with the configuration of its first use: this
+    one's is used at once, so Spark's own reads of ``cluster`` get it too."""
+    from onceflow.storage.hadoop import HadoopStorage
+
+    jvm = spark.sparkContext._jvm
+    conf = jvm.org.apache.hadoop.conf.Configuration(spark.sparkContext._jsc.hadoopConfiguration())
+    client_conf = cluster.write_client_config(conf_dir)
+    for site in ("core-site.xml", "hdfs-site.xml"):
+        conf.addResource(jvm.org.apache.hadoop.fs.Path(str(client_conf / site)))
+    storage = HadoopStorage(jvm, conf)
+    assert storage.exists(f"{cluster.uri}/")
+    return storage

@@ -40,11 +40,12 @@ if ! command -v chromium >/dev/null 2>&1; then
     || echo "onceflow setup: chromium could not be installed (apt-get install chromium, as root); the UI browser test will skip" >&2
 fi
 
-# Apache Kafka, the broker the demo and the tests run on, comes from Maven Central as jars
-# (devkit/kafka/pom.xml; cached in ~/.cache/onceflow, fetched below once).
+# Apache Kafka, the broker the demo and the tests run on, and HDFS (a NameNode and a DataNode, for
+# the tests of Hadoop storage) come from Maven Central as jars (devkit/kafka/pom.xml,
+# devkit/hdfs/pom.xml; cached in ~/.cache/onceflow, fetched below once).
 if ! command -v mvn >/dev/null 2>&1; then
-  apt_install maven "to fetch Apache Kafka's jars" \
-    || fail "Maven (mvn) fetches Apache Kafka's jars and could not be installed. Install it (apt-get install maven), or run on a compatible broker: ONCEFLOW_TEST_BROKERS=noida make test, onceflow demo --broker noida"
+  apt_install maven "to fetch Apache Kafka's and HDFS's jars" \
+    || fail "Maven (mvn) fetches Apache Kafka's and HDFS's jars and could not be installed. Install it (apt-get install maven), or run on a compatible broker: ONCEFLOW_TEST_BROKERS=noida make test, onceflow demo --broker noida"
 fi
 
 # PostgreSQL (Airflow's metadata database, and the example postgres sink's two-phase commit) is
@@ -60,12 +61,15 @@ if ! command -v redis-server >/dev/null 2>&1; then
     || fail "redis-server was not found and could not be installed. Install it (apt-get install redis-server)"
 fi
 
-fetch_kafka() { .venv/bin/python -m onceflow_devkit.services.apache_kafka >/dev/null || fail "fetching Apache Kafka's jars with Maven failed (see above)"; }
+fetch_jars() {
+  .venv/bin/python -m onceflow_devkit.services.apache_kafka >/dev/null || fail "fetching Apache Kafka's jars with Maven failed (see above)"
+  .venv/bin/python -m onceflow_devkit.services.hdfs >/dev/null || fail "fetching HDFS's jars with Maven failed (see above)"
+}
 
 stamp=.venv/.onceflow-installed
 want=$(cat requirements.txt constraints.txt pyproject.toml devkit/pyproject.toml examples/pyproject.toml examples/postgres_sink/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/onceflow ]; then
-  fetch_kafka
+  fetch_jars
   exit 0
 fi
 
@@ -81,5 +85,5 @@ echo "onceflow setup: installing pinned dependencies into .venv (first run: a fe
 .venv/bin/python -m onceflow_devkit.pyspark_files \
   || fail "PySpark in .venv is broken (see above); remove .venv and run again."
 echo "$want" > "$stamp"
-fetch_kafka
+fetch_jars
 echo "onceflow setup: .venv is ready"

@@ -6,8 +6,7 @@ tests can also hold onceflow to what Apache Kafka does.
 
 - **Jars**: ``devkit/kafka/pom.xml`` names ``kafka_2.13`` and the logging backend
   its POM leaves out; Maven copies them once into ``~/.cache/onceflow/kafka-<version>/libs``
-  (``$ONCEFLOW_KAFKA_CACHE`` overrides the root), outside the repository, so
-  ``make clean`` keeps them and later sessions start at once.
+  (``services.jars``), so later sessions start at once.
 - **A node**: KRaft, broker and controller in one JVM on 127.0.0.1, a static
   ``controller.quorum.voters`` (the same format on Kafka 3.9 and 4.x) and its
   storage formatted once: a restart (SIGKILL included) keeps records and
@@ -23,12 +22,9 @@ on 2 cores and takes a few hundred MB.
 from __future__ import annotations
 
 import base64
-import fcntl
 import json
-import os
 import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -36,12 +32,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
-from onceflow_devkit.services.process import ManagedProcess, ServiceError, pick_port, port_is_free
+from onceflow_devkit.services.jars import DEVKIT, SMALL_JVM, fetch_jars
+from onceflow_devkit.services.process import ManagedProcess, ServiceError, free_ports, pick_port, port_is_free
 
 VERSIONS = {"apache": "4.4.0", "apache-3.9": "3.9.2"}
-POM = Path(__file__).resolve().parents[2] / "kafka" / "pom.xml"
-JVM_OPTS = ["-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss1m",
-            "-Djava.awt.headless=true", "-XX:+ExitOnOutOfMemoryError"]
+POM = DEVKIT / "kafka" / "pom.xml"
+JVM_OPTS = ["-Xms64m", "-Xmx512m", *SMALL_JVM]
 # Kafka's defaults for these three, named so a test can shorten them (``settings=``).
 DEFAULT_SETTINGS = {
     "transaction.max.timeout.ms": "900000",
@@ -52,43 +48,15 @@ INSTALL_HINT = ("install Maven and a JDK 17+ (Debian/Ubuntu: apt-get install mav
                 "or choose an embedded broker instead (ONCEFLOW_TEST_BROKERS=noida, `onceflow services up` uses noida)")
 
 
-def cache_root() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "onceflow"
-    return Path(os.environ.get("ONCEFLOW_KAFKA_CACHE") or default)
-
-
 def is_3x(version: str) -> bool:
     return version.split(".")[0] == "3"
 
 
 def fetch(version: str) -> Path:
-    """The directory of Kafka ``version``'s jars, fetched by Maven on first use (a stamp file
-    says a fetch completed; a lock keeps two sessions from fetching at once)."""
-    home = cache_root() / f"kafka-{version}"
-    libs, stamp = home / "libs", home / "fetched"
-    if stamp.exists():
-        return libs
-    for tool in ("mvn", "java"):
-        if shutil.which(tool) is None:
-            raise ServiceError(f"Apache Kafka runs from jars that Maven fetches, and `{tool}` is not on PATH: {INSTALL_HINT}")
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists():
-            return libs
-        staging = Path(tempfile.mkdtemp(prefix="libs-", dir=home))
-        argv = ["mvn", "-q", "-B", "-f", str(POM), f"-Dkafka.version={version}",
-                f"-Dkafka.logging={'reload4j' if is_3x(version) else 'log4j2'}",
-                "dependency:copy-dependencies", f"-DoutputDirectory={staging}"]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
-            shutil.rmtree(staging, ignore_errors=True)
-            raise ServiceError(f"Maven could not fetch Apache Kafka {version} (`{' '.join(argv)}`):\n"
-                               f"{(done.stdout + done.stderr)[-3000:]}")
-        shutil.rmtree(libs, ignore_errors=True)
-        staging.rename(libs)
-        stamp.write_text(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {len(list(libs.glob('*.jar')))} jars\n")
-    return libs
+    """The directory of Kafka ``version``'s jars, fetched by Maven on first use."""
+    return fetch_jars(f"kafka-{version}", POM, {"kafka.version": version,
+                                                "kafka.logging": "reload4j" if is_3x(version) else "log4j2"},
+                      expect="kafka_2.13-*.jar", what=f"Apache Kafka {version}", install_hint=INSTALL_HINT)
 
 
 @dataclass
@@ -341,9 +309,7 @@ def start_apache_cluster(home: Path, nodes: int = 3, version: str = VERSIONS["ap
     once: a quorum needs a majority before any node answers."""
     fetch(version)
     procs = [ManagedProcess(f"kafka-{i + 1}", Path(home) / f"kafka-{i + 1}").reset() for i in range(nodes)]
-    free: list[int] = []
-    while len(free) < 2 * nodes:  # two picks can return the same free port
-        free += [p for p in [pick_port(None)] if p not in free]
+    free = free_ports(2 * nodes)
     ports = list(zip(free[::2], free[1::2]))
     voters = ",".join(f"{i + 1}@127.0.0.1:{controller}" for i, (_, controller) in enumerate(ports))
     cluster_id = new_cluster_id()

@@ -113,6 +113,14 @@ def pick_port(preferred: int | None, host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports (two picks can return the same free port)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        ports += [p for p in [pick_port(None, host)] if p not in ports]
+    return ports
+
+
 def _die_with_parent() -> None:
     # Runs in the child between fork and exec: if the test process that
     # started us is SIGKILLed, the kernel kills us too instead of leaving an

@@ -49,9 +49,36 @@ def hadoop_jvm():
     return _gateway.jvm, _gateway.jvm.org.apache.hadoop.conf.Configuration()
 
 
+# Worth a retry later: the NameNode (or a DataNode) cannot be reached or went away mid-call, is
+# read-only for now (safe mode, while it starts), or an HA pair is failing over.
+TRANSIENT = frozenset({
+    "java.net.SocketException",  # refused, reset, no route: ConnectException and its kind
+    "java.net.SocketTimeoutException",
+    "java.io.EOFException",  # the connection closed mid-call: a NameNode that just died
+    "org.apache.hadoop.hdfs.server.namenode.SafeModeException",
+    "org.apache.hadoop.ipc.RetriableException",
+    "org.apache.hadoop.ipc.StandbyException",
+})
+
+
 def java_class(exc: BaseException) -> str:
     java = getattr(exc, "java_exception", None)
     return java.getClass().getName() if java is not None else ""
+
+
+def java_lineage(exc: BaseException) -> list[str]:
+    """The Java exception's class and its superclasses; for an error a Hadoop server sent back
+    (``RemoteException``), the server's class."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return []
+    if java.getClass().getName() == "org.apache.hadoop.ipc.RemoteException":
+        return [java.getClassName()]
+    names, cls = [], java.getClass()
+    while cls is not None:
+        names.append(cls.getName())
+        cls = cls.getSuperclass()
+    return names
 
 
 def java_message(exc: BaseException) -> str:
@@ -190,10 +217,11 @@ class HadoopStorage(RenamingStorage):
             raise
 
     def is_transient(self, exc: BaseException) -> bool:
-        return java_class(exc) in ("java.net.ConnectException", "java.net.SocketTimeoutException")
+        return not TRANSIENT.isdisjoint(java_lineage(exc))
 
     def explain(self, exc: BaseException) -> str:
         return (
-            f"{java_message(exc)}. Check that the filesystem is reachable and writable by this user, and that the "
-            "cluster's core-site.xml/hdfs-site.xml are on the classpath (HADOOP_CONF_DIR), then retry the task"
+            f"{java_message(exc)}. Check that the filesystem is reachable, out of safe mode and writable by this "
+            "user, and that the cluster's core-site.xml/hdfs-site.xml are on the classpath (HADOOP_CONF_DIR), then "
+            "retry the task"
         )

@@ -1,4 +1,4 @@
-"""The file sink participant on local, Hadoop (file://) and S3 (moto over HTTP) storage.
+"""The file sink participant on local, Hadoop (file:// and HDFS) and S3 (moto over HTTP) storage.
 
 Each test stages real Parquet files, drives the participant the way the
 coordinator will, and then reads back what a reader of the committed layout

@@ -1,6 +1,7 @@
-"""Fresh ledger storages on the three backends, for fixtures in tests/ledger
-and tests/protocol. Each call gives an empty root, so hypothesis examples
-and repeated runs never see each other's records."""
+"""Fresh ledger storages on each backend, for fixtures in tests/ledger and
+tests/protocol: a local directory, Hadoop's FileSystem API on file:// and on
+HDFS (a real NameNode), S3 (moto over HTTP). Each call gives an empty root, so
+hypothesis examples and repeated runs never see each other's records."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from onceflow.storage.hadoop import HadoopStorage
 from onceflow.storage.local import LocalStorage
 from onceflow.storage.s3 import S3Storage
 
-BACKENDS = ("local", "hadoop", "s3")
+BACKENDS = ("local", "hadoop", "hdfs", "s3")
+
+
+def backend_params(slow: tuple[str, ...] = ()) -> list:
+    """BACKENDS as fixture params, those named in ``slow`` marked slow (left out of ``make test``)."""
+    return [pytest.param(backend, marks=pytest.mark.slow) if backend in slow else backend for backend in BACKENDS]
 
 
 def storage_factory(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Callable[[], LedgerStorage]:
@@ -25,6 +31,10 @@ def storage_factory(request: pytest.FixtureRequest, backend: str, tmp_path: Path
     if backend == "hadoop":
         request.getfixturevalue("spark")  # HadoopStorage uses the active SparkContext's JVM
         return lambda: LedgerStorage(HadoopStorage(), (tmp_path / uuid.uuid4().hex[:8]).as_uri())
+    if backend == "hdfs":
+        storage = request.getfixturevalue("hdfs_storage")
+        cluster = request.getfixturevalue("hdfs_cluster")
+        return lambda: LedgerStorage(storage, f"{cluster.uri}/ledger-{uuid.uuid4().hex[:8]}")
     if backend == "s3":
         endpoint = request.getfixturevalue("s3_endpoint")
         bucket = request.getfixturevalue("s3_bucket")

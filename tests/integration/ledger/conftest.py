@@ -1,11 +1,11 @@
 import pytest
 
-from tests.integration.ledger.backends import BACKENDS, storage_factory
+from tests.integration.ledger.backends import backend_params, storage_factory
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=backend_params())
 def new_storage(request, tmp_path):
-    """Callable returning a fresh storage on each of local, hadoop (file://), s3 (moto)."""
+    """Callable returning a fresh storage on each of local, hadoop (file://), hdfs, s3 (moto)."""
     return storage_factory(request, request.param, tmp_path)
 
 

@@ -238,7 +238,7 @@ def machine(new_storage):
     return CoordinatorChaos
 
 
-EXAMPLES = {"local": (40, 25), "hadoop": (5, 15), "s3": (5, 15)}
+EXAMPLES = {"local": (40, 25), "hadoop": (5, 15), "hdfs": (5, 15), "s3": (5, 15)}
 
 
 def _run(new_storage, request, examples, steps):

@@ -20,15 +20,20 @@ from onceflow.sinks.votes import read_recorded_vote
 from tests.support import ROOT
 
 
-@pytest.fixture(params=["local", "hadoop", "s3"])
+# HDFS in the slow set (5 to 10 s on 2 busy cores); its promotion is in make test (tests/integration/files).
+@pytest.fixture(params=["local", "hadoop", pytest.param("hdfs", marks=pytest.mark.slow), "s3"])
 def target(request, tmp_path, spark) -> tuple[str, dict[str, str], Storage]:
     """(sink URI, writer options for its storage, the storage as this process reads it).
-    Options carry no secret: executors sign in with their own keys (spark.executorEnv)."""
+    Options carry no secret: executors sign in with their own keys (spark.executorEnv).
+    On HDFS the executors' Python workers reach the NameNode by the URI alone."""
     register(spark)
     if request.param == "local":
         return str(tmp_path / "sink"), {}, storage_for(str(tmp_path / "sink"))
     if request.param == "hadoop":
         return f"file://{tmp_path}/sink", {"storage": "hadoop"}, storage_for(f"file://{tmp_path}/sink", "hadoop")
+    if request.param == "hdfs":
+        storage = request.getfixturevalue("hdfs_storage")
+        return f"{request.getfixturevalue('hdfs_cluster').uri}/warehouse/{tmp_path.name}", {}, storage
     from onceflow.storage.s3 import S3Storage
 
     storage = S3Storage(request.getfixturevalue("s3_endpoint"))

@@ -17,7 +17,9 @@ honoured only on workers that set ``ONCEFLOW_FAULT_INJECTION=enabled``).
 
 ``crash`` ends the process at once with ``os._exit(137)`` (what a SIGKILL or
 an OOM kill looks like to the rest of the system: no ``finally``, no
-``atexit``); ``raise`` raises ``InjectedFault``. An armed point fires once,
+``atexit``); ``raise`` raises ``InjectedFault``; ``hold`` stops there for
+``HOLD_S`` seconds, then goes on (a step too short to catch otherwise, held
+while a test kills or freezes the machine it runs on). An armed point fires once,
 on its ``hits``-th hit counted from arming, then disarms. The name ``*``
 (``ANY``) matches every point: ``arm("*", "crash", hits=7)`` fails at the
 seventh step reached, whichever it is, which spreads chaos runs evenly over
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -47,7 +50,8 @@ RUN_PARAM_GUARD_VALUE = "enabled"
 # (chaos runs count what was really injected, not what was asked for).
 FIRED_LOG_VAR = "ONCEFLOW_FAULTS_FIRED_LOG"
 CRASH_EXIT_CODE = 137
-ACTIONS = ("crash", "raise")
+ACTIONS = ("crash", "raise", "hold")
+HOLD_S = 60.0
 ANY = "*"
 
 # name -> one-line description; filled by declare() at import time.
@@ -113,13 +117,13 @@ def _check(name: str, action: str, hits: int, source: str) -> None:
         known = ", ".join(sorted(ALL_POINTS)) or "(none declared yet)"
         raise ConfigurationError(f"{source}: unknown fault point {name!r}; known points: {known}")
     if action not in ACTIONS:
-        raise ConfigurationError(f"{source}: fault action {action!r} for {name!r} must be 'crash' or 'raise'")
+        raise ConfigurationError(f"{source}: fault action {action!r} for {name!r} must be one of {', '.join(ACTIONS)}")
     if hits < 1:
         raise ConfigurationError(f"{source}: hit number for {name!r} must be >= 1, got {hits}")
 
 
 def arm(name: str, action: str, hits: int = 1) -> None:
-    """Make point ``name`` fire (``crash`` or ``raise``) on its ``hits``-th hit from now."""
+    """Make point ``name`` fire (``ACTIONS``) on its ``hits``-th hit from now."""
     _load_env()
     _check(name, action, hits, "faults.arm")
     with _lock:
@@ -261,4 +265,8 @@ def fault_point(name: str) -> None:
     if armed_point.action == "crash":
         os.write(2, f"onceflow: injected crash at fault point {name!r}\n".encode())
         os._exit(CRASH_EXIT_CODE)
+    if armed_point.action == "hold":
+        os.write(2, f"onceflow: held {HOLD_S:.0f} s at fault point {name!r}\n".encode())
+        time.sleep(HOLD_S)
+        return
     raise InjectedFault(name)

@@ -54,12 +54,23 @@ def test_env_spec_is_parsed_and_checked():
     assert faults.parse("*=crash@7") == {"*": ("crash", 7)}
     with pytest.raises(ConfigurationError, match="unknown fault point 'ledger.decison.after_write'; known points: .*ledger.decision.after_write"):
         faults.parse("ledger.decison.after_write=crash")
-    with pytest.raises(ConfigurationError, match="must be 'crash' or 'raise'"):
+    with pytest.raises(ConfigurationError, match="must be one of crash, raise, hold"):
         faults.parse("commit.between_effects=explode")
     with pytest.raises(ConfigurationError, match="not name=action"):
         faults.parse("commit.between_effects")
     with pytest.raises(ConfigurationError, match="not an integer"):
         faults.parse("commit.between_effects=raise@two")
+
+
+def test_a_held_point_stops_there_then_goes_on(monkeypatch):
+    import onceflow.coordinator  # noqa: F401
+
+    slept = []
+    monkeypatch.setattr(faults.time, "sleep", slept.append)
+    faults.arm("commit.between_effects", "hold")
+    faults.fault_point("commit.between_effects")  # returns: the step goes on after the hold
+    faults.fault_point("commit.between_effects")  # disarmed after firing once
+    assert slept == [faults.HOLD_S]
 
 
 def test_registry_lists_every_step_of_the_protocol():

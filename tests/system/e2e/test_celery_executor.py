@@ -9,7 +9,12 @@ workers, the metadata on PostgreSQL, runs triggered through the scheduler.
    timeout, the retry runs on the other worker and commits, then the frozen copy is let go
    (SIGCONT) with its attempt already claimed in the ledger.
 
-The audit of the real outputs finds every record once. About 2 minutes."""
+The audit of the real outputs finds every record once. About 2 minutes.
+
+3. (slow set) The worker that runs the commit task dies with it after the COMMIT decision is in
+   the ledger and before any output is committed (the task held at that fault point, since a
+   commit is over in a second): the retry on the other worker finishes the commit the decision
+   asks for."""
 
 from __future__ import annotations
 
@@ -17,7 +22,9 @@ import signal
 import time
 
 import psutil
+import pytest
 
+from onceflow import faults
 from onceflow_devkit.local_airflow.runtime import CELERY_EXECUTOR, CELERY_WORKER
 from tests.system.e2e.conftest import broker_with_topics, make_world
 
@@ -111,3 +118,37 @@ def test_a_killed_worker_and_a_task_run_twice_lose_and_duplicate_nothing(tmp_pat
             assert batch.state.value == "committed" and batch.attempt == 2, batch  # the first copy's attempt, then the retry's
         report = world.audit()
         assert report.ok and report.input_records == produced and report.committed_batches == 2, report.summary()
+
+
+@pytest.mark.slow  # 2 min; make test's Celery run is the test above
+def test_a_worker_killed_in_the_commit_after_the_decision_leaves_the_commit_to_the_retry(
+        tmp_path, postgres_server, redis_server, spark_connect_server):
+    # Every task process of the workers holds there; only the commit decides.
+    held = {**HEARTBEAT, faults.ENV_VAR: "ledger.decision.after_write=hold"}
+    with broker_with_topics() as broker:
+        world = make_world(broker, tmp_path, postgres_server, held, spark_connect_server, celery=redis_server)
+        produced = world.produce(200, seed=32)
+        with world.airflow, world.airflow.api() as api:
+            api.wait_for_dag(DAG_ID, timeout=180)
+            api.unpause(DAG_ID)
+            run_id = api.trigger(DAG_ID)
+            try:
+                commit = running_on(api, run_id, "commit", timeout=300)
+            except AssertionError:
+                raise AssertionError(api.explain(DAG_ID, run_id)) from None
+            deadline = time.monotonic() + 120
+            while (batch := world.runtime.batch_of_run(run_id)).decision is None:  # held just after writing it
+                assert time.monotonic() < deadline, f"the commit decided nothing: {batch}"
+                time.sleep(0.2)
+            assert batch.decision.outcome.value == "COMMIT" and batch.state.value == "committing", batch
+            doomed = worker_of(world.airflow, commit["pid"])
+            psutil.wait_procs(signal_with_everything_it_forked(world.airflow.process(doomed).running_pid(), signal.SIGKILL),
+                              timeout=10)
+            assert api.wait_for_run(DAG_ID, run_id, timeout=600) == "success", api.explain(DAG_ID, run_id)
+            tries = {t["task_id"]: t for t in api.task_instances(DAG_ID, run_id)}
+            assert tries["commit"]["try_number"] == 2 and tries["spark"]["try_number"] == 1, tries
+
+        batch = world.runtime.batch_of_run(run_id)
+        assert batch.state.value == "committed", batch
+        report = world.audit()
+        assert report.ok and report.input_records == produced and report.committed_batches == 1, report.summary()

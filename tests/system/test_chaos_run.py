@@ -1,7 +1,7 @@
 """Chaos runs through a real Airflow, Spark and broker, judged by the audit of
 the real outputs (every input record exactly once in every output).
 
-The bounded Spark Connect run (three faulted batches, about 2 minutes) is in the
+The bounded Spark Connect run (two faulted batches, about 90 s) is in the
 default suite; the
 bounded spark-submit run (about 3 minutes), the runs on Tansu
 and on the S3 warehouse behind the fault proxy are slow. The long run is
@@ -58,14 +58,15 @@ def test_a_bounded_chaos_run_on_the_celery_executor_loses_and_duplicates_nothing
 @pytest.mark.chaos
 @pytest.mark.timeout(1800)  # ~2 min on 2 idle cores
 def test_a_bounded_chaos_run_in_spark_connect_mode_loses_and_duplicates_nothing():
-    # The spark tasks are clients of one Spark Connect server: a killed client, a server killed with
-    # its Python workers and started again, and a killed worker. Three kinds keep make test under 20
-    # minutes; the abort path of a crashed fault point is the interval backfill test's faulted hour.
-    kinds = (schedule.KILL_CONNECT_CLIENT, schedule.RESTART_CONNECT_SERVER, schedule.KILL_PYTHON_WORKER)
-    figures = run_chaos(ChaosOptions(3, seed=8, broker="apache", warehouse="file", kinds=kinds, spark="connect",
+    # The spark tasks are clients of one Spark Connect server: a server killed with its Python workers
+    # and started again, and a killed worker. Two kinds keep make test under 25 minutes: a killed client
+    # (the spark task's process) is make test's Celery test's killed worker; the abort path of a crashed
+    # fault point is the interval backfill test's faulted hour.
+    kinds = (schedule.RESTART_CONNECT_SERVER, schedule.KILL_PYTHON_WORKER)
+    figures = run_chaos(ChaosOptions(2, seed=8, broker="apache", warehouse="file", kinds=kinds, spark="connect",
                                      records_per_partition=50, home=chaos_home()))
-    _assert_exactly_once(figures, min_faulted=2)
-    assert {schedule.KILL_CONNECT_CLIENT, schedule.RESTART_CONNECT_SERVER} <= set(figures.injected_by_kind), figures.summary()
+    _assert_exactly_once(figures, min_faulted=1)
+    assert schedule.RESTART_CONNECT_SERVER in figures.injected_by_kind, figures.summary()
 
 
 @pytest.mark.chaos

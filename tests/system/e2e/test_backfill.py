@@ -4,18 +4,24 @@ each run's plan task refuses at once, saying why, and nothing is read.
 
 A sequence pipeline's batch is "the next offsets after the last committed
 batch", whatever the run's logical date: a backfill run would not process its
-interval, and backfill runs bypass the DAG's max_active_runs. About 2 minutes.
+interval, and backfill runs bypass the DAG's max_active_runs. About 2 minutes:
+in the slow set, as make test's backfills through the scheduler are the interval
+pipeline's (test_interval_backfill.py); the refusal itself is unit-tested
+(tests/unit/operators).
 """
 
 from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.system.e2e.conftest import broker_with_topics, make_world
 
 DAG_ID = "clickstream_exactly_once"
 
 
+@pytest.mark.slow
 def test_a_backfill_of_a_sequence_pipeline_is_refused_and_reads_nothing(tmp_path, postgres_server):
     with broker_with_topics() as broker:
         world = make_world(broker, tmp_path, postgres_server, {"ONCEFLOW_SCHEDULE": "@hourly"})

@@ -99,6 +99,21 @@ def charge_freed_records() -> float:
     return time.perf_counter() - started
 
 
+def produce_batch(producer: Producer, topic: str, batch: pa.RecordBatch) -> None:
+    """The batch's records as a raw producer sends them: key, value and onceflow's headers."""
+    keys = batch.column("key").to_pylist()
+    values = batch.column("value").to_pylist()
+    headers = record_headers("0000000001", 0, "onceflow.bench.out.0")
+    produce, poll = producer.produce, producer.poll
+    for k, v in zip(keys, values):
+        while True:
+            try:
+                produce(topic, v, k, headers=headers)
+                break
+            except BufferError:
+                poll(0.05)
+
+
 def raw_write(config: dict, topic: str, batch: pa.RecordBatch) -> tuple[float, float, float]:
     """Seconds until commit_transaction returned, until a read_committed reader sees the records,
     and of these the heap work left by the freed records (``charge_freed_records``).
@@ -109,20 +124,10 @@ def raw_write(config: dict, topic: str, batch: pa.RecordBatch) -> tuple[float, f
     a broker may write its commit markers after answering EndTxn.
     """
     started = time.perf_counter()
-    keys = batch.column("key").to_pylist()
-    values = batch.column("value").to_pylist()
-    headers = record_headers("0000000001", 0, "onceflow.bench.out.0")
     producer = Producer({**config, "transactional.id": f"raw-{uuid.uuid4().hex[:8]}", **PRODUCER_TUNING})
     producer.init_transactions(30)
     producer.begin_transaction()
-    produce, poll = producer.produce, producer.poll
-    for k, v in zip(keys, values):
-        while True:
-            try:
-                produce(topic, v, k, headers=headers)
-                break
-            except BufferError:
-                poll(0.05)
+    produce_batch(producer, topic, batch)
     producer.flush(60)
     freed = charge_freed_records()  # before the untimed look-up below, whose allocations would do it
     asked = time.perf_counter()
@@ -167,18 +172,8 @@ def raw_plain_write(config: dict, topic: str, batch: pa.RecordBatch) -> float:
     """Seconds until an idempotent producer without a transaction (acks=all) flushed the same records:
     what an at_least_once output's job does, by hand."""
     started = time.perf_counter()
-    keys = batch.column("key").to_pylist()
-    values = batch.column("value").to_pylist()
-    headers = record_headers("0000000001", 0, "onceflow.bench.out.0")
     producer = Producer({**config, "enable.idempotence": True, "acks": "all", **PRODUCER_TUNING})
-    produce, poll = producer.produce, producer.poll
-    for k, v in zip(keys, values):
-        while True:
-            try:
-                produce(topic, v, k, headers=headers)
-                break
-            except BufferError:
-                poll(0.05)
+    produce_batch(producer, topic, batch)
     if producer.flush(60):
         raise SystemExit("raw plain write: records still undelivered after 60 s")
     charge_freed_records()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Mapping
 from xml.sax.saxutils import escape
 
-from onceflow_devkit.services.jars import DEVKIT, SMALL_JVM, fetch_jars
+from onceflow_devkit.services.jars import DEVKIT, INSTALL_HINT, SMALL_JVM, fetch_jars
 from onceflow_devkit.services.process import ManagedProcess, ServiceError, free_ports, held_by_session, pick_port
 
 VERSION = "3.5.0"  # PySpark's: pyspark/jars/hadoop-client-api-<version>.jar
@@ -34,7 +34,6 @@ POM = DEVKIT / "hdfs" / "pom.xml"
 NAMENODE_CLASS = "org.apache.hadoop.hdfs.server.namenode.NameNode"
 DATANODE_CLASS = "org.apache.hadoop.hdfs.server.datanode.DataNode"
 HEAPS = {NAMENODE_CLASS: "256m", DATANODE_CLASS: "192m"}
-INSTALL_HINT = "install Maven and a JDK 17+ (Debian/Ubuntu: apt-get install maven openjdk-17-jdk-headless)"
 # At INFO per operation, per block or per block directory (a thousand lines a start): the log would be little else.
 QUIET_LOGGERS = ("org.apache.hadoop.hdfs.server.namenode.FSNamesystem.audit", "org.apache.hadoop.hdfs.StateChange",
                  "BlockStateChange", "org.apache.hadoop.hdfs.server.datanode.DataNode.clienttrace",

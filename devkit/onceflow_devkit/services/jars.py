@@ -19,6 +19,7 @@ from typing import Callable, Mapping
 from onceflow_devkit.services.process import ServiceError
 
 DEVKIT = Path(__file__).resolve().parents[2]
+INSTALL_HINT = "install Maven and a JDK 17+ (Debian/Ubuntu: apt-get install maven openjdk-17-jdk-headless)"
 # Serial GC and the C1 compiler only: a service JVM starts in seconds on 2 cores. The heap is each caller's.
 SMALL_JVM = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss1m", "-Djava.awt.headless=true",
              "-XX:+ExitOnOutOfMemoryError"]

@@ -20,8 +20,20 @@ def clean():
     faults.disarm()
 
 
-def test_unarmed_point_does_nothing():
-    faults.fault_point(POINT)
+OTHER = faults.declare("test.other_point", "used by tests/test_faults.py only")
+
+
+def test_a_point_fires_only_where_it_is_armed(tmp_path, monkeypatch):
+    fired_log = tmp_path / "fired"
+    monkeypatch.setenv(faults.FIRED_LOG_VAR, str(fired_log))
+    faults.arm(OTHER, "raise")
+    for _ in range(3):
+        faults.fault_point(POINT)  # not armed: no error, no exit, nothing logged
+    assert not fired_log.exists()
+    assert faults.armed() == {OTHER: "raise@1"}  # another point's hits are its own
+    with pytest.raises(faults.InjectedFault):
+        faults.fault_point(OTHER)
+    assert fired_log.read_text().split()[:2] == [OTHER, "raise"]
 
 
 def test_raise_fires_once_on_the_chosen_hit():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 from onceflow.hooks.iceberg import catalog_properties
 from onceflow.hooks.kafka import KafkaConfigHook, cluster_from_extra
 from onceflow.hooks.s3 import S3ConnectionHook, connection_from_fields
+from onceflow.provider import get_provider_info
 from onceflow.settings import ConfigurationError
 
 
@@ -38,10 +41,17 @@ def test_half_a_key_pair_in_a_connection_is_refused():
         connection_from_fields("AKIA", None, {})
 
 
-def test_the_hooks_declare_their_connection_types_and_forms():
-    assert (KafkaConfigHook.conn_type, S3ConnectionHook.conn_type) == ("onceflow_kafka", "onceflow_s3")
-    assert "extra" in KafkaConfigHook.get_ui_field_behaviour()["relabeling"]
-    assert "password" in S3ConnectionHook.get_ui_field_behaviour()["relabeling"]
+def test_every_connection_type_the_provider_declares_is_its_hooks_with_a_form():
+    """What Airflow reads (the provider info) names hooks that exist and answer for that type;
+    each form relabels the fields its hook reads."""
+    declared = get_provider_info()["connection-types"]
+    assert {d["connection-type"] for d in declared} >= {KafkaConfigHook.conn_type, S3ConnectionHook.conn_type}
+    for entry in declared:
+        module, _, name = entry["hook-class-name"].rpartition(".")
+        hook = getattr(importlib.import_module(module), name)
+        assert hook.conn_type == entry["connection-type"] and hook.hook_name == entry["hook-name"], entry
+        behaviour = hook.get_ui_field_behaviour()
+        assert behaviour["relabeling"] and not set(behaviour["relabeling"]) & set(behaviour.get("hidden_fields", ())), entry
 
 
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=300),

@@ -15,14 +15,31 @@ def test_every_state_has_a_row_and_finished_states_are_final():
     assert set(RECOVERY) == {s for s in BatchState if not s.terminal}
 
 
-def test_state_is_derived_from_records():
-    assert derive_state(has_attempt=False, all_voted=False, decision=None, done=False) is S.PLANNED
-    assert derive_state(has_attempt=True, all_voted=False, decision=None, done=False) is S.PREPARING
-    assert derive_state(has_attempt=True, all_voted=True, decision=None, done=False) is S.PREPARED
-    assert derive_state(has_attempt=True, all_voted=True, decision="COMMIT", done=False) is S.COMMITTING
-    assert derive_state(has_attempt=True, all_voted=True, decision="COMMIT", done=True) is S.COMMITTED
-    assert derive_state(has_attempt=False, all_voted=False, decision="ABORT", done=False) is S.ABORTING
-    assert derive_state(has_attempt=False, all_voted=False, decision="ABORT", done=True) is S.ABORTED
+def _histories():
+    """Every order in which a batch's records can be written: attempt, votes, decision, done;
+    ABORT may be decided before any of the others, COMMIT only once every vote is in."""
+    steps = [dict(has_attempt=False, all_voted=False, decision=None, done=False)]
+    for change in (dict(has_attempt=True), dict(all_voted=True)):
+        steps.append({**steps[-1], **change})
+    for decision in ("COMMIT", "ABORT"):
+        for before in range(len(steps)) if decision == "ABORT" else [len(steps) - 1]:
+            decided = {**steps[before], "decision": decision}
+            yield [*steps[:before + 1], decided, {**decided, "done": True}]
+
+
+def test_every_history_of_records_moves_only_along_the_transition_table():
+    """The two tables agree: each record written moves the state ``derive_state`` reads
+    from the records along a step ``TRANSITIONS`` allows (or leaves it), from PLANNED to a
+    finished state."""
+    ends = set()
+    for history in _histories():
+        states = [derive_state(**records) for records in history]
+        assert states[0] is S.PLANNED and states[-1].terminal, (history, states)
+        for before, after in zip(states, states[1:]):
+            if after is not before:
+                check_transition(before, after, batch="0000000001", pipeline="p", step="test")
+        ends.add(states[-1])
+    assert ends == {S.COMMITTED, S.ABORTED}
 
 
 def test_illegal_transition_names_batch_state_and_allowed_steps():

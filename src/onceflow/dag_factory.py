@@ -263,7 +263,8 @@ def pipeline_dag(
         **dag_kwargs,
     ) as dag:
         deployed = DeployedPipeline(dag_id or spec.name, spec, warehouse, kafka_conn_id, aws_conn_id)
-        plan = PlanBatchOperator(task_id=PLAN_TASK_ID, doc_json=deployed.to_doc(), **common)
+        # Its inlet: the alias's recent events, read to announce a batch `onceflow recover` finished.
+        plan = PlanBatchOperator(task_id=PLAN_TASK_ID, doc_json=deployed.to_doc(), inlets=[alias(spec)], **common)
         spark = OnceflowSparkSubmitOperator(
             task_id="spark",
             application=str(SUBMIT_APPLICATION),

@@ -275,6 +275,11 @@ class AirflowApi:
                 parts.append(f"--- {t['task_id']} (try {t['try_number']}) log tail:\n{tail}")
         return "\n".join(parts)
 
+    def set_run_state(self, dag_id: str, run_id: str, state: str) -> None:
+        """Mark the run ``state`` (success, failed, queued), as the UI's buttons do."""
+        response = self._http.patch(f"/api/v2/dags/{_p(dag_id)}/dagRuns/{_p(run_id)}", json={"state": state})
+        self._check(response, f"mark {run_id} of {dag_id} {state}")
+
     def clear_run(self, dag_id: str, run_id: str, only_failed: bool = False) -> None:
         """Clear the run's task instances so the scheduler runs them again (a "re-run")."""
         response = self._http.post(

@@ -33,8 +33,10 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ..assets import AIRFLOW_IDENTITY
 from ..protocol import run_inputs
 from ..protocol.batch_id import BatchId
+from ..ledger.ledger import BATCH_EFFECT
 from ..protocol.states import BatchState
 from ..spec import INTERVAL, PipelineSpec
 
@@ -67,7 +69,7 @@ def task_runtime(context, deployed):
 
     faults.arm_run_param((context.get("params") or {}).get(faults.RUN_PARAM))
     ti = context["ti"]
-    identity = f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
+    identity = f"{AIRFLOW_IDENTITY}{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
     return deployed.runtime(identity=identity)
 
 
@@ -80,6 +82,10 @@ def planned_seq(context, plan_task_id: str, task_id: str) -> int:
             "clear the whole run so that plan runs first"
         )
     return int(planned["batch_seq"])
+
+
+# How many aborted batches in a row the plan task looks past for a committed one to announce.
+UNANNOUNCED_LOOKBACK = 10
 
 
 class _BatchOperator(BaseOperator):
@@ -207,8 +213,28 @@ class PlanBatchOperator(_BatchOperator):
             previous = coordinator.describe(plan.batch_seq - 1)
             if previous is not None and previous.state is BatchState.COMMITTED:
                 runtime.after_commit(previous.plan)
+            self.announce_if_unannounced(context, runtime, previous)
         self.announce(context, runtime)  # what its recovery finished, if anything
         return self._planned(plan)
+
+    def announce_if_unannounced(self, context, runtime, status) -> None:
+        """The Asset events of the newest committed batch before this run's (``status``, or the last
+        committed one before the aborted batches that followed it) if it was finished outside
+        Airflow (``onceflow recover``) and no event carries it yet. In an offsets pipeline only the
+        latest batch can be left unfinished, so an earlier committed one was announced already."""
+        from ..assets import announce, announced_batches, finished_outside_airflow
+
+        for _ in range(UNANNOUNCED_LOOKBACK):
+            if status is None or status.state is not BatchState.ABORTED:
+                break
+            status = runtime.reader.describe(status.batch_seq - 1) if status.batch_seq > 1 else None
+        if status is None or status.state is not BatchState.COMMITTED or not finished_outside_airflow(status):
+            return  # nothing committed, or the task that finished it announced it
+        if status.batch_id in announced_batches(context["inlet_events"], self.pipeline):
+            return
+        announce(context["outlet_events"], self.pipeline, self.warehouse, status)
+        log.info("batch %s of %s was finished outside Airflow (%s): announced now to the DAGs downstream of its "
+                 "outputs", status.batch_id, self.pipeline.name, status.done[BATCH_EFFECT].done_by)
 
     def _plan_interval(self, context, inputs: run_inputs.RunInputs) -> dict[str, Any]:
         """An interval pipeline's run: the batch of its data interval (``onceflow.interval_batches``)."""

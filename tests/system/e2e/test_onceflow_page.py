@@ -22,7 +22,9 @@ import httpx
 import pytest
 
 from onceflow_devkit.local_airflow.auth import auth_env
+from onceflow_devkit.local_airflow.rest import AirflowApi
 from onceflow.layout import quarantine_dir
+from onceflow.ledger.ledger import BATCH_EFFECT
 from onceflow.storage.local import local_path
 from onceflow.protocol.run_inputs import RunInputs
 from tests.support import ROOT
@@ -364,3 +366,26 @@ def test_the_pages_api_answers_any_input_without_a_server_error_and_leaves_commi
     assert after == committed
     report = world.audit()
     assert report.ok, report.summary()
+
+
+def test_a_batch_finished_outside_airflow_is_announced_by_the_next_runs_plan_task(page_world):
+    """Batch 3 was finished by recovery outside Airflow (as ``onceflow recover`` does, in the split
+    test above): no task emitted its events. The next run's plan task finds none carries it and
+    announces it, once, beside the events of the run's own batch."""
+    world, runs = page_world
+    assert not world.runtime.coordinator.describe(3).done[BATCH_EFFECT].done_by.startswith("airflow:")
+    with AirflowApi(world.airflow.api_url, "grace", USERS["grace"][1]) as api:  # may run the DAG
+        # The `airflow dags test` process whose commit crashed left its run "running": one run at a time.
+        api.set_run_state(DAG_ID, runs["open"], "failed")
+        api.unpause(DAG_ID)
+        run_id = api.trigger(DAG_ID, conf=CONF)
+        assert api.wait_for_run(DAG_ID, run_id, timeout=300) == "success", api.explain(DAG_ID, run_id)
+        assert "finished outside Airflow" in api.task_log(DAG_ID, run_id, "plan")
+        api.pause(DAG_ID)
+    batch = world.runtime.batch_of_run(run_id)
+    with closing(_client(world, "ada")) as ada:
+        answer = ada.get("/api/v2/assets/events", params={"limit": 100})
+    events = [e["extra"] for e in answer.json()["asset_events"] if (e.get("extra") or {}).get("pipeline") == "clickstream"]
+    announced = sorted((e["batch_id"], e["output"]) for e in events)
+    outputs = ["clicks_dead_letter", "clicks_enriched", "page_minute_counts", "page_minute_table"]
+    assert announced == sorted((b, o) for b in ("0000000002", "0000000003", batch.batch_id) for o in outputs), announced

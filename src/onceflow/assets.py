@@ -8,21 +8,18 @@ scheduled on an output reads the batch from its triggering events. A task
 emits for the batches it finished (a plan task's recovery may finish an
 earlier run's commit) and the commit task for its run's batch; an aborted
 batch announces nothing. A batch finished outside Airflow (``onceflow
-recover``) has no task to emit for it: the next run's plan task reads the
-alias's recent events (the alias is its inlet) and announces it if none
-carries it.
+recover``), or by a task that died before Airflow recorded its events, has
+no task to emit for it: the next run's plan task announces it. Each task
+first reads the alias's recent events (the alias is also every protocol
+task's inlet) and announces only batches no event carries yet.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .ledger.ledger import BATCH_EFFECT
 from .sinks import sink_kind
 from .spec import PipelineSpec
-
-# How every Airflow task that runs protocol steps names itself in the ledger (``operators.batch``).
-AIRFLOW_IDENTITY = "airflow:"
 
 
 def asset_uri(spec: PipelineSpec, sink_name: str, warehouse: str) -> str:
@@ -66,13 +63,6 @@ def announce(outlet_events, spec: PipelineSpec, warehouse: str, status) -> None:
     events = outlet_events[alias(spec)]
     for asset, sink in zip(outputs(spec, warehouse), spec.sinks):
         events.add(asset, extra={**facts, "output": sink.name})
-
-
-def finished_outside_airflow(status) -> bool:
-    """Batch ``status`` is finished and no Airflow task finished it (``onceflow recover`` did): no
-    task emitted its events."""
-    marker = status.done.get(BATCH_EFFECT)
-    return marker is not None and not marker.done_by.startswith(AIRFLOW_IDENTITY)
 
 
 def announced_batches(inlet_events, spec: PipelineSpec, newest: int = 50) -> set[str]:

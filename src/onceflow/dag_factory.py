@@ -211,9 +211,10 @@ def pipeline_dag(
     aws_conn_id = aws_conn_id or os.environ.get("ONCEFLOW_S3_CONN", "onceflow_s3")
     spark_conn_id = spark_conn_id or os.environ.get("ONCEFLOW_SPARK_CONN", "onceflow_spark")
     # Every protocol task may finish a batch (a plan's recovery, a rollback that finds COMMIT decided):
-    # each announces the committed batches it saw, through the pipeline's alias.
+    # each announces the committed batches it saw that no event carries yet, through the pipeline's
+    # alias (its inlet, to read those events, and its outlet).
     common = dict(pipeline=spec, warehouse=warehouse, kafka_conn_id=kafka_conn_id, aws_conn_id=aws_conn_id,
-                  outlets=[alias(spec)])
+                  inlets=[alias(spec)], outlets=[alias(spec)])
 
     if schedule == "spec":
         schedule = parse_schedule(os.environ.get("ONCEFLOW_SCHEDULE") or spec.schedule)
@@ -263,8 +264,7 @@ def pipeline_dag(
         **dag_kwargs,
     ) as dag:
         deployed = DeployedPipeline(dag_id or spec.name, spec, warehouse, kafka_conn_id, aws_conn_id)
-        # Its inlet: the alias's recent events, read to announce a batch `onceflow recover` finished.
-        plan = PlanBatchOperator(task_id=PLAN_TASK_ID, doc_json=deployed.to_doc(), inlets=[alias(spec)], **common)
+        plan = PlanBatchOperator(task_id=PLAN_TASK_ID, doc_json=deployed.to_doc(), **common)
         spark = OnceflowSparkSubmitOperator(
             task_id="spark",
             application=str(SUBMIT_APPLICATION),

@@ -28,11 +28,12 @@ def accounted_plans(coordinator) -> tuple[list[tuple[Plan, Any]], list[Plan]]:
     return committed, skipped
 
 
-def aborted_batches(coordinator) -> set[str]:
-    """The ids of the batches the ledger shows aborted: rows an output of a weaker guarantee
-    than exactly_once may show under them were written before the abort (a full scan)."""
+def uncommitted_plans(coordinator) -> dict[str, Plan]:
+    """The plans of the batches the ledger shows not committed (aborted, or still in flight), by
+    batch id: rows an output of a weaker guarantee than exactly_once shows under them were written
+    by the job before the batch ended (a full scan)."""
     statuses = (coordinator.describe(seq) for seq in range(1, coordinator.latest_seq() + 1))
-    return {s.plan.batch_id for s in statuses if s.state is BatchState.ABORTED}
+    return {s.plan.batch_id: s.plan for s in statuses if s.state is not BatchState.COMMITTED}
 
 
 def committed_plans(coordinator) -> list[tuple[Plan, Any]]:

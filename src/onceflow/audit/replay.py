@@ -18,9 +18,10 @@ ignored columns):
   batch's, an edited row), and, in a full audit, rows of batches that never
   committed.
 
-An output whose guarantee is weaker than exactly_once (``SinkSpec.guarantee``) is held to
-its own promise: at_least_once fails only on missing rows, none only on copies; what each
-may show (duplicates, missing rows, rows written under a batch later aborted) is counted.
+An output whose guarantee is weaker than exactly_once (``SinkSpec.guarantee``, as each
+batch's plan recorded it) is held to its own promise: at_least_once fails only on missing
+rows, none only on copies; what each may show (duplicates, missing rows, rows its job wrote
+under a batch that did not commit) is counted.
 
 Plus each output's findings (a manifest naming a file that is gone, a file no
 manifest lists) and the committed ranges' gaps and overlaps (I1, I8).
@@ -44,12 +45,12 @@ import random
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence, Set
 
 from ..settings import ConfigurationError
 from ..sinks import AuditScope, sink_kind
 from ..protocol.plan import AT_LEAST_ONCE, EXACTLY_ONCE, NO_GUARANTEE
-from .ranges import aborted_batches, accounted_plans, contiguity_errors, replaced_batches
+from .ranges import accounted_plans, contiguity_errors, replaced_batches, uncommitted_plans
 
 
 @dataclass
@@ -64,9 +65,9 @@ class BatchDiff:
     missing: int = 0
     unexpected: int = 0
 
-    # Rows under a batch the ledger shows aborted, in an output whose guarantee lets them stay
-    # (written visibly before the abort): counted, not failed.
-    before_abort: int = 0
+    # Rows under a batch the ledger shows not committed (aborted, or in flight), in an output whose
+    # guarantee lets them stay (written visibly by the job): counted, not failed.
+    not_committed: int = 0
     guarantee: str = EXACTLY_ONCE
 
     @property
@@ -131,7 +132,7 @@ class ReplayReport:
                 name: {"ok": o.ok, "guarantee": o.guarantee, "reading": o.reading, "findings": o.findings,
                        "examples": o.examples, "set_aside": o.set_aside,
                        **{what: o.total(what) for what in ("expected", "found", "duplicates", "missing", "unexpected",
-                                                           "before_abort")},
+                                                           "not_committed")},
                        "batches": [{**asdict(b), "ok": b.ok} for b in o.batches]}
                 for name, o in self.outputs.items()
             },
@@ -146,7 +147,7 @@ class ReplayReport:
                          f"duplicates {o.total('duplicates')}  missing {o.total('missing')}  "
                          f"unexpected {o.total('unexpected')}"
                          + (f"  ({o.guarantee}: {', '.join(TOLERATED[o.guarantee])} counted, not failed; "
-                            f"{o.total('before_abort')} rows written before an abort)" if o.guarantee != EXACTLY_ONCE else ""))
+                            f"{o.total('not_committed')} rows of batches not committed)" if o.guarantee != EXACTLY_ONCE else ""))
             lines += [f"    batch {b.batch}: {b.found} found, {b.expected} replayed, duplicates {b.duplicates}, "
                       f"missing {b.missing}, unexpected {b.unexpected}" for b in o.batches if not b.ok]
             lines += [f"    finding: {f}" for f in o.findings]
@@ -196,7 +197,9 @@ def _rows(frame, columns: Sequence[str]):
 
 
 def _compare(expected, found, columns: Sequence[str], audited: Sequence[str], report: OutputReport,
-             examples: int, aborted: set[str] = frozenset()) -> None:
+             examples: int, guarantees: Mapping[str, str] | None = None, uncommitted: Set[str] = frozenset()) -> None:
+    """``guarantees``: each batch's guarantee for this output, as its plan recorded it (default: the
+    report's); ``uncommitted``: the batches the ledger shows not committed."""
     from pyspark.sql import functions as F
 
     want = _rows(expected, columns).groupBy("batch", "row").agg(F.count("*").alias("expected"))
@@ -209,16 +212,16 @@ def _compare(expected, found, columns: Sequence[str], audited: Sequence[str], re
         F.sum(F.when(short > 0, short).otherwise(0)).alias("missing"),
         F.sum(F.when(F.col("expected") == 0, F.col("found")).otherwise(0)).alias("unexpected"),
     ).collect()
+    guarantees = guarantees or {}
     diffs = {r["batch"]: BatchDiff(r["batch"], report.name, *(int(r[k]) for k in
                                                              ("expected", "found", "duplicates", "missing", "unexpected")),
-                                   guarantee=report.guarantee)
+                                   guarantee=guarantees.get(r["batch"], report.guarantee))
              for r in per_batch}
-    if report.guarantee != EXACTLY_ONCE:  # rows written visibly before their batch was aborted are allowed
-        for diff in diffs.values():
-            if diff.batch in aborted and not diff.expected:
-                diff.before_abort, diff.unexpected = diff.unexpected, 0
+    for diff in diffs.values():  # rows a weaker guarantee's job wrote visibly in a batch that did not commit
+        if diff.guarantee != EXACTLY_ONCE and diff.batch in uncommitted and not diff.expected:
+            diff.not_committed, diff.unexpected = diff.unexpected, 0
     # Every audited batch is listed, an empty one too; batches outside them only when something is there.
-    report.batches = [diffs.pop(b, BatchDiff(b, report.name, guarantee=report.guarantee)) for b in audited] + sorted(diffs.values(), key=lambda d: d.batch)
+    report.batches = [diffs.pop(b, BatchDiff(b, report.name, guarantee=guarantees.get(b, report.guarantee))) for b in audited] + sorted(diffs.values(), key=lambda d: d.batch)
     if not report.ok:
         for r in rows.filter(F.col("expected") != F.col("found")).orderBy("batch", "row").limit(examples).collect():
             report.examples.append(f"batch {r['batch']}: {r['row'][:300]} replayed {r['expected']}x, found {r['found']}x")
@@ -237,7 +240,9 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
     started = time.monotonic()
     spec, deployment = runtime.spec, runtime.deployment
     committed, skipped = accounted_plans(runtime.coordinator)
-    aborted = aborted_batches(runtime.coordinator) if any(s.guarantee != EXACTLY_ONCE for s in spec.sinks) else set()
+    weaker = any(s.guarantee != EXACTLY_ONCE for s in spec.sinks) or any(
+        s.guarantee != EXACTLY_ONCE for p, _ in committed for s in p.sinks)
+    uncommitted = uncommitted_plans(runtime.coordinator) if weaker else {}
     chosen = select(committed, batches, sample, seed)
     register_data_sources(spark, spec)
     committed_parquet.register(spark)
@@ -283,8 +288,10 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
             columns = [c for c in found.columns if c != "batch" and c not in ignore_columns]
             report = OutputReport(sink.name, output.reading, findings=list(output.findings), set_aside=output.set_aside,
                                   guarantee=sink.guarantee)
+            guarantees = {p.batch_id: s.guarantee for p in [*(p for p, _ in committed), *uncommitted.values()]
+                          for s in p.sinks if s.name == sink.name}  # each batch's, as its plan recorded it
             _compare(want.select(*columns, "batch"), found.select(*columns, "batch"), columns, audited, report, examples,
-                     aborted)
+                     guarantees, set(uncommitted))
             reports[sink.name] = report
     finally:
         for records in inputs:

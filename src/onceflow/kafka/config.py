@@ -62,11 +62,13 @@ def producer_config(source: KafkaCluster | Mapping[str, Any], txn_id: str, **ove
 
 def direct_producer_config(source: KafkaCluster | Mapping[str, Any], acks_all: bool, **overrides: Any) -> dict[str, Any]:
     """A producer without a transaction, for outputs of the weaker guarantees: ``acks_all``
-    (at_least_once) waits for every in-sync replica, idempotent; otherwise (none) for the leader."""
+    (at_least_once) waits for every in-sync replica, idempotent; otherwise (none) for the leader,
+    and never sends a record again (a retry after a lost acknowledgement would write it twice)."""
     config = base_config(source)
     if "transactional.id" in config:
         raise ConfigurationError("Kafka config sets transactional.id: remove it, onceflow sets it where it is needed")
-    config.update({"enable.idempotence": acks_all, "acks": "all" if acks_all else "1"})
+    config.update({"enable.idempotence": True, "acks": "all"} if acks_all else
+                  {"enable.idempotence": False, "acks": "1", "retries": 0})
     return _with_defaults(config, overrides)
 
 

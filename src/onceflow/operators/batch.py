@@ -33,7 +33,6 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from ..assets import AIRFLOW_IDENTITY
 from ..protocol import run_inputs
 from ..protocol.batch_id import BatchId
 from ..ledger.ledger import BATCH_EFFECT
@@ -69,7 +68,7 @@ def task_runtime(context, deployed):
 
     faults.arm_run_param((context.get("params") or {}).get(faults.RUN_PARAM))
     ti = context["ti"]
-    identity = f"{AIRFLOW_IDENTITY}{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
+    identity = f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
     return deployed.runtime(identity=identity)
 
 
@@ -84,7 +83,7 @@ def planned_seq(context, plan_task_id: str, task_id: str) -> int:
     return int(planned["batch_seq"])
 
 
-# How many aborted batches in a row the plan task looks past for a committed one to announce.
+# How many aborted batches in a row a plan task looks past for the committed one before them.
 UNANNOUNCED_LOOKBACK = 10
 
 
@@ -119,16 +118,31 @@ class _BatchOperator(BaseOperator):
         runtime.coordinator.on_finished = functools.partial(_on_finished, runtime, self._finished)
         return runtime
 
-    def announce(self, context, runtime, also: int | None = None) -> None:
-        """Asset events for each batch this task finished as COMMITTED, and for ``also``
-        (this run's batch) when it is committed: downstream DAGs learn what was committed."""
-        from ..assets import announce
+    def announce(self, context, runtime, also: int | None = None, newest_before=None) -> None:
+        """Asset events for each committed batch no event carries yet, among: the batches this task
+        finished, ``also`` (this run's batch), and the newest committed batch at or before
+        ``newest_before`` (a status; the plan task's: a batch ``onceflow recover`` committed has no
+        task to announce it, nor has one whose task died before Airflow recorded its events). The
+        events already recorded are read through the alias (every protocol task's inlet), so a
+        batch is announced once whichever tasks see it."""
+        from ..assets import announce, announced_batches
 
-        for seq in dict.fromkeys([*self._finished, *([also] if also else [])]):
-            status = runtime.reader.describe(seq)
-            if status is not None and status.state is BatchState.COMMITTED:
-                announce(context["outlet_events"], self.pipeline, self.warehouse, status)
-                log.info("batch %s of %s announced to the DAGs downstream of its outputs", status.batch_id, self.pipeline.name)
+        statuses = [runtime.reader.describe(seq) for seq in dict.fromkeys([*self._finished, *([also] if also else [])])]
+        status = newest_before
+        for _ in range(UNANNOUNCED_LOOKBACK):  # past the aborted batches that may follow it
+            if status is None or status.state is not BatchState.ABORTED:
+                break
+            status = runtime.reader.describe(status.batch_seq - 1) if status.batch_seq > 1 else None
+        committed = {s.batch_seq: s for s in [*statuses, status] if s is not None and s.state is BatchState.COMMITTED}
+        if not committed:
+            return
+        carried = announced_batches(context["inlet_events"], self.pipeline)
+        for status in committed.values():
+            if status.batch_id in carried:
+                continue
+            announce(context["outlet_events"], self.pipeline, self.warehouse, status)
+            log.info("batch %s of %s announced to the DAGs downstream of its outputs (finished by %s)",
+                     status.batch_id, self.pipeline.name, status.done[BATCH_EFFECT].done_by)
 
     def planned_seq(self, context) -> int:
         return planned_seq(context, self.plan_task_id, self.task_id)
@@ -213,28 +227,10 @@ class PlanBatchOperator(_BatchOperator):
             previous = coordinator.describe(plan.batch_seq - 1)
             if previous is not None and previous.state is BatchState.COMMITTED:
                 runtime.after_commit(previous.plan)
-            self.announce_if_unannounced(context, runtime, previous)
-        self.announce(context, runtime)  # what its recovery finished, if anything
+            self.announce(context, runtime, newest_before=previous)  # what recovery finished, here or elsewhere
+        else:
+            self.announce(context, runtime)
         return self._planned(plan)
-
-    def announce_if_unannounced(self, context, runtime, status) -> None:
-        """The Asset events of the newest committed batch before this run's (``status``, or the last
-        committed one before the aborted batches that followed it) if it was finished outside
-        Airflow (``onceflow recover``) and no event carries it yet. In an offsets pipeline only the
-        latest batch can be left unfinished, so an earlier committed one was announced already."""
-        from ..assets import announce, announced_batches, finished_outside_airflow
-
-        for _ in range(UNANNOUNCED_LOOKBACK):
-            if status is None or status.state is not BatchState.ABORTED:
-                break
-            status = runtime.reader.describe(status.batch_seq - 1) if status.batch_seq > 1 else None
-        if status is None or status.state is not BatchState.COMMITTED or not finished_outside_airflow(status):
-            return  # nothing committed, or the task that finished it announced it
-        if status.batch_id in announced_batches(context["inlet_events"], self.pipeline):
-            return
-        announce(context["outlet_events"], self.pipeline, self.warehouse, status)
-        log.info("batch %s of %s was finished outside Airflow (%s): announced now to the DAGs downstream of its "
-                 "outputs", status.batch_id, self.pipeline.name, status.done[BATCH_EFFECT].done_by)
 
     def _plan_interval(self, context, inputs: run_inputs.RunInputs) -> dict[str, Any]:
         """An interval pipeline's run: the batch of its data interval (``onceflow.interval_batches``)."""

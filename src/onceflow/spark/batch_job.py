@@ -26,6 +26,7 @@ from .. import faults
 from ..protocol.batch_id import BatchId
 from ..protocol.participant import Vote
 from ..protocol.plan import NO_GUARANTEE
+from ..protocol.states import BatchState
 from ..sinks import sink_kind
 from .writer_options import job_fault_options
 
@@ -84,16 +85,34 @@ def release(records) -> None:
         log.warning("could not release the cached input: %s", exc)
 
 
-def written_already(plan, attempt: int) -> str | None:
-    """Why this batch's records may already have been written by an attempt before this one (None: they
-    cannot have been): what an output of guarantee ``none`` must never write again."""
+# How many batches back ``written_already`` looks for an uncommitted one whose ranges this batch's overlap.
+WRITTEN_LOOKBACK = 10
+
+
+def written_already(coordinator, plan, attempt: int) -> str | None:
+    """Why some of this batch's records may already have been written by a job before this one
+    (None: they cannot have been): what an output of guarantee ``none`` must never write again.
+    A replay cut short (a split, fewer records per partition) leaves the rest of the aborted
+    batch's ranges to the batches after it, so every batch back to the last committed one that
+    replays nothing is looked at."""
     if attempt > 1:
         return f"attempt {attempt - 1} of this batch may have written them"
-    if plan.replay_of is not None:
-        return f"this batch replays aborted batch {BatchId(plan.replay_of)}"
     if plan.replaces is not None:
         return f"this batch reprocesses committed batch {BatchId(plan.replaces.batch_seq)}"
+    for seq in range(plan.batch_seq - 1, max(0, plan.batch_seq - 1 - WRITTEN_LOOKBACK), -1):
+        earlier = coordinator.describe(seq)
+        if earlier.state is not BatchState.COMMITTED and overlapping(earlier.plan.ranges, plan.ranges):
+            return f"{'this batch replays' if seq == plan.replay_of else 'it overlaps'} batch {earlier.batch_id}, " \
+                   f"{earlier.state.value}, whose job may have written them"
+        if earlier.state is BatchState.COMMITTED and earlier.plan.replay_of is None:
+            break
     return None
+
+
+def overlapping(ranges, others) -> bool:
+    """Whether any offset range of ``ranges`` shares a record with one of ``others``."""
+    return any(a.topic == b.topic and a.partition == b.partition and a.start < b.end and b.start < a.end
+               for a in ranges for b in others)
 
 
 def run_batch(spark, runtime, seq: int) -> JobResult:
@@ -120,7 +139,8 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
                          "planned_at_ms": str(plan.created_at_ms), "attempt": str(attempt), **job_fault_options()}
         if plan.replaces is not None:  # a reprocessed interval: the committed batch it replaces
             batch_options["replaces"] = str(plan.replaces.batch_seq)
-        written_before = written_already(plan, attempt)
+        none_outputs = any(plan.sink(s.name).guarantee == NO_GUARANTEE for s in spec.sinks)
+        written_before = written_already(coordinator, plan, attempt) if none_outputs else None
         for i, sink in enumerate(spec.sinks):
             if i:
                 faults.fault_point(JOB_BETWEEN_OUTPUTS)

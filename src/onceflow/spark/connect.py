@@ -142,8 +142,9 @@ def join_session(connection_url: str, code_zips: Sequence[str]):
                        "that sessions outlive the time between batches")
 
 
-# How long closing a client may take before it is left behind (see close_client).
-CLOSE_TIMEOUT_S = 10.0
+# How long closing a client may take before it is left behind (see close_client): PySpark's own
+# close first waits up to 10 s for its pending release calls.
+CLOSE_TIMEOUT_S = 30.0
 
 
 def close_client(spark, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
@@ -165,8 +166,20 @@ def close_client(spark, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
     if closer.is_alive():
         log.warning("the Spark Connect client did not close within %.0f s (gRPC waits for a stream that was cut "
                     "short); it is left to the process's exit", timeout_s)
+        forget_session(spark)  # stop() would wait on the same channel
         return
     spark.stop()
+
+
+def forget_session(spark) -> None:
+    """What ``stop()`` does besides closing: ``spark`` is no longer this thread's active session nor
+    the process's default one, so the next session joined here becomes both."""
+    from pyspark.sql.connect.session import SparkSession
+
+    if SparkSession._default_session is spark:
+        SparkSession._default_session = None
+    if getattr(SparkSession._active_session, "session", None) is spark:
+        SparkSession._active_session.session = None
 
 
 def job_tag(pipeline: str, seq: int) -> str:

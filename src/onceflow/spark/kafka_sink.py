@@ -114,10 +114,10 @@ class KafkaSplitWriter(DataSourceArrowWriter):
                 f"{FORMAT}: partition {split} has no split: the plan allows {opts.splits} splits for sink "
                 f"{opts.sink!r}; repartition the DataFrame to that many partitions"
             )
-        if opts.guarantee == NO_GUARANTEE and task.attemptNumber() > 0:
-            return HandleMessage({})  # at most once: Spark's retry of a task never writes its records again
         # taskAttemptId is unique in the application: attemptNumber restarts at 0 when a stage is retried.
         attempt_tag = f"{opts.attempt}-{task.taskAttemptId()}"
+        if opts.guarantee == NO_GUARANTEE and not self._first_to_write(deployment, split, attempt_tag):
+            return HandleMessage({})  # at most once: a retried or speculative task, a retried stage, writes nothing
         transactional = opts.guarantee == EXACTLY_ONCE
         writer = (TransactionalSplitWriter if transactional else DirectSplitWriter)(
             deployment.kafka.config(), opts.pipeline, opts.sink, opts.batch_id, split, opts.topic,
@@ -141,6 +141,15 @@ class KafkaSplitWriter(DataSourceArrowWriter):
         except BaseException:
             writer.abandon()
             raise
+
+    def _first_to_write(self, deployment, split: int, attempt_tag: str) -> bool:
+        """Claim the split for this task (create-if-absent in the batch's staging): only the first
+        task of the batch to claim it writes a ``none`` output's split."""
+        from ..layout import kafka_staging_dir
+
+        opts = self.options
+        claim = f"{kafka_staging_dir(deployment.warehouse, opts.pipeline, opts.sink, opts.batch_id)}/written-once/split-{split:05d}"
+        return deployment.storage().create_if_absent(claim, attempt_tag.encode())
 
     @armed_as_job
     def commit(self, messages: list[HandleMessage | None]) -> None:

@@ -380,7 +380,7 @@ def test_a_batch_finished_outside_airflow_is_announced_by_the_next_runs_plan_tas
         api.unpause(DAG_ID)
         run_id = api.trigger(DAG_ID, conf=CONF)
         assert api.wait_for_run(DAG_ID, run_id, timeout=300) == "success", api.explain(DAG_ID, run_id)
-        assert "finished outside Airflow" in api.task_log(DAG_ID, run_id, "plan")
+        assert "batch 0000000003 of clickstream announced to the DAGs downstream" in api.task_log(DAG_ID, run_id, "plan")
         api.pause(DAG_ID)
     batch = world.runtime.batch_of_run(run_id)
     with closing(_client(world, "ada")) as ada:

@@ -53,3 +53,15 @@ def test_batches_and_sample_together_are_refused(capsys, monkeypatch, tmp_path):
     code = main(["audit", "--pipeline", "clickstream", "--spec", "onceflow_examples.clickstream:CLICKSTREAM",
                  "--batches", "1", "--sample", "2"])
     assert code == 2 and "give --batches or --sample, not both" in capsys.readouterr().err
+
+
+def test_each_guarantee_fails_only_on_what_it_does_not_allow():
+    copies = dict(expected=3, found=6, duplicates=3)
+    lost = dict(expected=3, found=0, missing=3)
+    for guarantee, fails in (("exactly_once", {"copies", "lost"}), ("at_least_once", {"lost"}), ("none", {"copies"})):
+        for name, counts in (("copies", copies), ("lost", lost)):
+            diff = BatchDiff("0000000002", "out", guarantee=guarantee, **counts)
+            assert diff.ok is (name not in fails), (guarantee, name)
+    # rows the job wrote under a batch that did not commit are counted apart, whatever the guarantee lets pass
+    assert not BatchDiff("0000000001", "out", found=2, unexpected=2, guarantee="at_least_once").ok
+    assert BatchDiff("0000000001", "out", found=2, not_committed=2, guarantee="at_least_once").ok

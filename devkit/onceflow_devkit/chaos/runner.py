@@ -36,7 +36,7 @@ from onceflow import faults
 from onceflow.kafka.sink import DEFAULT_SAFETY_FRACTION
 from onceflow.settings import ConfigurationError
 from onceflow_devkit.chaos import schedule
-from onceflow_devkit.services.kafka_broker import DEFAULT_BROKER
+from onceflow_devkit.services.kafka_broker import CLUSTER, DEFAULT_BROKER
 from onceflow_devkit.services.stack import onceflow_home
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, forget_embedded_catalogs
 from onceflow_devkit.chaos.figures import BatchRun, ChaosFigures, LedgerFigures
@@ -79,7 +79,7 @@ class ChaosOptions:
     executor: str = "local"            # or "celery": two Celery workers, Redis their broker
 
     def possible_kinds(self, warehouse_on_s3: bool) -> tuple[str, ...]:
-        from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, CAPABILITIES, CLUSTER, TXN_TIMEOUT_ABORTS
+        from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, CAPABILITIES, TXN_TIMEOUT_ABORTS
 
         capabilities = CAPABILITIES[self.broker]
         return schedule.kinds_for(warehouse_on_s3, self.spark, self.mode, ADDS_PARTITIONS in capabilities,
@@ -225,7 +225,10 @@ class _Run:
         spec = CLICKSTREAM_HOURLY if self.backfill else CLICKSTREAM
         direct_s3 = info.s3 if clients_s3 else None
         self.runtime = PipelineRuntime(spec, Deployment(self.warehouse, info.kafka, direct_s3, embedded_catalogs(self.warehouse, direct_s3)))
-        ensure_topics(info.kafka.config(), ["clicks", *(s.target for s in spec.sinks if s.kind == "kafka")], partitions=2)
+        # On the cluster every topic has the brokers' replication (3, min.insync.replicas 2): with one
+        # replica a killed node loses records it acknowledged, and the input with them.
+        ensure_topics(info.kafka.config(), ["clicks", *(s.target for s in spec.sinks if s.kind == "kafka")], partitions=2,
+                      replication_factor=-1 if options.broker == CLUSTER else 1)
         self.fired_log = self.home / "faults-fired.log"
         injection = {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE, faults.FIRED_LOG_VAR: str(self.fired_log)}
         if options.spark == "connect":

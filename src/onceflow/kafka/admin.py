@@ -14,14 +14,16 @@ def _admin(config: Mapping[str, Any]) -> AdminClient:
     return AdminClient(base_config(config))
 
 
-def ensure_topics(config: Mapping[str, Any], names: Iterable[str], partitions: int = 2, timeout_s: float = 30.0) -> list[str]:
-    """Create the topics that do not exist yet; returns the ones created. Idempotent."""
+def ensure_topics(config: Mapping[str, Any], names: Iterable[str], partitions: int = 2, timeout_s: float = 30.0,
+                  replication_factor: int = 1) -> list[str]:
+    """Create the topics that do not exist yet (``replication_factor`` -1: the brokers'
+    default.replication.factor); returns the ones created. Idempotent."""
     admin = _admin(config)
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     wanted = [n for n in dict.fromkeys(names) if n not in existing]
     if not wanted:
         return []
-    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in wanted], operation_timeout=timeout_s)
+    futures = admin.create_topics([NewTopic(n, partitions, replication_factor) for n in wanted], operation_timeout=timeout_s)
     created = []
     for name, future in futures.items():
         try:

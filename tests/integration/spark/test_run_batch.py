@@ -127,7 +127,7 @@ def python_without_onceflow(directory: Path) -> Path:
     return wrapper
 
 
-# Not marked slow although it takes about 45 s: it is the suite's only run in cluster mode.
+@pytest.mark.slow  # 50 s, the suite's only run in cluster mode: make test's spark-submit runs are local
 def test_on_a_standalone_cluster_executors_get_onceflow_from_py_files_and_secrets_from_executor_env(
     one_kafka_broker, s3_endpoint, s3_bucket, spark_standalone, tmp_path
 ):

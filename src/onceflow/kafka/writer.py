@@ -556,6 +556,3 @@ class DirectSplitWriter(TransactionalSplitWriter):
         if missing:
             raise PreCommitError(f"{self._name()}: no delivery report for partitions {sorted(missing)}")
         return self._handle(-1, -1, guarantee=self.guarantee)
-
-    def abandon(self) -> None:
-        self._producer = None

@@ -33,9 +33,9 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ..ledger.ledger import BATCH_EFFECT
 from ..protocol import run_inputs
 from ..protocol.batch_id import BatchId
-from ..ledger.ledger import BATCH_EFFECT
 from ..protocol.states import BatchState
 from ..spec import INTERVAL, PipelineSpec
 

@@ -8,6 +8,6 @@ baselines too (one once did not: the raw producer alone waited in
 """
 
 from onceflow.kafka.config import PRODUCER_DEFAULTS
-from onceflow.kafka.writer import THROUGHPUT_SETTINGS
+from onceflow.sinks.kafka.writer import THROUGHPUT_SETTINGS
 
 PRODUCER_TUNING = {**PRODUCER_DEFAULTS, **THROUGHPUT_SETTINGS}

@@ -43,10 +43,10 @@ from pathlib import Path
 # An Airflow DAG file (Airflow's safe mode reads only files that say "airflow" and "dag").
 DAG_FILE = '''# Airflow DAGs of the latency benchmark
 import dataclasses
-from onceflow.dag_factory import pipeline_dag
+from onceflow.airflow.dag_factory import pipeline_dag
 from onceflow_examples.clickstream import CLICKSTREAM
 
-from onceflow.input_schedule import when_input
+from onceflow.config.input_schedule import when_input
 
 for mode, conn_id, schedule in (("submit", "onceflow_spark", None), ("connect", "onceflow_spark_connect", None),
                                 ("on_input", "onceflow_spark_connect", when_input(records=1000, max_age_s=5, poll_s=1))):

@@ -58,12 +58,12 @@ from onceflow_devkit.services.stack import environment_broker
 from onceflow.kafka.admin import delete_topics, ensure_topics
 from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.reader import FIELDS, RangeReader
-from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
-from onceflow.kafka.headers import record_headers
-from onceflow.kafka.writer import DirectSplitWriter, TransactionalSplitWriter, staged_uri
-from onceflow.protocol.plan import AT_LEAST_ONCE, EXACTLY_ONCE, NO_GUARANTEE
-from onceflow.protocol.participant import Vote
-from onceflow.protocol.plan import OffsetRange
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant, vote_payload
+from onceflow.sinks.kafka.headers import record_headers
+from onceflow.sinks.kafka.writer import DirectSplitWriter, TransactionalSplitWriter, staged_uri
+from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE, NO_GUARANTEE
+from onceflow.core.participant import Vote
+from onceflow.core.plan import OffsetRange
 
 from baseline import PRODUCER_TUNING  # benchmarks/ is the script's directory
 

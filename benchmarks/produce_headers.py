@@ -34,7 +34,7 @@ import uuid
 
 from confluent_kafka import Producer
 
-from onceflow.kafka.headers import CURRENT_FORMAT, record_headers
+from onceflow.sinks.kafka.headers import CURRENT_FORMAT, record_headers
 from onceflow.kafka.ids import transactional_id
 
 from baseline import PRODUCER_TUNING  # benchmarks/ is the script's directory

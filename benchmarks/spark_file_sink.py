@@ -37,8 +37,8 @@ def timed(fn) -> float:
 
 
 def staged_write_and_commit(df, sink_uri: str, vote_uri: str, seq: int) -> None:
-    from onceflow.files import FileSink
-    from onceflow.spark.file_sink import FORMAT
+    from onceflow.sinks.files import FileSink
+    from onceflow.sinks.files.data_source import FORMAT
     from onceflow.sinks.votes import read_recorded_vote
 
     (df.write.format(FORMAT).mode("append").option("sink", "bench").option("path", sink_uri)
@@ -69,8 +69,8 @@ def main(argv=None) -> int:
 
     from onceflow_examples.clickstream import transform
     from onceflow_examples.clickstream_data import as_kafka_records, generate
-    from onceflow.spark.file_sink import register
-    from onceflow.spark_session import local_spark
+    from onceflow.sinks.files.data_source import register
+    from onceflow.spark.local_session import local_spark
 
     spark = local_spark("onceflow-bench", master=args.master, **{"spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")

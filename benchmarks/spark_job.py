@@ -75,7 +75,7 @@ def produce_events(config: dict, topic: str, events: int, partitions: int) -> No
 
 def job_spec(tag: str, input_topic: str, splits: int):
     from onceflow_examples.clickstream import CLICKSTREAM
-    from onceflow.spec import FILES, KAFKA, SinkSpec
+    from onceflow.pipeline.spec import FILES, KAFKA, SinkSpec
 
     return dataclasses.replace(
         CLICKSTREAM,
@@ -109,8 +109,8 @@ def plain_producer(config: dict, topic: str, headers_of: tuple[str, str] | None 
         headers = None
         if headers_of:
             from onceflow.kafka.ids import transactional_id
-            from onceflow.kafka.headers import record_headers
-            from onceflow.protocol.batch_id import BatchId
+            from onceflow.sinks.kafka.headers import record_headers
+            from onceflow.core.batch_id import BatchId
 
             split = TaskContext.get().partitionId()  # the fresh pipeline's first batch, as onceflow's side writes
             headers = record_headers(str(BatchId(1)), split, transactional_id(*headers_of, split))
@@ -141,7 +141,7 @@ def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: 
 
     Returns the records read and the seconds of each stage, named as run_batch's ``JobResult.seconds``.
     """
-    from onceflow.runtime import Deployment
+    from onceflow.pipeline.runtime import Deployment
     from onceflow.spark.batch_job import read_input
 
     started = time.perf_counter()
@@ -177,7 +177,7 @@ def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: 
 
 def planned(spec, broker, warehouse: Path, run_id: str):
     """A fresh pipeline runtime on ``warehouse`` and its next plan (driver)."""
-    from onceflow.runtime import Deployment, PipelineRuntime
+    from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 
     runtime = PipelineRuntime(spec, Deployment(f"file://{warehouse}", broker))
     with runtime.offset_source() as source:
@@ -223,7 +223,7 @@ def drop(config: dict, topics: list[str]) -> None:
 
 def commit_with_retries(coordinator, seq: int, deadline_s: float = 60.0):
     """coordinator.commit, retried on RetryLater as the Airflow commit task is (the retries are timed)."""
-    from onceflow.protocol.errors import RetryLater
+    from onceflow.core.errors import RetryLater
 
     give_up = time.monotonic() + deadline_s
     while True:
@@ -251,7 +251,7 @@ def main(argv=None) -> int:
 
     from onceflow.kafka.admin import ensure_topics
     from onceflow.spark.batch_job import register_data_sources
-    from onceflow.spark_session import local_spark
+    from onceflow.spark.local_session import local_spark
 
     from onceflow_devkit.services.stack import environment_broker
 
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="onceflow-bench-job-"))
     if args.connect:
-        from onceflow.dag_factory import shipped_code
+        from onceflow.spark.shipping import shipped_code
         from onceflow.spark.connect import CONNECT_MODE_VAR, join_session
         from onceflow_devkit.services.process import ManagedProcess
         from onceflow_devkit.services.spark_connect import start_connect_server

@@ -62,12 +62,12 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
 
-    from onceflow.deployment import Deployment
+    from onceflow.config.deployment import Deployment
     from onceflow.kafka.admin import delete_topics, ensure_topics
     from onceflow.kafka.offsets import KafkaOffsetSource
-    from onceflow.protocol.plan import OffsetRange
-    from onceflow.spark import kafka_source
-    from onceflow.spark_session import local_spark
+    from onceflow.core.plan import OffsetRange
+    from onceflow.sources.kafka import data_source as kafka_source
+    from onceflow.spark.local_session import local_spark
     from onceflow_devkit.services.spark_kafka import connector_jars
     from onceflow_devkit.services.stack import environment_broker
 

@@ -59,9 +59,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
 
-    from onceflow.files import FileSink, write_staged_parquet
-    from onceflow.iceberg import tables
-    from onceflow.iceberg.sink import IcebergTableSink
+    from onceflow.sinks.files import FileSink, write_staged_parquet
+    from onceflow.sinks.iceberg import tables
+    from onceflow.sinks.iceberg.participant import IcebergTableSink
     from onceflow.storage.s3 import S3Storage
     from onceflow_devkit.services.iceberg_catalog import CONN_ID, catalog_properties
     from onceflow_devkit.services.process import ManagedProcess

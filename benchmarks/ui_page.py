@@ -19,14 +19,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
-from onceflow.coordinator import Coordinator
-from onceflow.ledger.ledger import BATCH_EFFECT
-from onceflow.ledger.records import Decision, DecisionOutcome, DoneMarker, Head
-from onceflow.ledger.storage import open_ledger_storage
-from onceflow.protocol.participant import Vote
-from onceflow.protocol.plan import OffsetRange, Plan, SinkPlan
-from onceflow.spec import PipelineSpec, SinkSpec
-from onceflow.ui.overview import PAGE_SIZE, batch_page
+from onceflow.core.coordinator import Coordinator
+from onceflow.core.ledger.ledger import BATCH_EFFECT
+from onceflow.core.ledger.records import Decision, DecisionOutcome, DoneMarker, Head
+from onceflow.core.ledger.storage import open_ledger_storage
+from onceflow.core.participant import Vote
+from onceflow.core.plan import OffsetRange, Plan, SinkPlan
+from onceflow.pipeline.spec import PipelineSpec, SinkSpec
+from onceflow.airflow.ui.overview import PAGE_SIZE, batch_page
 
 SPEC = PipelineSpec("bench", ("in",), "m:f", (SinkSpec("out", "files", "out"),))
 

@@ -10,7 +10,7 @@ demo`` sets them all for the embedded stack.
 import os
 from dataclasses import replace
 
-from onceflow.dag_factory import pipeline_dag
+from onceflow.airflow.dag_factory import pipeline_dag
 from onceflow_examples import clickstream
 
 # The chaos run shortens the Kafka outputs' transaction timeout, so that a commit held past the

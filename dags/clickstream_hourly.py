@@ -8,7 +8,7 @@ Its schedule is its own (hourly data intervals are what it reads), so
 needs, and the topics ``clicks_hourly_enriched`` and ``clicks_hourly_dead_letter``.
 """
 
-from onceflow.dag_factory import pipeline_dag
+from onceflow.airflow.dag_factory import pipeline_dag
 from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
 
 dag = pipeline_dag(CLICKSTREAM_HOURLY, schedule=CLICKSTREAM_HOURLY.schedule, dag_id="clickstream_hourly")

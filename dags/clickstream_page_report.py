@@ -11,7 +11,7 @@ import os
 
 from airflow.sdk import DAG, task
 
-from onceflow.dag_factory import outputs
+from onceflow.airflow.dag_factory import outputs
 from onceflow_examples.clickstream import CLICKSTREAM
 
 WAREHOUSE = os.environ["ONCEFLOW_WAREHOUSE"]  # no default: a DAG must never read another warehouse
@@ -23,7 +23,7 @@ with DAG(dag_id="clickstream_page_report", schedule=[PAGE_COUNTS], catchup=False
     def top_pages(triggering_asset_events=None) -> dict:
         from collections import Counter
 
-        from onceflow.files.reader import read_committed
+        from onceflow.sinks.files.reader import read_committed
 
         batches = sorted({event.extra["batch_id"] for events in (triggering_asset_events or {}).values()
                           for event in events if "batch_id" in (event.extra or {})})
@@ -32,7 +32,7 @@ with DAG(dag_id="clickstream_page_report", schedule=[PAGE_COUNTS], catchup=False
         storage = None
         if WAREHOUSE.startswith("s3://"):  # the pipeline's own S3 connection, never a default one
             from onceflow.storage.s3 import S3Storage
-            from onceflow.hooks.s3 import S3ConnectionHook
+            from onceflow.airflow.hooks.s3 import S3ConnectionHook
 
             storage = S3Storage(S3ConnectionHook().connection("the page report"))
         table = read_committed(PAGE_COUNTS.uri, storage)

@@ -149,7 +149,7 @@ class _Brokers:
     def get(self, name: str) -> KafkaBroker:
         if name not in self.running:
             if name == "external":
-                from onceflow.kafka.cluster import KafkaCluster
+                from onceflow.config.kafka_cluster import KafkaCluster
 
                 cluster = KafkaCluster.from_environment()
                 self.running[name] = (KafkaBroker(cluster.bootstrap, cluster.client_config, name="external"), None)
@@ -233,7 +233,7 @@ def _s3_keys() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def spark():
-    from onceflow.spark_session import local_spark
+    from onceflow.spark.local_session import local_spark
 
     # Executors get the S3 keys the way users are told to give them: spark.executorEnv.
     session = local_spark("onceflow-tests", **{f"spark.executorEnv.{k}": v for k, v in _s3_keys().items()})

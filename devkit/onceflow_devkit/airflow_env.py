@@ -24,8 +24,8 @@ from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
 from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID, PostgresServer
 from onceflow_devkit.services.redis import RedisServer
 from onceflow_devkit.services.spark_connect import SparkConnectServer
-from onceflow.kafka.cluster import KafkaCluster
-from onceflow.s3_connection import S3Connection
+from onceflow.config.kafka_cluster import KafkaCluster
+from onceflow.config.s3_connection import S3Connection
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The dev kit runs from a checkout: its example DAG files are the repository's.

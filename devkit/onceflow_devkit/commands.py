@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 
-from onceflow.cli import add_pipeline_arguments, runtime_from_args
+from onceflow.ops.cli import add_pipeline_arguments, runtime_from_args
 from onceflow_devkit.chaos.schedule import ALL_KINDS
 from onceflow_devkit.services.kafka_broker import BROKERS, CLUSTER, COMPATIBLE, DEFAULT_BROKER, STACK_BROKERS
 from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
@@ -58,7 +58,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from onceflow.settings import ConfigurationError
+    from onceflow.config.settings import ConfigurationError
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
     from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
     from onceflow_devkit.services.stack import environment_broker

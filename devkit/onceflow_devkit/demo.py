@@ -25,8 +25,8 @@ import shlex
 import shutil
 import time
 
-from onceflow.protocol.batch_id import BatchId
-from onceflow.settings import ICEBERG_CATALOGS_VAR
+from onceflow.core.batch_id import BatchId
+from onceflow.config.settings import ICEBERG_CATALOGS_VAR
 from onceflow_devkit.services.kafka_broker import DEFAULT_BROKER
 from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, forget_embedded_catalogs, table_history
@@ -67,10 +67,10 @@ def run_demo(broker: str = DEFAULT_BROKER, warehouse: str | None = None, keep_ru
     from onceflow_examples.clickstream_data import generate, produce
 
     from onceflow.kafka.admin import ensure_topics
-    from onceflow.runtime import Deployment, PipelineRuntime, is_s3_uri
+    from onceflow.pipeline.runtime import Deployment, PipelineRuntime, is_s3_uri
     from onceflow_devkit.airflow_env import DAGS_FOLDER, onceflow_airflow
-    from onceflow.audit.replay import replay_audit
-    from onceflow.cli import audit_session
+    from onceflow.ops.audit.replay import replay_audit
+    from onceflow.ops.cli import audit_session
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
     from onceflow_devkit.local_airflow.metadata import MetadataDb
     from onceflow_devkit.local_airflow.metadata_database import SQLITE_FALLBACK

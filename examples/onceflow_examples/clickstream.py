@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from onceflow.spec import FILES, ICEBERG, INTERVAL, KAFKA, PipelineSpec, SinkSpec
+from onceflow.pipeline.spec import FILES, ICEBERG, INTERVAL, KAFKA, PipelineSpec, SinkSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

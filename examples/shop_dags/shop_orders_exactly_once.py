@@ -13,7 +13,7 @@ Needs ``ONCEFLOW_WAREHOUSE``, the connections ``onceflow_kafka``,
 ``shop_customer_events`` and ``shop_dead_letter``.
 """
 
-from onceflow.dag_factory import pipeline_dag
+from onceflow.airflow.dag_factory import pipeline_dag
 from shop_pipelines.orders import ORDERS
 
 dag = pipeline_dag(ORDERS, dag_id="shop_orders_exactly_once")

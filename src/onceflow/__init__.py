@@ -1,20 +1,25 @@
 """onceflow: exactly-once micro-batch pipelines on Airflow, PySpark and Kafka.
 
-Map of the package (docs/protocol.md has the protocol):
+The package by layer, lowest first; a layer imports only those below it
+(pyproject.toml's layers contract; docs/protocol.md has the protocol):
 
-- ``onceflow.spec``        what a pipeline is: inputs, transform, sinks;
-- ``onceflow.runtime``     where it runs (``Deployment``) and the objects
-                           that run it there;
-- ``onceflow.protocol``    plans, participants, batch states, planning;
-- ``onceflow.coordinator`` plan -> votes -> decision -> effects, recovery;
-- ``onceflow.ledger``      the durable per-pipeline log: atomic
-                           create-if-absent records on local disk, Hadoop FS, S3;
-- ``onceflow.kafka``, ``onceflow.files``  the sinks' participants and clients;
-- ``onceflow.spark``       the Spark data sources, the batch job and its
-                           spark-submit application (``spark/submit.py``);
-- ``onceflow.hooks``, ``onceflow.operators``, ``onceflow.dag_factory``,
-  ``onceflow.provider``    the Airflow provider;
-- ``onceflow.cli``, ``onceflow.status``, ``onceflow.discovery``  the command line.
+- ``onceflow.config``    what a deployment says: settings, names, connections,
+                         ``Deployment``, where onceflow keeps its records;
+- ``onceflow.storage``   one storage layer (local disk, Hadoop FS, S3);
+- ``onceflow.core``      the protocol: plans, states, participants, planning,
+                         the ledger and the coordinator;
+- ``onceflow.kafka``     what the Kafka input and sink share: client settings,
+                         admin, offsets, the range reader;
+- ``onceflow.sources``   the Kafka input: its Spark data source, its offsets;
+- ``onceflow.sinks``     the sink contract (``sinks.api``), the registry, and one
+                         folder per built-in kind (files, Kafka, Iceberg);
+- ``onceflow.pipeline``  a pipeline's spec, discovery and runtime;
+- ``onceflow.spark``     the batch job, Spark Connect and spark-submit;
+- ``onceflow.airflow``   the Airflow provider (DAG factory, operators, hooks,
+                         trigger, assets, metrics, UI page), whose entry point is
+                         ``onceflow.provider``;
+- ``onceflow.ops``       the ``onceflow`` command and the audit;
+- ``onceflow.testing``   the conformance kit for sink authors.
 
 The dev kit (embedded services, local Airflow, chaos, demo) and the example
 pipelines are packages of their own; nothing here imports them.
@@ -22,9 +27,10 @@ pipelines are packages of their own; nothing here imports them.
 
 import sys
 
-from ._moved import MovedModuleFinder
+from onceflow._moved import MovedModuleFinder, RenamedModuleFinder
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
+    sys.meta_path.insert(0, RenamedModuleFinder())
     sys.meta_path.append(MovedModuleFinder())

@@ -9,7 +9,7 @@ format.
 
 from __future__ import annotations
 
-from . import __version__
+from onceflow import __version__
 
 
 def get_provider_info() -> dict:
@@ -20,15 +20,15 @@ def get_provider_info() -> dict:
         "with a two-phase commit driven by Airflow tasks.",
         "versions": [__version__],
         "integrations": [{"integration-name": "onceflow", "tags": ["service"]}],
-        "hooks": [{"integration-name": "onceflow", "python-modules": ["onceflow.hooks.kafka", "onceflow.hooks.s3",
-                                                                   "onceflow.hooks.iceberg"]}],
-        "operators": [{"integration-name": "onceflow", "python-modules": ["onceflow.operators.batch"]}],
+        "hooks": [{"integration-name": "onceflow", "python-modules": ["onceflow.airflow.hooks.kafka", "onceflow.airflow.hooks.s3",
+                                                                   "onceflow.airflow.hooks.iceberg"]}],
+        "operators": [{"integration-name": "onceflow", "python-modules": ["onceflow.airflow.operators.batch"]}],
         "connection-types": [
-            {"connection-type": "onceflow_kafka", "hook-class-name": "onceflow.hooks.kafka.KafkaConfigHook",
+            {"connection-type": "onceflow_kafka", "hook-class-name": "onceflow.airflow.hooks.kafka.KafkaConfigHook",
              "hook-name": "onceflow Kafka"},
-            {"connection-type": "onceflow_s3", "hook-class-name": "onceflow.hooks.s3.S3ConnectionHook",
+            {"connection-type": "onceflow_s3", "hook-class-name": "onceflow.airflow.hooks.s3.S3ConnectionHook",
              "hook-name": "onceflow S3"},
-            {"connection-type": "onceflow_iceberg", "hook-class-name": "onceflow.hooks.iceberg.IcebergCatalogHook",
+            {"connection-type": "onceflow_iceberg", "hook-class-name": "onceflow.airflow.hooks.iceberg.IcebergCatalogHook",
              "hook-name": "onceflow Iceberg catalog"},
         ],
     }

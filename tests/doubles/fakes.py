@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from onceflow.protocol.participant import Outcome, Participant, Result, Vote
-from onceflow.protocol.plan import Plan
-from onceflow.protocol.planning import TopicPartition
+from onceflow.core.participant import Outcome, Participant, Result, Vote
+from onceflow.core.plan import Plan
+from onceflow.core.planning import TopicPartition
 
 DONE, ALREADY, RETRY, FAILED = (Result(Outcome.DONE), Result(Outcome.ALREADY_DONE), Result(Outcome.RETRY_LATER, "flaky"), Result(Outcome.FAILED, "broken"))
 

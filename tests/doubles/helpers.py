@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from onceflow.coordinator import Coordinator
-from onceflow.protocol.plan import Plan, SinkPlan
-from onceflow.protocol.planning import PlanConfig
+from onceflow.core.coordinator import Coordinator
+from onceflow.core.plan import Plan, SinkPlan
+from onceflow.core.planning import PlanConfig
 
 from tests.doubles.fakes import FakeSource, World, participants
 

@@ -8,8 +8,8 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from onceflow.ledger.records import Kind, _canonical
-from onceflow.protocol.plan import Plan
+from onceflow.core.ledger.records import Kind, _canonical
+from onceflow.core.plan import Plan
 
 
 def format1(kind: Kind, body: Mapping[str, Any]) -> bytes:

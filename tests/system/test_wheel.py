@@ -108,7 +108,7 @@ def test_the_fresh_venv_imports_onceflow_from_the_wheel_and_not_the_dev_kit(fres
 # Not marked slow (about 90 s): it is the suite's only proof that the installed wheel works on its own.
 def test_one_batch_runs_through_airflow_from_the_installed_wheel(fresh_venv, tmp_path, postgres_server):
     from onceflow.kafka.admin import ensure_topics
-    from onceflow.runtime import Deployment, PipelineRuntime
+    from onceflow.pipeline.runtime import Deployment, PipelineRuntime
     from onceflow_devkit.airflow_env import onceflow_airflow
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
     from onceflow_devkit.services.iceberg_catalog import embedded_catalogs

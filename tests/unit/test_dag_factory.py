@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 import onceflow
-from onceflow.dag_factory import SUBMIT_APPLICATION, code_zip, pipeline_dag, shipped_code
-from onceflow.settings import ConfigurationError
+from onceflow.airflow.dag_factory import pipeline_dag
+from onceflow.spark.shipping import SUBMIT_APPLICATION, code_zip, shipped_code
+from onceflow.config.settings import ConfigurationError
 from onceflow_examples.clickstream import CLICKSTREAM
 
 
@@ -67,7 +68,7 @@ def test_no_warehouse_names_the_setting(monkeypatch):
 
 
 def test_code_is_zipped_once_per_content_and_a_missing_package_is_named(tmp_path, monkeypatch):
-    assert code_zip("onceflow.spec") == code_zip("onceflow") == shipped_code(CLICKSTREAM)[0]
+    assert code_zip("onceflow.pipeline.spec") == code_zip("onceflow") == shipped_code(CLICKSTREAM)[0]
     (tmp_path / "lone_transform.py").write_text("def transform(df, batch_id):\n    return {}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert zipfile.ZipFile(code_zip("lone_transform")).namelist() == ["lone_transform.py"]
@@ -88,7 +89,7 @@ def test_a_files_only_pipeline_gets_the_default_bound_and_an_explicit_one_wins()
     import dataclasses
     from datetime import timedelta
 
-    from onceflow.dag_factory import DEFAULT_SPARK_TIMEOUT
+    from onceflow.airflow.dag_factory import DEFAULT_SPARK_TIMEOUT
 
     files_only = dataclasses.replace(CLICKSTREAM, sinks=tuple(s for s in CLICKSTREAM.sinks if s.kind == "files"))
     assert pipeline_dag(files_only, warehouse="file:///w", dag_id="f1").get_task("spark").execution_timeout == DEFAULT_SPARK_TIMEOUT
@@ -99,7 +100,7 @@ def test_a_files_only_pipeline_gets_the_default_bound_and_an_explicit_one_wins()
 def test_a_connection_without_keys_leaves_the_workers_own_aws_settings_alone(dag, monkeypatch):
     """Rendered from an S3 connection without login/password or region, the spark task's
     environment sets no AWS_* variable at all: the driver keeps the worker's credential chain."""
-    from onceflow.operators.spark import OnceflowSparkSubmitOperator, set_env_only
+    from onceflow.airflow.operators.spark import OnceflowSparkSubmitOperator, set_env_only
 
     spark = dag.get_task("spark")
     assert isinstance(spark, OnceflowSparkSubmitOperator)
@@ -111,9 +112,9 @@ def test_a_connection_without_keys_leaves_the_workers_own_aws_settings_alone(dag
 def test_a_committed_batch_is_announced_with_what_it_committed_on_each_output():
     from types import SimpleNamespace
 
-    from onceflow.assets import announce
-    from onceflow.protocol.participant import Vote
-    from onceflow.protocol.plan import OffsetRange, Plan
+    from onceflow.airflow.assets import announce
+    from onceflow.core.participant import Vote
+    from onceflow.core.plan import OffsetRange, Plan
 
     status = SimpleNamespace(pipeline="clickstream", batch_id="0000000004", batch_seq=4, plan=Plan(
         "clickstream", 4, (OffsetRange("clicks", 0, 10, 20),), replay_of=3),
@@ -204,9 +205,9 @@ def test_a_transforms_run_parameters_are_declared_params_recorded_in_the_plan_an
     the third argument of the transform; a replay gets the aborted batch's values (I6)."""
     from dataclasses import replace
 
-    from onceflow.protocol.plan import Plan
-    from onceflow.protocol.planning import PlanConfig, next_plan
-    from onceflow.protocol.states import BatchState
+    from onceflow.core.plan import Plan
+    from onceflow.core.planning import PlanConfig, next_plan
+    from onceflow.core.states import BatchState
     from tests.doubles.helpers import source
 
     spec = replace(CLICKSTREAM, run_params={"top_n": {"default": 10, "type": "integer", "minimum": 1}})

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.discovery import find_pipeline
-from onceflow.settings import ConfigurationError
+from onceflow.pipeline.discovery import find_pipeline
+from onceflow.config.settings import ConfigurationError
 from onceflow_examples.clickstream import CLICKSTREAM
 
 from tests.support import ROOT

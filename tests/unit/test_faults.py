@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from onceflow import faults
-from onceflow.settings import ConfigurationError
+from onceflow.core import faults
+from onceflow.config.settings import ConfigurationError
 
 POINT = faults.declare("test.point", "used by tests/test_faults.py only")
 
@@ -57,7 +57,7 @@ def test_any_point_fires_on_the_nth_step_reached():
 
 
 def test_env_spec_is_parsed_and_checked():
-    import onceflow.coordinator  # noqa: F401  (declares its points)
+    import onceflow.core.coordinator  # noqa: F401  (declares its points)
 
     assert faults.parse("ledger.decision.after_write=crash, commit.between_effects=raise@2") == {
         "ledger.decision.after_write": ("crash", 1),
@@ -75,7 +75,7 @@ def test_env_spec_is_parsed_and_checked():
 
 
 def test_a_held_point_stops_there_then_goes_on(monkeypatch):
-    import onceflow.coordinator  # noqa: F401
+    import onceflow.core.coordinator  # noqa: F401
 
     slept = []
     monkeypatch.setattr(faults.time, "sleep", slept.append)
@@ -86,7 +86,7 @@ def test_a_held_point_stops_there_then_goes_on(monkeypatch):
 
 
 def test_registry_lists_every_step_of_the_protocol():
-    import onceflow.coordinator  # noqa: F401
+    import onceflow.core.coordinator  # noqa: F401
 
     for kind in ("plan", "attempt", "vote", "decision", "done", "head"):
         assert {f"ledger.{kind}.before_write", f"ledger.{kind}.after_write"} <= set(faults.ALL_POINTS)
@@ -94,7 +94,7 @@ def test_registry_lists_every_step_of_the_protocol():
 
 
 def test_env_armed_crash_kills_the_process_with_137():
-    code = "import onceflow.coordinator as c; from onceflow import faults; faults.fault_point('commit.between_effects'); print('survived')"
+    code = "import onceflow.core.coordinator as c; from onceflow import faults; faults.fault_point('commit.between_effects'); print('survived')"
     env = {"ONCEFLOW_FAULTS": "commit.between_effects=crash"}
     import os
 
@@ -175,7 +175,7 @@ def test_a_spark_connect_jobs_faults_reach_the_servers_workers_as_a_writer_optio
     # run's param goes into the writers' options, and a writer method is armed with it for the call.
     from dataclasses import dataclass
 
-    from onceflow.spark.writer_options import FAULTS_OPTION, armed_as_job, job_fault_options
+    from onceflow.sinks.writer_options import FAULTS_OPTION, armed_as_job, job_fault_options
 
     monkeypatch.setenv(faults.RUN_PARAM_GUARD, faults.RUN_PARAM_GUARD_VALUE)
     assert job_fault_options() == {}  # spark-submit: the workers read ONCEFLOW_FAULTS

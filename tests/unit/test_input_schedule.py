@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.input_schedule import InputState, reason_to_fire, when_input
-from onceflow.settings import ConfigurationError
+from onceflow.config.input_schedule import InputState, reason_to_fire, when_input
+from onceflow.config.settings import ConfigurationError
 
 SCHEDULE = when_input(records=500, max_age_s=60, stall_s=600)
 
@@ -50,7 +50,7 @@ def test_a_schedule_without_a_threshold_or_with_a_negative_one_is_refused():
 
 
 def test_the_environment_spells_the_input_schedule_and_a_misspelt_one_is_refused():
-    from onceflow.input_schedule import parse_schedule
+    from onceflow.config.input_schedule import parse_schedule
 
     assert parse_schedule("input: records=1000, max_age_s=30") == when_input(records=1000, max_age_s=30.0)
     assert parse_schedule("INPUT:max_age_s=5,poll_s=1") == when_input(max_age_s=5.0, poll_s=1.0)
@@ -66,7 +66,7 @@ def test_the_trigger_keeps_one_consumer_for_its_looks_and_replaces_it_after_a_fa
     import asyncio
     from types import SimpleNamespace
 
-    from onceflow.triggers.input_lag import InputLagTrigger
+    from onceflow.airflow.triggers.input_lag import InputLagTrigger
 
     opened, closed, looks = [], [], []
 

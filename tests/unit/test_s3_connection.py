@@ -8,9 +8,9 @@ import pytest
 from botocore.stub import Stubber
 
 from onceflow.storage.s3 import S3Storage
-from onceflow.ledger.errors import LedgerUnavailable
-from onceflow.ledger.storage import LedgerStorage
-from onceflow.s3_connection import CONFLICT_RETRIES, ConditionalWriteConflict, S3Connection, create_if_absent
+from onceflow.core.ledger.errors import LedgerUnavailable
+from onceflow.core.ledger.storage import LedgerStorage
+from onceflow.config.s3_connection import CONFLICT_RETRIES, ConditionalWriteConflict, S3Connection, create_if_absent
 
 
 def client():

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.kafka.cluster import KafkaCluster
-from onceflow.runtime import Deployment
-from onceflow.s3_connection import S3Connection
-from onceflow.settings import ConfigurationError
+from onceflow.config.kafka_cluster import KafkaCluster
+from onceflow.pipeline.runtime import Deployment
+from onceflow.config.s3_connection import S3Connection
+from onceflow.config.settings import ConfigurationError
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_no_warehouse_names_the_variable(monkeypatch):
 
 
 def test_kafka_secrets_can_come_on_their_own_and_win(monkeypatch):
-    from onceflow.settings import kafka_client_config
+    from onceflow.config.settings import kafka_client_config
 
     monkeypatch.setenv("ONCEFLOW_KAFKA_CONFIG", '{"security.protocol": "SASL_SSL", "sasl.username": "svc"}')
     monkeypatch.setenv("ONCEFLOW_KAFKA_SECRETS", '{"sasl.password": "from-a-kubernetes-secret"}')

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onceflow_examples.clickstream import CLICKSTREAM
-from onceflow.settings import ConfigurationError
-from onceflow.spec import INPUT_COLUMNS, PipelineSpec, SinkSpec
+from onceflow.config.settings import ConfigurationError
+from onceflow.pipeline.spec import PipelineSpec, SinkSpec
+from onceflow.sources.kafka.columns import INPUT_COLUMNS
 
 
 def test_input_columns_are_kept_in_input_order_and_survive_the_trip_to_spark():
@@ -35,7 +36,7 @@ def test_dotted_names_that_could_share_transactional_ids_are_refused_when_the_sp
     """Pipeline ``a.b`` with sink ``c`` and pipeline ``a`` with sink ``b.c`` would both derive
     ``onceflow.a.b.c.0`` and fence each other: the spec refuses the dot, as the ids do."""
     from onceflow.kafka.ids import transactional_id
-    from onceflow.spec import KAFKA, PipelineSpec, SinkSpec
+    from onceflow.pipeline.spec import KAFKA, PipelineSpec, SinkSpec
 
     with pytest.raises(ConfigurationError, match="sink name 'b.c' is not valid: use 1-100 characters"):
         SinkSpec("b.c", KAFKA, "topic")
@@ -47,7 +48,7 @@ def test_dotted_names_that_could_share_transactional_ids_are_refused_when_the_sp
 
 @pytest.mark.parametrize("name", ["", "-leading-dash", "x" * 101, "with space", "a/b"])
 def test_other_bad_names_are_refused_naming_the_rule(name):
-    from onceflow.spec import FILES, SinkSpec
+    from onceflow.pipeline.spec import FILES, SinkSpec
 
     with pytest.raises(ConfigurationError, match="starting with a letter or digit"):
         SinkSpec(name, FILES, "target")

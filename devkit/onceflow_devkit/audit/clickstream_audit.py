@@ -33,9 +33,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
-from onceflow.kafka.headers import batch_and_split
-from onceflow.audit.ranges import committed_plans, contiguity_errors, replaced_batches
-from onceflow.protocol.plan import OffsetRange, Plan
+from onceflow.sinks.kafka.headers import batch_and_split
+from onceflow.ops.audit.ranges import committed_plans, contiguity_errors, replaced_batches
+from onceflow.core.plan import OffsetRange, Plan
 from onceflow_devkit.audit import clickstream_oracle as oracle
 
 Source = tuple[str, int, int]  # topic, partition, offset
@@ -149,7 +149,7 @@ def _committed_writes(statuses, sink: str) -> Written:
     own split's range *and* carrying that split's headers; earlier attempts of
     the split lie before the range.
     """
-    from onceflow.kafka.sink import handles_of
+    from onceflow.sinks.kafka.participant import handles_of
 
     written: Written = {}
     for status in statuses:
@@ -179,7 +179,7 @@ def _withheld_values(runtime, sink: str) -> Iterable[tuple[str, bytes]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from onceflow.layout import pipeline_dir
+    from onceflow.config.warehouse_layout import pipeline_dir
 
     storage = runtime.storage
     root = f"{runtime.deployment.warehouse.rstrip('/')}/{pipeline_dir(runtime.spec.name)}/withheld/{sink}"
@@ -256,8 +256,8 @@ def _audit_table(runtime, sink, expected_views: Counter, committed: list, replac
     import pyarrow as pa
     from pyiceberg.exceptions import NoSuchTableError
 
-    from onceflow.iceberg import sink as iceberg_sink
-    from onceflow.iceberg.tables import batch_key
+    from onceflow.sinks.iceberg import participant as iceberg_sink
+    from onceflow.sinks.iceberg.tables import batch_key
     from onceflow_devkit.services.iceberg_catalog import table_of
 
     out = OutputAudit(sink.name)
@@ -322,7 +322,7 @@ def audit_clickstream(runtime, hides_aborted: bool = True) -> AuditReport:
     outputs: dict[str, OutputAudit] = {}
 
     # Files and table: per (page, window) the committed views equal the valid events.
-    from onceflow.files.reader import read_committed
+    from onceflow.sinks.files.reader import read_committed
 
     expected_views = Counter((e["page"], oracle.window_start_ms(e["ts"])) for e in valid.values())
     counts = OutputAudit("page_minute_counts")

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import psutil
 
-from onceflow import faults
+from onceflow.core import faults
 from onceflow_devkit.chaos import schedule
 
 _POLL_S = 0.1
@@ -245,7 +245,7 @@ def _kafka_ids(status, sinks_done=()) -> list[str]:
 
 def _decided_not_applied(target: RunTarget):
     """The run's batch once it has a COMMIT decision and nothing of it is applied yet, else None."""
-    from onceflow.ledger.records import DecisionOutcome
+    from onceflow.core.ledger.records import DecisionOutcome
 
     status = _this_runs_batch(target)
     if status is None or status.decision is None:
@@ -256,7 +256,7 @@ def _decided_not_applied(target: RunTarget):
 def _abort_after_commit_decision(target: RunTarget, fault: schedule.Fault) -> Injection:
     """The run's commit task crashes right after writing COMMIT (its faults param); before its retry,
     abort the batch's open transactions at the broker, as a transaction timeout would."""
-    from onceflow.kafka.fencing import fence_transactional_ids
+    from onceflow.sinks.kafka.fencing import fence_transactional_ids
 
     coordinator = target.runtime.coordinator
     status = _wait_for(target, lambda: _decided_not_applied(target))
@@ -328,7 +328,7 @@ def oversized_outcome(coordinator, fault: schedule.Fault, partition: int, offset
 
 
 def _fence_open_transactions(target: RunTarget, fault: schedule.Fault) -> Injection:
-    from onceflow.kafka.fencing import fence_transactional_ids
+    from onceflow.sinks.kafka.fencing import fence_transactional_ids
 
     coordinator = target.runtime.coordinator
 
@@ -422,7 +422,7 @@ def _this_runs_batch(target: RunTarget):
 
 def _kill_coordinator(target: RunTarget, fault: schedule.Fault) -> Injection:
     """SIGKILL the node that coordinates the batch's first Kafka split, ``after_s`` into the commit task."""
-    from onceflow.kafka.txn_protocol import describe_transactions
+    from onceflow.sinks.kafka.txn_protocol import describe_transactions
 
     if _wait_for(target, lambda: _task_process(target, "commit")) is None:
         return Injection(fault.kind, False, "the commit task never ran")
@@ -438,7 +438,7 @@ def _kill_coordinator(target: RunTarget, fault: schedule.Fault) -> Injection:
 
 def _await_broker_aborts(target: RunTarget, ids: list[str], timeout_s: float) -> bool:
     """Poll the coordinators until none of ``ids`` has a transaction open (the broker timed them out)."""
-    from onceflow.kafka.txn_protocol import TransactionState, describe_transactions
+    from onceflow.sinks.kafka.txn_protocol import TransactionState, describe_transactions
 
     deadline = time.monotonic() + timeout_s
     config = target.runtime.deployment.kafka.config()

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from onceflow import faults
-from onceflow.kafka.sink import DEFAULT_SAFETY_FRACTION
-from onceflow.settings import ConfigurationError
+from onceflow.core import faults
+from onceflow.sinks.kafka.participant import DEFAULT_SAFETY_FRACTION
+from onceflow.config.settings import ConfigurationError
 from onceflow_devkit.chaos import schedule
 from onceflow_devkit.services.kafka_broker import CLUSTER, DEFAULT_BROKER
 from onceflow_devkit.services.stack import onceflow_home
@@ -138,8 +138,8 @@ def code_commit() -> str:
 
 
 def _ledger_figures(coordinator) -> LedgerFigures:
-    from onceflow.ledger.ledger import BATCH_EFFECT
-    from onceflow.protocol.states import BatchState
+    from onceflow.core.ledger.ledger import BATCH_EFFECT
+    from onceflow.core.states import BatchState
 
     figures = LedgerFigures()
     for seq in range(1, coordinator.latest_seq() + 1):
@@ -195,7 +195,7 @@ class _Run:
         from onceflow_devkit.airflow_env import onceflow_airflow
         from onceflow.kafka.admin import ensure_topics
         from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY
-        from onceflow.runtime import Deployment, PipelineRuntime
+        from onceflow.pipeline.runtime import Deployment, PipelineRuntime
         from onceflow_devkit.services.s3 import S3Endpoint
         from onceflow_devkit.services.stack import EmbeddedStack
 

@@ -16,7 +16,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from onceflow import faults
+from onceflow.core import faults
 
 POINT_CRASH = "point_crash"            # a named fault point ends its process (os._exit, like SIGKILL)
 POINT_RAISE = "point_raise"            # a named fault point raises InjectedFault

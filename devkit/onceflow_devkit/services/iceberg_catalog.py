@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from onceflow.s3_connection import S3Connection
+from onceflow.config.s3_connection import S3Connection
 from onceflow.storage.local import local_path
 
 CONN_ID = "onceflow_iceberg"  # what the example pipelines name (SinkSpec.catalog)
@@ -61,7 +61,7 @@ def forget_embedded_catalogs(warehouse: str) -> None:
 
 def table_of(runtime, sink_name: str):
     """The table of Iceberg output ``sink_name``, loaded through its catalog as any engine would."""
-    from onceflow.iceberg import tables
+    from onceflow.sinks.iceberg import tables
 
     sink = runtime.spec.sink(sink_name)
     catalog = tables.open_catalog(sink.catalog, runtime.deployment.catalog_properties(sink.catalog, f"sink {sink_name}"))
@@ -70,7 +70,7 @@ def table_of(runtime, sink_name: str):
 
 def table_history(runtime, sink_name: str) -> list[str]:
     """Lines describing the snapshots of the table of output ``sink_name``: one per committed batch."""
-    from onceflow.iceberg import sink as iceberg_sink
+    from onceflow.sinks.iceberg import participant as iceberg_sink
 
     sink = runtime.spec.sink(sink_name)
     table = table_of(runtime, sink_name)

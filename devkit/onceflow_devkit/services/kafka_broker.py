@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from onceflow.kafka.cluster import KafkaCluster
+from onceflow.config.kafka_cluster import KafkaCluster
 from onceflow_devkit.services import apache_kafka
 from onceflow_devkit.services.process import ManagedProcess, ServiceError, pick_port
 from onceflow_devkit.services.s3 import S3Endpoint
@@ -162,7 +162,7 @@ def start_broker(
         bootstrap = apache_kafka.start_node(proc, apache_kafka.VERSIONS[kind], port, settings=settings,
                                             die_with_parent=die_with_parent)
         return KafkaBroker(bootstrap, name=kind)
-    profile = kind  # a compatible broker's profile has its name (onceflow.kafka.profiles)
+    profile = kind  # a compatible broker's profile has its name (onceflow.config.broker_profiles)
     if kind == "noida":
         argv = [_noida_binary(), "start", "--only", "kafka", "--kafka-port", str(port), "--data-dir", str(proc.data_dir)]
     elif kind == "tansu":

@@ -31,7 +31,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import psutil
 
-from onceflow.cli import CommandError
+from onceflow.ops.cli import CommandError
 
 MARKER_VAR = "ONCEFLOW_SERVICE_DIR"
 _PR_SET_PDEATHSIG = 1

@@ -8,7 +8,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onceflow.s3_connection import S3Connection
+from onceflow.config.s3_connection import S3Connection
 from onceflow_devkit.services.process import ManagedProcess, pick_port
 
 DEFAULT_PORT = 9000

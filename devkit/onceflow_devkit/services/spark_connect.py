@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from onceflow_devkit.services.process import ManagedProcess, pick_port
-from onceflow.spark_session import LOCAL_CONF
+from onceflow.spark.local_session import LOCAL_CONF
 from onceflow_devkit.services.spark_standalone import daemon_env, spark_home
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"

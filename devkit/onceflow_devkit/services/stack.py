@@ -5,7 +5,7 @@ Runs on the developer's or CI's machine. State lives under ``<home>/``
 (``.onceflow/`` by default): a directory per service, ``stack.json`` (read by
 the dev kit's own commands) and ``stack.env``, the variables that point the
 library's commands and jobs at the stack (the library reads only its
-environment: ``onceflow.settings``).
+environment: ``onceflow.config.settings``).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ class EmbeddedStack:
 def environment_broker() -> KafkaBroker:
     """The cluster ``ONCEFLOW_KAFKA_BOOTSTRAP`` names, known by name (and so by its
     capabilities) when it is the embedded stack's (benchmarks, ``onceflow audit``)."""
-    from onceflow.kafka.cluster import KafkaCluster
+    from onceflow.config.kafka_cluster import KafkaCluster
 
     from onceflow_devkit.services.kafka_broker import broker_at
 

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import psycopg
 
-from onceflow import faults
+from onceflow.core import faults
 from onceflow.sinks.api import Outcome, Participant, Plan, Result, Vote
 
 from . import ids

@@ -16,7 +16,7 @@ from typing import Iterable
 import psycopg
 from psycopg import sql
 
-from onceflow import faults
+from onceflow.core import faults
 from onceflow.sinks.api import Vote
 
 from . import ids

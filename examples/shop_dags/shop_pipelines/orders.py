@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from onceflow.spec import FILES, ICEBERG, KAFKA, PipelineSpec, SinkSpec
+from onceflow.pipeline.spec import FILES, ICEBERG, KAFKA, PipelineSpec, SinkSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -7,7 +7,7 @@ from typing import Any, Iterable, Mapping
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .config import base_config
+from onceflow.kafka.config import base_config
 
 
 def _admin(config: Mapping[str, Any]) -> AdminClient:

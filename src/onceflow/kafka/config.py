@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..settings import ConfigurationError
-from .cluster import REDACTED, KafkaCluster, is_secret, redact  # noqa: F401  (redaction lives with the settings it guards)
+from onceflow.config.settings import ConfigurationError
+from onceflow.config.kafka_cluster import REDACTED, KafkaCluster, is_secret, redact  # noqa: F401  (redaction lives with the settings it guards)
 
 
 

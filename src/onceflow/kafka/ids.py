@@ -21,13 +21,13 @@ batches in that time (docs/brokers.md), as Flink's KafkaSink's are.
 The pipeline is part of every id, so two pipelines never share one and can
 never fence each other. Because the ids are derived, the rollback task can
 fence every id a plan allows, including those of splits that never voted.
-Names follow ``onceflow.names`` (no dots), so the dots stay unambiguous.
+Names follow ``onceflow.config.names`` (no dots), so the dots stay unambiguous.
 """
 
 from __future__ import annotations
 
-from ..names import check_name
-from ..settings import ConfigurationError
+from onceflow.config.names import check_name
+from onceflow.config.settings import ConfigurationError
 
 PREFIX = "onceflow"
 def _check(kind: str, value: str) -> str:

@@ -1,10 +1,10 @@
 """Where input partitions stand: the planner's view of Kafka.
 
 Runs on an Airflow worker (plan task) and in the audit. ``KafkaOffsetSource``
-implements ``onceflow.protocol.planning.OffsetSource``; the planning rules
+implements ``onceflow.core.planning.OffsetSource``; the planning rules
 (start where the last committed batch ended, ``end = min(last stable offset,
 start + max records per partition)``, new partitions from the start position,
-offsets lost to retention fail the plan) live in ``protocol.planning`` only.
+offsets lost to retention fail the plan) live in ``core.planning`` only.
 
 The last stable offset (LSO) is taken from a read_committed FETCH, on every
 broker: the consumer fetches the first records of each partition, a few
@@ -33,10 +33,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition as KafkaTopicPartition
 
-from ..protocol.plan import OffsetRange
-from ..protocol.planning import TopicPartition
-from .config import base_config, consumer_config
-from .reader import read_range
+from onceflow.core.plan import OffsetRange
+from onceflow.core.planning import TopicPartition
+from onceflow.kafka.config import base_config, consumer_config
+from onceflow.kafka.reader import read_range
 
 STATS_INTERVAL_MS = 50
 FETCH_WINDOW = 4  # partitions fetched at once

@@ -31,10 +31,10 @@ from typing import Any, Iterable, Iterator, Mapping
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from ..protocol.plan import OffsetRange
-from .config import consumer_config
+from onceflow.core.plan import OffsetRange
+from onceflow.kafka.config import consumer_config
 
-# The Spark data source that reads ranges with this module (onceflow.spark.kafka_source registers it).
+# The Spark data source that reads ranges with this module (onceflow.sources.kafka.data_source registers it).
 RANGE_FORMAT = "onceflow_kafka_range"
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 SCHEMA = pa.schema(

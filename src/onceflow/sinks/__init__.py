@@ -5,7 +5,7 @@ contract, all of it in that module); a ``SinkSpec`` names it by its string.
 ``sink_kind`` looks the string up here, or in the ``onceflow.sinks`` entry
 point group of another package, and imports the module on first use (DAG
 parsing imports no sink's client library). Nothing else in onceflow branches
-on a sink's kind: a new kind is a package of its own, or one new module and
+on a sink's kind: a new kind is a package of its own, or one new folder here and
 one line below.
 """
 
@@ -16,21 +16,21 @@ import importlib
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Mapping
 
-from ..settings import ConfigurationError
+from onceflow.config.settings import ConfigurationError
 # The contract's names, where the built-in kinds and older code import them from.
-from .api import (  # noqa: F401
+from onceflow.sinks.api import (  # noqa: F401
     COMMITTED_PARQUET, AuditScope, CommittedOutput, OpenTransaction, SinkKind, committed_parquet, missing_members,
 )
 
 if TYPE_CHECKING:
-    from ..protocol.participant import Vote
-    from ..spec import PipelineSpec
+    from onceflow.core.participant import Vote
+    from onceflow.pipeline.spec import PipelineSpec
 
 ENTRY_POINT_GROUP = "onceflow.sinks"
 BUILT_IN: dict[str, str] = {
-    "files": "onceflow.sinks.files:FILES",
-    "kafka": "onceflow.sinks.kafka:KAFKA",
-    "iceberg": "onceflow.sinks.iceberg:ICEBERG",
+    "files": "onceflow.sinks.files.kind:FILES",
+    "kafka": "onceflow.sinks.kafka.kind:KAFKA",
+    "iceberg": "onceflow.sinks.iceberg.kind:ICEBERG",
 }
 
 
@@ -67,7 +67,7 @@ def reprocessing(spec: PipelineSpec) -> dict[str, str]:
     """What reprocessing a committed interval does to each output
     (``SinkKind.reprocess``); ``ReprocessRefused`` names every output that
     can neither retract its earlier batch nor safely publish it again."""
-    from ..protocol.intervals import ReprocessRefused
+    from onceflow.core.intervals import ReprocessRefused
 
     how = {s.name: sink_kind(s.kind).reprocess(s) for s in spec.sinks}
     refused = [f"{s.name} ({s.kind}: {s.target})" for s in spec.sinks if how[s.name] is None]

@@ -29,15 +29,15 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 # The coordinator's view of a participant, its votes and outcomes (the protocol core owns them).
-from ..protocol.batch_id import BatchId
-from ..protocol.participant import Outcome, Participant, Result, Vote
-from ..protocol.plan import AT_LEAST_ONCE, EXACTLY_ONCE, GUARANTEES, NO_GUARANTEE, Plan, SinkPlan
-from ..settings import ConfigurationError
-from .votes import record_vote
+from onceflow.core.batch_id import BatchId
+from onceflow.core.participant import Outcome, Participant, Result, Vote
+from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE, GUARANTEES, NO_GUARANTEE, Plan, SinkPlan
+from onceflow.config.settings import ConfigurationError
+from onceflow.sinks.votes import record_vote
 
 if TYPE_CHECKING:
-    from ..deployment import Deployment
-    from ..spec import PipelineSpec, SinkSpec
+    from onceflow.config.deployment import Deployment
+    from onceflow.pipeline.spec import PipelineSpec, SinkSpec
 
 __all__ = [
     "AT_LEAST_ONCE", "AuditScope", "BatchId", "CommittedOutput", "ConfigurationError", "EXACTLY_ONCE", "GUARANTEES",
@@ -193,7 +193,7 @@ def refuse_options(sink: SinkSpec, takes: tuple[str, ...] = ()) -> None:
                                  f"{sink.kind} sink ({offer}): remove them")
 
 
-# The Spark data source that reads committed Parquet back for the audit (onceflow.spark.committed_parquet).
+# The Spark data source that reads committed Parquet back for the audit (onceflow.sinks.committed_parquet).
 COMMITTED_PARQUET = "onceflow_committed_parquet"
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from typing import Mapping
 
-from ..storage import storage_for
-from ..protocol.batch_id import BatchId
-from ..protocol.participant import Vote
+from onceflow.storage import storage_for
+from onceflow.core.batch_id import BatchId
+from onceflow.core.participant import Vote
 
 VOTE_PATH_OPTION = "vote_path"
 
@@ -44,11 +44,12 @@ def record_vote(options: Mapping[str, str], vote: Vote) -> None:
 def record_vote_in_ledger(pipeline: str, deployment_option: str, vote: Vote) -> None:
     """The vote into the pipeline's ledger: the pipeline's name and the deployment reach the worker as
     options; no spec, runtime or participant is built."""
-    from ..coordinator import Coordinator
-    from ..deployment import Deployment
+    from onceflow.core.coordinator import Coordinator
+    from onceflow.core.ledger.storage import deployment_ledger_storage
+    from onceflow.config.deployment import Deployment
 
     deployment = Deployment.from_option(deployment_option)
-    Coordinator(deployment.ledger_storage(), pipeline, participants={}, identity=f"spark:{pipeline}").record_vote(vote.batch_seq, vote.attempt, vote)
+    Coordinator(deployment_ledger_storage(deployment), pipeline, participants={}, identity=f"spark:{pipeline}").record_vote(vote.batch_seq, vote.attempt, vote)
 
 
 def read_recorded_vote(path: str, options: Mapping[str, str] | None = None) -> Vote | None:

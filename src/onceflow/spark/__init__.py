@@ -1,1 +1,4 @@
-"""Spark Python data sources of onceflow (Spark 4 ``pyspark.sql.datasource``)."""
+"""onceflow on Spark: the batch job (``batch_job``), run through Spark Connect
+(``connect``) or spark-submit (``submit``), the code it is given (``shipping``),
+and a local session for the command line (``local_session``). The data sources
+are the sources' and sinks' own (``onceflow.sources.kafka``, ``onceflow.sinks.<kind>``)."""

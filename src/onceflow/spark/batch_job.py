@@ -22,13 +22,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from .. import faults
-from ..protocol.batch_id import BatchId
-from ..protocol.participant import Vote
-from ..protocol.plan import NO_GUARANTEE
-from ..protocol.states import BatchState
-from ..sinks import sink_kind
-from .writer_options import job_fault_options
+from onceflow.core import faults
+from onceflow.core.batch_id import BatchId
+from onceflow.core.participant import Vote
+from onceflow.core.plan import NO_GUARANTEE
+from onceflow.core.states import BatchState
+from onceflow.sinks import sink_kind
+from onceflow.sinks.writer_options import job_fault_options
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def register_data_sources(spark, spec) -> None:
     """The input's data source, and the one of each sink kind the pipeline writes."""
     import importlib
 
-    from . import kafka_source
+    from onceflow.sources.kafka import data_source as kafka_source
 
     kafka_source.register(spark)
     for module in sorted({sink_kind(s.kind).data_source for s in spec.sinks}):

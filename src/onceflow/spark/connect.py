@@ -72,7 +72,7 @@ def _names(code_zips: Sequence[str]) -> str:
 
 def session_url(connection_url: str, session_id: str) -> str:
     """``sc://host:port/;params`` (what SparkConnectHook.get_connection_url gives) with ``session_id``."""
-    from ..settings import ConfigurationError
+    from onceflow.config.settings import ConfigurationError
 
     if "session_id=" in connection_url:
         raise ConfigurationError("the Spark Connect connection names a session_id: remove it, onceflow names the "
@@ -103,7 +103,7 @@ def _read_hint(path: Path) -> int:
 
 
 def _write_hint(path: Path, generation: int) -> None:
-    from ..storage.local import LocalStorage
+    from onceflow.storage.local import LocalStorage
 
     try:
         LocalStorage().replace(str(path), str(generation).encode())  # atomic: a reader sees one value or the other
@@ -219,7 +219,7 @@ class ConnectBatchJob:
 
     def run(self):
         """Pre-commit every output of the batch through the server; the JobResult."""
-        from .batch_job import run_batch
+        from onceflow.spark.batch_job import run_batch
 
         spark = join_session(self.connection_url, self.code_zips)
         self.session_id = spark.session_id

@@ -32,8 +32,8 @@ import logging
 import sys
 from typing import Sequence
 
-from onceflow.settings import ConfigurationError
-from onceflow.spec import PipelineSpec
+from onceflow.config.settings import ConfigurationError
+from onceflow.pipeline.spec import PipelineSpec
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -51,14 +51,14 @@ def load_spec(name: str, spec_location: str | None) -> PipelineSpec:
     if spec_location is None:
         raise ConfigurationError(f"no spec for pipeline {name!r}: pass --spec-json (what the DAG factory does) or "
                                  "--spec module[:attribute] naming the module that defines it")
-    from onceflow.discovery import spec_in_module
+    from onceflow.pipeline.discovery import spec_in_module
 
     return spec_in_module(name, spec_location)
 
 
 def spark_session(master: str | None):
     if master:
-        from onceflow.spark_session import local_spark
+        from onceflow.spark.local_session import local_spark
 
         return local_spark("onceflow-run-batch", master=master)
     from pyspark.sql import SparkSession
@@ -69,9 +69,9 @@ def spark_session(master: str | None):
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    from onceflow.protocol.states import IllegalTransition
-    from onceflow.deployment import Deployment
-    from onceflow.runtime import PipelineRuntime
+    from onceflow.core.states import IllegalTransition
+    from onceflow.config.deployment import Deployment
+    from onceflow.pipeline.runtime import PipelineRuntime
     from onceflow.spark.batch_job import run_batch
 
     try:

@@ -2,7 +2,7 @@
 sinks and the Kafka sinks' staged copies (``base.Storage``; one module per
 kind of storage; ``storage_for`` picks one by URI)."""
 
-from .base import MissingStagedFile, Storage, join
-from .backends import storage_for
+from onceflow.storage.base import MissingStagedFile, Storage, join
+from onceflow.storage.backends import storage_for, warehouse_storage, warehouse_storage_options
 
-__all__ = ["MissingStagedFile", "Storage", "join", "storage_for"]
+__all__ = ["MissingStagedFile", "Storage", "join", "storage_for", "warehouse_storage", "warehouse_storage_options"]

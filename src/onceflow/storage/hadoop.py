@@ -27,7 +27,7 @@ import uuid
 from contextlib import contextmanager
 from typing import BinaryIO, Iterator
 
-from .base import TMP_PREFIX, RenamingStorage
+from onceflow.storage.base import TMP_PREFIX, RenamingStorage
 
 _gateway_lock = threading.Lock()
 _gateway = None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 from urllib.parse import urlparse
 
-from .base import TMP_PREFIX, RenamingStorage
+from onceflow.storage.base import TMP_PREFIX, RenamingStorage
 
 # errno values of a filesystem without hard links (some network and FUSE mounts)
 _NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP)

@@ -2,12 +2,12 @@
 
 No rename on S3: promotion is a server-side copy of each staged object (no
 bytes through this process); create-if-absent is ``PutObject`` with
-``If-None-Match: *`` (``onceflow.s3_connection.create_if_absent``). Writes
+``If-None-Match: *`` (``onceflow.config.s3_connection.create_if_absent``). Writes
 stream through pyarrow's S3 output stream (multipart), everything else is
 boto3.
 
 The connection (endpoint, region, credentials or the default AWS chain) is
-an ``onceflow.s3_connection.S3Connection``; another process gets its
+an ``onceflow.config.s3_connection.S3Connection``; another process gets its
 ``s3.*`` options, which never hold a secret (options show up in query plans).
 """
 
@@ -19,8 +19,8 @@ from functools import cached_property
 from typing import BinaryIO, Iterable, Iterator, Mapping
 from urllib.parse import urlparse
 
-from ..s3_connection import S3Connection, create_if_absent
-from .base import MissingStagedFile, Storage, join
+from onceflow.config.s3_connection import S3Connection, create_if_absent
+from onceflow.storage.base import MissingStagedFile, Storage, join
 
 OPTION_KEYS = ("s3.endpoint_url", "s3.region")
 # (endpoint, bucket) pairs this process has seen honour If-None-Match.
@@ -169,7 +169,7 @@ class S3Storage(Storage):
         overwrote = create_if_absent(self.client, bucket, key, b"second")
         self.client.delete_object(Bucket=bucket, Key=key)
         if overwrote:
-            from ..settings import ConfigurationError
+            from onceflow.config.settings import ConfigurationError
 
             raise ConfigurationError(
                 f"the S3 store at {self.connection.endpoint_url or 'AWS'} (bucket {bucket!r}) ignores conditional writes "

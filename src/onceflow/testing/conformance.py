@@ -27,12 +27,12 @@ from typing import Mapping, Protocol, Sequence
 
 import pytest
 
-from .. import faults
-from ..protocol.batch_id import BatchId
-from ..protocol.participant import Outcome, Participant, Vote
-from ..protocol.plan import Plan, SinkPlan
-from ..sinks import sink_kind
-from ..spec import SinkSpec
+from onceflow.core import faults
+from onceflow.core.batch_id import BatchId
+from onceflow.core.participant import Outcome, Participant, Vote
+from onceflow.core.plan import Plan, SinkPlan
+from onceflow.sinks import sink_kind
+from onceflow.pipeline.spec import SinkSpec
 
 Row = Mapping[str, object]
 
@@ -138,7 +138,7 @@ class SinkConformance:
             if reached_every_step:
                 assert not crashed
                 assert step > 1, ("the commit reached no fault point: declare one at each of its steps "
-                                  "(onceflow.faults.declare, fault_point) so that this kit can crash it there")
+                                  "(onceflow.core.faults.declare, fault_point) so that this kit can crash it there")
                 break
             assert step < 50, "the commit reached more than 50 fault points: a loop?"
 
@@ -182,9 +182,9 @@ class SinkConformance:
         first = sink_harness.pre_commit(7, 1, rows_of(7, 1))
         assert sink_harness.participant().commit(first).ok
         if how is None:  # refused before anything is read: the earlier batch stays as it was
-            from ..protocol.intervals import ReprocessRefused
-            from ..sinks import reprocessing
-            from ..spec import PipelineSpec
+            from onceflow.core.intervals import ReprocessRefused
+            from onceflow.sinks import reprocessing
+            from onceflow.pipeline.spec import PipelineSpec
 
             with pytest.raises(ReprocessRefused):
                 reprocessing(PipelineSpec(sink_harness.pipeline, ("t",), "m:f", (sink_harness.sink,)))

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from onceflow.sinks.api import BatchId, Outcome, Plan
-from onceflow.spec import SinkSpec
+from onceflow.pipeline.spec import SinkSpec
 from onceflow.testing.conformance import SinkConformance
 from onceflow_postgres_sink.tables import create_tables, split_target
 from onceflow_postgres_sink.writer import SplitAttempt, prepare_split, vote_for
@@ -122,11 +122,11 @@ def test_a_kind_from_a_package_of_its_own_runs_a_batch_on_spark_where_only_the_s
     import os
     import subprocess
 
-    from onceflow.dag_factory import shipped_code
+    from onceflow.spark.shipping import shipped_code
     from onceflow.kafka.admin import ensure_topics
     from onceflow.kafka.config import base_config
-    from onceflow.runtime import Deployment, PipelineRuntime
-    from onceflow.spec import PipelineSpec
+    from onceflow.pipeline.runtime import Deployment, PipelineRuntime
+    from onceflow.pipeline.spec import PipelineSpec
     from tests.integration.spark.test_run_batch import job_summary, python_without_onceflow, spark_submit
 
     tag = uuid.uuid4().hex[:8]

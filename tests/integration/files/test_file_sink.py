@@ -12,11 +12,11 @@ import hashlib
 import pyarrow as pa
 import pytest
 
-from onceflow.files import FileSink, committed_files, committed_manifests, read_committed, write_staged_parquet
-from onceflow import faults
-from onceflow.files import layout
-from onceflow.protocol.participant import Outcome, Vote
-from onceflow.protocol.plan import Plan
+from onceflow.sinks.files import FileSink, committed_files, committed_manifests, read_committed, write_staged_parquet
+from onceflow.core import faults
+from onceflow.sinks.files import layout
+from onceflow.core.participant import Outcome, Vote
+from onceflow.core.plan import Plan
 
 SEQ = 7
 

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 import pyarrow as pa
 import pytest
 
-from onceflow.files import FileSink, committed_files, read_committed, write_staged_parquet
-from onceflow.protocol.participant import Outcome
+from onceflow.sinks.files import FileSink, committed_files, read_committed, write_staged_parquet
+from onceflow.core.participant import Outcome
 from onceflow_devkit.services.hdfs import start_hdfs
 from onceflow_devkit.services.process import ManagedProcess
 from tests.support import hdfs_client_storage

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from onceflow.storage.local import LocalStorage
-from onceflow.files.staged_writer import write_staged_parquet
+from onceflow.sinks.files.staged_writer import write_staged_parquet
 
 
 def test_small_batches_become_few_row_groups_and_the_entry_describes_the_file(tmp_path):

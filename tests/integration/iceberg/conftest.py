@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pytest
 
-from onceflow.iceberg import tables
-from onceflow.iceberg.sink import IcebergTableSink
+from onceflow.sinks.iceberg import tables
+from onceflow.sinks.iceberg.participant import IcebergTableSink
 from onceflow_devkit.services.iceberg_catalog import CONN_ID, catalog_properties
 
 SCHEMA = pa.schema([("split", pa.int64()), ("i", pa.int64()), ("day", pa.timestamp("us", tz="UTC"))])

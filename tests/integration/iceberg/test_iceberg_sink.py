@@ -17,10 +17,10 @@ import time
 import pyarrow as pa
 import pytest
 
-from onceflow import faults
-from onceflow.iceberg import tables
-from onceflow.protocol.participant import Outcome
-from onceflow.protocol.plan import Plan
+from onceflow.core import faults
+from onceflow.sinks.iceberg import tables
+from onceflow.core.participant import Outcome
+from onceflow.core.plan import Plan
 
 from .conftest import SCHEMA
 
@@ -47,7 +47,7 @@ def voted(t, seq: int = SEQ, attempt: int = 1, replaces: int | None = None, size
 
 
 def files_under(t, seq: int, planned_at: int = PLANNED_AT) -> list[str]:
-    from onceflow.iceberg.sink import _list_files
+    from onceflow.sinks.iceberg.participant import _list_files
 
     table = t.table()
     return _list_files(table.io, tables.batch_dir(table.location(), t.pipeline, t.sink_name, seq, planned_at))
@@ -266,7 +266,7 @@ def test_racing_commits_of_one_batch_make_one_snapshot(iceberg_table):
 
 READER = """
 import json, sys, time
-from onceflow.iceberg import tables
+from onceflow.sinks.iceberg import tables
 properties, identifier, total = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 catalog = tables.open_catalog("onceflow_iceberg", properties)  # the SQL catalog keys tables by catalog name
 seen, end = [catalog.load_table(identifier).scan().to_arrow().num_rows], time.monotonic() + 60

@@ -8,7 +8,7 @@ import json
 import sys
 import time
 
-from onceflow.kafka.writer import TransactionalSplitWriter
+from onceflow.sinks.kafka.writer import TransactionalSplitWriter
 
 
 def main() -> None:

@@ -15,12 +15,12 @@ import pytest
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from onceflow import faults
+from onceflow.core import faults
 from onceflow.kafka.config import kafka_python_config
 from onceflow.kafka.ids import transactional_id
-from onceflow.kafka.sink import AFTER_END_TXN, KafkaSinkParticipant, handles_of
-from onceflow.kafka.txn_protocol import TransactionState, describe_transactions
-from onceflow.protocol.participant import Outcome
+from onceflow.sinks.kafka.participant import AFTER_END_TXN, KafkaSinkParticipant, handles_of
+from onceflow.sinks.kafka.txn_protocol import TransactionState, describe_transactions
+from onceflow.core.participant import Outcome
 from onceflow_devkit.services.apache_kafka import start_apache_cluster
 from tests.conftest import TEST_HOME
 from tests.integration.kafka.helpers import batch_value, create_topic, precommit_batch, read_committed

@@ -18,10 +18,10 @@ from collections import Counter
 
 import pytest
 
-from onceflow.kafka.headers import REPAIR
-from onceflow.kafka.sink import KafkaSinkParticipant, handles_of
-from onceflow.kafka.txn_protocol import end_txn
-from onceflow.protocol.participant import Outcome
+from onceflow.sinks.kafka.headers import REPAIR
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant, handles_of
+from onceflow.sinks.kafka.txn_protocol import end_txn
+from onceflow.core.participant import Outcome
 from onceflow_devkit.services.kafka_broker import TXN_TIMEOUT_ABORTS, start_broker
 from tests.conftest import TEST_HOME
 from onceflow_devkit.services.process import ManagedProcess

@@ -17,12 +17,12 @@ import pytest
 from kafka.net.compat import KafkaNetClient
 
 from onceflow.kafka.config import kafka_python_config
-from onceflow.kafka.sink import KafkaSinkParticipant, handles_of
-from onceflow.kafka.txn_protocol import Action, end_txn
-from onceflow.kafka.writer import TRANSACTION_VERSION
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant, handles_of
+from onceflow.sinks.kafka.txn_protocol import Action, end_txn
+from onceflow.sinks.kafka.writer import TRANSACTION_VERSION
 from onceflow.kafka.ids import transactional_ids
-from onceflow.protocol.participant import Outcome
-from onceflow.protocol.plan import Plan, SinkPlan
+from onceflow.core.participant import Outcome
+from onceflow.core.plan import Plan, SinkPlan
 from tests.integration.kafka.helpers import batch_value, create_topic, precommit_batch, read_committed
 
 END_TXN = 26  # the EndTxn API key

@@ -15,10 +15,10 @@ from collections import Counter
 
 from confluent_kafka import Consumer, TopicPartition
 
-from onceflow.kafka.fencing import fence_transactional_ids
-from onceflow.kafka.sink import KafkaSinkParticipant, handles_of
-from onceflow.kafka.txn_protocol import TransactionState, describe_transactions, end_txn
-from onceflow.protocol.participant import Outcome
+from onceflow.sinks.kafka.fencing import fence_transactional_ids
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant, handles_of
+from onceflow.sinks.kafka.txn_protocol import TransactionState, describe_transactions, end_txn
+from onceflow.core.participant import Outcome
 from onceflow_devkit.services.kafka_broker import (
     DESCRIBE_TRANSACTIONS,
     HIDES_ABORTED_RECORDS,

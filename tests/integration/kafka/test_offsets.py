@@ -14,9 +14,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from onceflow.kafka.offsets import KafkaOffsetSource, OffsetLookupError
-from onceflow.protocol.plan import OffsetRange, SinkPlan
-from onceflow.protocol.planning import PlanConfig, TopicPartition, next_plan
-from onceflow.protocol.states import BatchState
+from onceflow.core.plan import OffsetRange, SinkPlan
+from onceflow.core.planning import PlanConfig, TopicPartition, next_plan
+from onceflow.core.states import BatchState
 from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS
 from tests.integration.kafka.helpers import create_topic, produce_txn
 from tests.support import require

@@ -6,9 +6,9 @@ import uuid
 
 from confluent_kafka import Consumer, TopicPartition
 
-from onceflow.kafka.offsets_mirror import mirror_offsets
-from onceflow.protocol.participant import Outcome
-from onceflow.protocol.plan import OffsetRange
+from onceflow.sources.kafka.offsets_mirror import mirror_offsets
+from onceflow.core.participant import Outcome
+from onceflow.core.plan import OffsetRange
 from tests.integration.kafka.helpers import create_topic, produce_txn
 
 

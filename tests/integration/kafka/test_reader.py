@@ -7,7 +7,7 @@ import pytest
 
 from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.reader import SCHEMA, RangeReader, RangeReadError, read_range, split_range
-from onceflow.protocol.plan import OffsetRange
+from onceflow.core.plan import OffsetRange
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.integration.kafka.helpers import create_topic, produce_txn
 from tests.support import require

@@ -15,14 +15,14 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from onceflow.kafka.fencing import fence_transactional_ids
+from onceflow.sinks.kafka.fencing import fence_transactional_ids
 from onceflow.kafka.ids import repair_id, transactional_ids
-from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload
-from onceflow.kafka.txn_protocol import end_txn
-from onceflow.kafka.headers import REPAIR, record_headers
-from onceflow.kafka.writer import TRANSACTION_VERSION, PreCommitError, TransactionalSplitWriter, staged_uri
-from onceflow.protocol.participant import Outcome, Vote
-from onceflow.protocol.plan import Plan, SinkPlan
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant, vote_payload
+from onceflow.sinks.kafka.txn_protocol import end_txn
+from onceflow.sinks.kafka.headers import REPAIR, record_headers
+from onceflow.sinks.kafka.writer import TRANSACTION_VERSION, PreCommitError, TransactionalSplitWriter, staged_uri
+from onceflow.core.participant import Outcome, Vote
+from onceflow.core.plan import Plan, SinkPlan
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.integration.kafka.helpers import create_topic, read_committed
 from tests.support import require
@@ -343,7 +343,7 @@ def test_another_pipelines_records_with_the_same_batch_and_split_never_pass_for_
 
 
 def test_keyed_records_go_where_a_java_producer_puts_them_with_the_murmur2_partitioner(kafka_broker, pipeline, tmp_path):
-    from onceflow.kafka.partitioners import partition_function
+    from onceflow.sinks.kafka.partitioners import partition_function
 
     config = kafka_broker.config()
     topic = create_topic(config, partitions=3)

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from onceflow.kafka.txn_protocol import end_txn
-from onceflow.kafka.visibility import SEEK_GAP, Observer, State, confirm_aborted
-from onceflow.kafka.headers import CURRENT_FORMAT, batch_and_split
-from onceflow.kafka.writer import TRANSACTION_VERSION, TransactionalSplitWriter, TxnHandle, staged_uri
+from onceflow.sinks.kafka.txn_protocol import end_txn
+from onceflow.sinks.kafka.visibility import SEEK_GAP, Observer, State, confirm_aborted
+from onceflow.sinks.kafka.headers import CURRENT_FORMAT, batch_and_split
+from onceflow.sinks.kafka.writer import TRANSACTION_VERSION, TransactionalSplitWriter, TxnHandle, staged_uri
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.integration.kafka.helpers import create_topic
 from tests.support import require

@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from onceflow.kafka.admin import topic_setting
-from onceflow.kafka.sink import KafkaSinkParticipant, vote_payload, withheld_file
-from onceflow.kafka.writer import DEFAULT_MESSAGE_MAX_BYTES, TransactionalSplitWriter, max_record_bytes_of, staged_uri
-from onceflow.protocol.participant import Outcome, Vote
-from onceflow.protocol.plan import Plan, SinkPlan
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant, vote_payload, withheld_file
+from onceflow.sinks.kafka.writer import DEFAULT_MESSAGE_MAX_BYTES, TransactionalSplitWriter, max_record_bytes_of, staged_uri
+from onceflow.core.participant import Outcome, Vote
+from onceflow.core.plan import Plan, SinkPlan
 from onceflow.kafka.ids import transactional_ids
 from tests.integration.kafka.helpers import create_topic, read_committed
 
@@ -101,7 +101,7 @@ def test_a_topic_with_a_lower_limit_than_the_producer_gets_no_record_or_record_b
 def test_a_repair_keeps_to_the_topics_limit_too(kafka_broker, tmp_path):
     # The broker aborts the pre-committed transaction after COMMIT: the repair re-publishes the staged
     # copy with a producer of its own, which must batch under the topic's limit as the writer did.
-    from onceflow.kafka.fencing import fence_transactional_ids
+    from onceflow.sinks.kafka.fencing import fence_transactional_ids
     from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
     from tests.support import require
 

@@ -20,10 +20,10 @@ from collections import Counter
 from pathlib import Path
 
 from onceflow.kafka.ids import transactional_ids
-from onceflow.kafka.sink import KafkaSinkParticipant
-from onceflow.kafka.writer import staged_uri
-from onceflow.protocol.batch_id import BatchId
-from onceflow.protocol.participant import Outcome
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant
+from onceflow.sinks.kafka.writer import staged_uri
+from onceflow.core.batch_id import BatchId
+from onceflow.core.participant import Outcome
 from tests.integration.kafka.helpers import batch_value, create_topic, precommit_batch, read_committed
 from tests.support import ROOT
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
-from onceflow.kafka.fencing import fence_transactional_ids
-from onceflow.kafka.writer import TransactionalSplitWriter
+from onceflow.sinks.kafka.fencing import fence_transactional_ids
+from onceflow.sinks.kafka.writer import TransactionalSplitWriter
 
 job = json.loads(sys.argv[1])
 writer = TransactionalSplitWriter(job["config"], job["pipeline"], "out", job["batch_id"], 0, job["topic"],

@@ -11,7 +11,7 @@ from typing import Callable
 
 import pytest
 
-from onceflow.ledger.storage import LedgerStorage
+from onceflow.core.ledger.storage import LedgerStorage
 from onceflow.storage.hadoop import HadoopStorage
 from onceflow.storage.local import LocalStorage
 from onceflow.storage.s3 import S3Storage

@@ -7,13 +7,13 @@ import collections
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from onceflow.ledger.ledger import BATCH_EFFECT
-from onceflow.ledger.records import Decision, DecisionOutcome, DoneMarker, Head
-from onceflow.ledger.storage import LedgerStorage
+from onceflow.core.ledger.ledger import BATCH_EFFECT
+from onceflow.core.ledger.records import Decision, DecisionOutcome, DoneMarker, Head
+from onceflow.core.ledger.storage import LedgerStorage
 from onceflow.storage.s3 import S3Storage
-from onceflow.coordinator import Coordinator
-from onceflow.protocol.plan import OffsetRange, Plan
-from onceflow.protocol.states import BatchState
+from onceflow.core.coordinator import Coordinator
+from onceflow.core.plan import OffsetRange, Plan
+from onceflow.core.states import BatchState
 from tests.doubles.fakes import FakeSource, World, participants
 from tests.doubles.helpers import config
 

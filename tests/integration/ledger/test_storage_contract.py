@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from onceflow.ledger.errors import LedgerUnavailable
-from onceflow.ledger.storage import LedgerStorage, open_ledger_storage
-from onceflow.settings import ConfigurationError
+from onceflow.core.ledger.errors import LedgerUnavailable
+from onceflow.core.ledger.storage import LedgerStorage, open_ledger_storage
+from onceflow.config.settings import ConfigurationError
 from onceflow.storage.hadoop import HadoopStorage
 from onceflow.storage.local import LocalStorage
 from onceflow.storage.s3 import S3Storage
@@ -116,7 +116,7 @@ def test_factory_picks_backend_by_scheme(tmp_path, spark):
 
 def test_an_s3_store_that_ignores_conditional_writes_is_refused_before_any_record(s3_endpoint, s3_bucket):
     """A store that drops If-None-Match would let two deciders both win: refused, naming it and the fix."""
-    from onceflow.s3_connection import S3Connection
+    from onceflow.config.s3_connection import S3Connection
     from onceflow_devkit.chaos.s3_proxy import S3FaultProxy
 
     honouring = S3Storage(s3_endpoint)

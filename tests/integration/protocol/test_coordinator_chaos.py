@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from onceflow import faults
-from onceflow.ledger.records import Decision, DecisionOutcome
-from onceflow.coordinator import Coordinator
-from onceflow.protocol.errors import BatchAborted, CommitFailed, RetryLater, StaleAttempt
-from onceflow.protocol.states import BatchState, IllegalTransition
+from onceflow.core import faults
+from onceflow.core.ledger.records import Decision, DecisionOutcome
+from onceflow.core.coordinator import Coordinator
+from onceflow.core.errors import BatchAborted, CommitFailed, RetryLater, StaleAttempt
+from onceflow.core.states import BatchState, IllegalTransition
 
 from tests.doubles.fakes import FAILED, RETRY, FakeSource, World, participants
 from tests.doubles.helpers import config

@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import Producer
 
-from onceflow.interval_batches import IntervalPlanner
+from onceflow.core.interval_planner import IntervalPlanner
 from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.reader import read_range
-from onceflow.ledger.storage import open_ledger_storage
-from onceflow.protocol.intervals import Interval
-from onceflow.protocol.planning import PlanConfig
+from onceflow.core.ledger.storage import open_ledger_storage
+from onceflow.core.intervals import Interval
+from onceflow.core.planning import PlanConfig
 
 from tests.doubles.helpers import SINKS, kafka_ids, prepare_all, world_coordinator
 from tests.integration.kafka.helpers import create_topic

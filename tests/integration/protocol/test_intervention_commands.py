@@ -16,14 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from confluent_kafka import Producer
 
-from onceflow import faults
-from onceflow.audit.ranges import accounted_plans, contiguity_errors
-from onceflow.cli import main
-from onceflow.deployment import Deployment
-from onceflow.interventions import skip_batch
-from onceflow.runtime import PipelineRuntime
-from onceflow.spec import FILES, PipelineSpec, SinkSpec
-from onceflow.protocol.run_inputs import RunInputs
+from onceflow.core import faults
+from onceflow.ops.audit.ranges import accounted_plans, contiguity_errors
+from onceflow.ops.cli import main
+from onceflow.config.deployment import Deployment
+from onceflow.pipeline.quarantine import skip_batch
+from onceflow.pipeline.runtime import PipelineRuntime
+from onceflow.pipeline.spec import FILES, PipelineSpec, SinkSpec
+from onceflow.core.run_inputs import RunInputs
 from tests.integration.kafka.helpers import create_topic
 
 SPEC: PipelineSpec  # set by the test: the commands find the pipeline here, as --spec says

@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from onceflow.ledger.storage import open_ledger_storage
-from onceflow.coordinator import Coordinator
-from onceflow.protocol.states import BatchState
+from onceflow.core.ledger.storage import open_ledger_storage
+from onceflow.core.coordinator import Coordinator
+from onceflow.core.states import BatchState
 
 from tests.doubles.fakes import participants
 from tests.doubles.helpers import config, prepare_all, source

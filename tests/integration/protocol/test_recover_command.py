@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from onceflow import faults
-from onceflow.cli import main
-from onceflow.deployment import Deployment
-from onceflow.runtime import PipelineRuntime
-from onceflow.spec import FILES, PipelineSpec, SinkSpec
+from onceflow.core import faults
+from onceflow.ops.cli import main
+from onceflow.config.deployment import Deployment
+from onceflow.pipeline.runtime import PipelineRuntime
+from onceflow.pipeline.spec import FILES, PipelineSpec, SinkSpec
 from tests.integration.kafka.helpers import create_topic
 
 SPEC: PipelineSpec  # set by the test: the command finds the pipeline here, as --spec says

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 import time
 
-from onceflow.ledger.storage import LedgerStorage, open_ledger_storage
+from onceflow.core.ledger.storage import LedgerStorage, open_ledger_storage
 from onceflow.storage.s3 import S3Storage
-from onceflow.coordinator import Coordinator
-from onceflow.protocol.errors import BatchAborted
-from onceflow.protocol.states import BatchState
+from onceflow.core.coordinator import Coordinator
+from onceflow.core.errors import BatchAborted
+from onceflow.core.states import BatchState
 
 from tests.doubles.fakes import participants
 

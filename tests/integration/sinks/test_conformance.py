@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from onceflow.files import layout
-from onceflow.files.staged_writer import write_staged_parquet
+from onceflow.sinks.files import layout
+from onceflow.sinks.files.staged_writer import write_staged_parquet
 from onceflow.sinks import sink_kind
-from onceflow.protocol.participant import Vote
-from onceflow.spec import FILES, ICEBERG, KAFKA, PipelineSpec, SinkSpec
+from onceflow.core.participant import Vote
+from onceflow.pipeline.spec import FILES, ICEBERG, KAFKA, PipelineSpec, SinkSpec
 from onceflow.storage import storage_for
 from onceflow.testing.conformance import SinkConformance
 
@@ -36,7 +36,7 @@ class FilesHarness:
         self.warehouse = warehouse
 
     def participant(self):
-        from onceflow.runtime import Deployment
+        from onceflow.pipeline.runtime import Deployment
 
         return self.kind.participant(self.spec, self.sink, Deployment(self.warehouse, kafka=None))
 
@@ -89,15 +89,15 @@ class KafkaHarness:
         self.spec = PipelineSpec(self.pipeline, ("t",), "m:f", (self.sink,))
 
     def participant(self):
-        from onceflow.runtime import Deployment
+        from onceflow.pipeline.runtime import Deployment
 
         return sink_kind(KAFKA).participant(self.spec, self.sink, Deployment(self.warehouse, self.broker))
 
     def pre_commit(self, batch_seq, attempt, rows, replaces=None):
-        from onceflow.kafka.fencing import fence_transactional_ids
-        from onceflow.kafka.sink import vote_payload
-        from onceflow.kafka.writer import TransactionalSplitWriter, staged_uri
-        from onceflow.protocol.plan import SinkPlan
+        from onceflow.sinks.kafka.fencing import fence_transactional_ids
+        from onceflow.sinks.kafka.participant import vote_payload
+        from onceflow.sinks.kafka.writer import TransactionalSplitWriter, staged_uri
+        from onceflow.core.plan import SinkPlan
 
         batch_id = layout.batch_id(batch_seq)
         if attempt > 1:
@@ -117,19 +117,19 @@ class KafkaHarness:
                     replaces=replaces)
 
     def aged(self, vote, by):
-        from onceflow.kafka.sink import handles_of, vote_payload
+        from onceflow.sinks.kafka.participant import handles_of, vote_payload
 
         older = [dataclasses.replace(h, first_write_ms=h.first_write_ms - int(by.total_seconds() * 1000)) for h in handles_of(vote)]
         return dataclasses.replace(vote, payload=vote_payload(older))
 
     def job_failed(self, vote):
-        from onceflow.kafka.fencing import fence_transactional_ids
-        from onceflow.kafka.sink import handles_of
+        from onceflow.sinks.kafka.fencing import fence_transactional_ids
+        from onceflow.sinks.kafka.participant import handles_of
 
         fence_transactional_ids(self.broker.config(), [h.transactional_id for h in handles_of(vote)])
 
     def visible(self):
-        from onceflow.kafka.headers import batch_and_split
+        from onceflow.sinks.kafka.headers import batch_and_split
         from tests.integration.kafka.helpers import read_committed
 
         rows = []
@@ -149,7 +149,7 @@ def test_a_kafka_commit_held_back_by_an_earlier_batchs_open_transaction_says_so_
         one_kafka_broker, tmp_path):
     """Not a dropped marker (docs/brokers.md, "Hanging transactions"): the later batch is committed and
     its markers written, but the earlier batch's open transactions hold the partitions' stable end."""
-    from onceflow.protocol.participant import Outcome
+    from onceflow.core.participant import Outcome
     from onceflow.testing.conformance import rows_of
 
     harness = KafkaHarness(one_kafka_broker, f"file://{tmp_path}/warehouse")
@@ -170,7 +170,7 @@ class IcebergHarness:
     reads the table's current snapshot, each live data file by the snapshot that added it."""
 
     def __init__(self, tmp_path):
-        from onceflow.iceberg import tables
+        from onceflow.sinks.iceberg import tables
         from onceflow_devkit.services.iceberg_catalog import CONN_ID, catalog_properties
 
         self.pipeline = f"p{uuid.uuid4().hex[:8]}"
@@ -181,13 +181,13 @@ class IcebergHarness:
         tables.prepared_table(self.catalog, self.sink.target, SCHEMA, (), "conformance table")
 
     def participant(self):
-        from onceflow.runtime import Deployment
+        from onceflow.pipeline.runtime import Deployment
 
         return sink_kind(ICEBERG).participant(self.spec, self.sink, Deployment("file:///unused", None, None,
                                                                              {self.sink.catalog: self.properties}))
 
     def pre_commit(self, batch_seq, attempt, rows, replaces=None):
-        from onceflow.iceberg import tables
+        from onceflow.sinks.iceberg import tables
 
         table, planned_at_ms = self.catalog.load_table(self.sink.target), 1_000 + batch_seq
         files = [f for i in range(self.sink.splits) for f in tables.write_data_files(
@@ -199,7 +199,7 @@ class IcebergHarness:
         pass  # the data source's abort leaves the files to the rollback, which deletes the batch's directory
 
     def visible(self):
-        from onceflow.iceberg.sink import BATCH_KEY
+        from onceflow.sinks.iceberg.participant import BATCH_KEY
 
         table = self.catalog.load_table(self.sink.target)
         if table.current_snapshot() is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from onceflow.spark.file_sink import FilesWriteOptions, OnceflowFilesDataSource, StagedParquetWriter
+from onceflow.sinks.files.data_source import FilesWriteOptions, OnceflowFilesDataSource, StagedParquetWriter
 
 FLAKY_FORMAT = "onceflow_files_flaky_first_attempt"
 
@@ -43,7 +43,7 @@ class FlakyFilesDataSource(OnceflowFilesDataSource):
 
 
 def main(sink_uri: str, vote_path: str, rows: int, partitions: int) -> None:
-    from onceflow.spark_session import local_spark
+    from onceflow.spark.local_session import local_spark
 
     # Small Arrow batches so that every partition reaches the writer in several.
     spark = local_spark("onceflow-retry-job", master="local[2,3]",

@@ -15,10 +15,10 @@ from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow.kafka.admin import ensure_topics
 from onceflow_examples.clickstream import CLICKSTREAM
 from onceflow_examples.clickstream_data import generate, produce as produce_clicks
-from onceflow.runtime import Deployment, PipelineRuntime
+from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from onceflow.spark.batch_job import run_batch
-from onceflow.spec import SinkSpec
+from onceflow.pipeline.spec import SinkSpec
 from onceflow.storage.local import local_path
 from tests.integration.kafka.helpers import open_transaction
 from tests.support import require
@@ -98,7 +98,7 @@ def test_records_too_large_for_their_topic_are_withheld_and_the_batch_commits(sp
     # replay. The batch commits; they are published in the withheld files, and the audit finds
     # every input record exactly once in enriched + withheld and dead letters + withheld.
     from onceflow_examples.clickstream_data import OVERSIZED_PRODUCER, ClickRecord, oversized
-    from onceflow.status import batch_row
+    from onceflow.core.batch_view import batch_row
 
     pipeline = clickstream_runtime(one_kafka_broker, tmp_path)
     records = generate(200, seed=9, malformed_ratio=0.1)
@@ -126,7 +126,7 @@ def test_a_retried_attempt_ends_the_earlier_attempts_transactions_before_its_wri
     # Attempt 1 votes and dies, leaving its Kafka transactions open. Attempt 2 ends them itself, one id
     # at a time, before any of its writers starts (all writers' init_transactions aborting them at the
     # same moment once left a Tansu partition stuck for ever, docs/brokers.md). Attempt 3 commits.
-    from onceflow import faults
+    from onceflow.core import faults
 
     pipeline = clickstream_runtime(one_kafka_broker, tmp_path)
     produced = produce(one_kafka_broker, pipeline.spec.topics[0], 300, seed=11)

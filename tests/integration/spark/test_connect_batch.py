@@ -20,7 +20,7 @@ from unittest import mock
 
 import pytest
 
-from onceflow.dag_factory import shipped_code
+from onceflow.spark.shipping import shipped_code
 from onceflow.spark.connect import (CONNECT_MODE_VAR, MAX_GENERATIONS, _generation_hint, _read_hint, close_client,
                                     code_session_id, connect_mode, join_session,
                                     run_connect_batch, session_url)
@@ -32,21 +32,21 @@ from tests.integration.spark.test_batch_job import clickstream_runtime, produce
 
 CLIENT = """
 import sys
-from onceflow.runtime import Deployment, PipelineRuntime
+from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow.spark.connect import run_connect_batch
-from onceflow.spec import PipelineSpec
+from onceflow.pipeline.spec import PipelineSpec
 spec = PipelineSpec.from_json(sys.argv[2])
 runtime = PipelineRuntime(spec, Deployment.from_option(sys.argv[3]))
 run_connect_batch(sys.argv[1], runtime, int(sys.argv[4]), sys.argv[5].split(","))
 """
 
 # An Airflow task in Spark Connect mode: SIGTERM (a task marked failed, a timeout, a worker shutting down)
-# calls the operator's on_kill, which is ConnectBatchJob.interrupt (operators/spark.py), and the task goes on.
+# calls the operator's on_kill, which is ConnectBatchJob.interrupt (airflow/operators/spark.py), and the task goes on.
 KILLED_TASK = """
 import signal, sys, threading, time
-from onceflow.runtime import Deployment, PipelineRuntime
+from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow.spark.connect import ConnectBatchJob
-from onceflow.spec import PipelineSpec
+from onceflow.pipeline.spec import PipelineSpec
 spec = PipelineSpec.from_json(sys.argv[2])
 job = ConnectBatchJob(sys.argv[1], PipelineRuntime(spec, Deployment.from_option(sys.argv[3])), int(sys.argv[4]),
                       sys.argv[5].split(","))
@@ -249,7 +249,7 @@ WORKER_POINT = "kafka.precommit.after_flush=raise"
 @pytest.fixture
 def planned(pipeline, one_kafka_broker, monkeypatch):
     """(the shipped code, a planned batch of 500 records), in a task process that may arm a run's faults."""
-    from onceflow import faults
+    from onceflow.core import faults
 
     produce(one_kafka_broker, pipeline.spec.topics[0], 500, seed=7)
     monkeypatch.setenv(faults.RUN_PARAM_GUARD, faults.RUN_PARAM_GUARD_VALUE)
@@ -260,7 +260,7 @@ def test_a_runs_faults_never_reach_the_python_workers_of_a_server_that_does_not_
         spark_connect_server, pipeline, planned):
     # The server's workers cannot inherit the task's ONCEFLOW_FAULTS (spark-submit's workers do): the
     # run's faults reach them as a writer option, armed only on a server that enables injection.
-    from onceflow import faults
+    from onceflow.core import faults
 
     code, plan = planned
     with pytest.raises(Exception, match=faults.RUN_PARAM_GUARD):  # the session's server does not enable it
@@ -272,7 +272,7 @@ def test_a_runs_faults_never_reach_the_python_workers_of_a_server_that_does_not_
 
 @pytest.mark.slow  # a server of its own; make test's bounded Spark Connect chaos run arms its server's workers too
 def test_a_runs_faults_reach_the_python_workers_of_a_server_that_allows_them(pipeline, planned, tmp_path):
-    from onceflow import faults
+    from onceflow.core import faults
 
     code, plan = planned
     fired_log = tmp_path / "fired.log"

@@ -14,10 +14,10 @@ from collections import Counter
 
 import pytest
 
-from onceflow.audit.replay import replay_audit
+from onceflow.ops.audit.replay import replay_audit
 from onceflow.kafka.admin import ensure_topics
-from onceflow.kafka.headers import batch_and_split
-from onceflow.runtime import Deployment, PipelineRuntime
+from onceflow.sinks.kafka.headers import batch_and_split
+from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow.spark.batch_job import run_batch
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.integration.kafka.helpers import read_committed

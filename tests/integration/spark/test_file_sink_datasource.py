@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from onceflow.files import FileSink, committed_files, layout, read_committed
+from onceflow.sinks.files.kind import FileSink, committed_files, layout, read_committed
 from onceflow.storage import storage_for
 from onceflow.storage import Storage
-from onceflow.protocol.participant import Outcome
-from onceflow.protocol.plan import Plan
-from onceflow.spark.file_sink import FORMAT, register
+from onceflow.core.participant import Outcome
+from onceflow.core.plan import Plan
+from onceflow.sinks.files.data_source import FORMAT, register
 from onceflow.sinks.votes import read_recorded_vote
 
 from tests.support import ROOT

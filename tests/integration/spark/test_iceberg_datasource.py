@@ -13,15 +13,16 @@ import uuid
 
 import pytest
 
-from onceflow.iceberg import tables
-from onceflow.files import read_committed
+from onceflow.sinks.iceberg import tables
+from onceflow.sinks.files import read_committed
 from onceflow.kafka.admin import ensure_topics
-from onceflow.runtime import Deployment, PipelineRuntime
-from onceflow.settings import ConfigurationError
+from onceflow.pipeline.runtime import Deployment, PipelineRuntime
+from onceflow.config.settings import ConfigurationError
 from onceflow.spark.batch_job import run_batch
-from onceflow.spec import SinkSpec
+from onceflow.pipeline.spec import SinkSpec
 from onceflow_devkit.services.iceberg_catalog import CONN_ID, catalog_properties
 from onceflow_examples.clickstream import transform as clickstream_transform
+from onceflow.storage import warehouse_storage
 from tests.integration.spark.test_batch_job import produce, unique_clickstream
 
 COLUMNS = ["page", "window_start", "views", "amount_sum", "batch_id"]
@@ -79,13 +80,13 @@ def test_batches_commit_to_the_table_as_one_snapshot_each(spark, one_kafka_broke
     from onceflow.sinks import sink_kind
 
     files_uri = sink_kind("files").location(runtime.spec.sink("page_minute_counts"), runtime.deployment.warehouse)
-    parquet = read_committed(files_uri, runtime.deployment.storage())
+    parquet = read_committed(files_uri, warehouse_storage(runtime.deployment))
     scanned = table.scan().to_arrow()
     assert scanned.num_rows > 0 and rows(scanned) == rows(parquet)
     assert sum(int(s["added-records"]) for s in snapshots) == parquet.num_rows
 
     # The replay audit reads every output back from the warehouse (and the lake) on executors.
-    from onceflow.audit.replay import replay_audit
+    from onceflow.ops.audit.replay import replay_audit
 
     report = replay_audit(spark, runtime)
     assert report.ok, report.summary()
@@ -97,7 +98,7 @@ def test_a_job_that_dies_after_writing_the_table_is_rolled_back_and_its_replay_c
     """The job writes and votes every output, then dies: the rollback deletes the
     table's files of that attempt and no snapshot ever names the batch; the replay
     of the same ranges commits it once."""
-    from onceflow import faults
+    from onceflow.core import faults
 
     runtime = iceberg_pipeline(one_kafka_broker, tmp_path, "local", request)
     produce(one_kafka_broker, runtime.spec.topics[0], 400, seed=5)
@@ -113,7 +114,7 @@ def test_a_job_that_dies_after_writing_the_table_is_rolled_back_and_its_replay_c
     sink = runtime.spec.sink("page_minute_table")
     table = tables.open_catalog(CONN_ID, runtime.deployment.catalogs[CONN_ID]).load_table(sink.target)
     batch_files = tables.batch_dir(table.location(), runtime.spec.name, sink.name, plan.batch_seq, plan.created_at_ms)
-    from onceflow.iceberg.sink import _list_files
+    from onceflow.sinks.iceberg.participant import _list_files
 
     assert _list_files(table.io, batch_files), "the job wrote the table's data files before dying"
     assert coordinator.rollback(plan.batch_seq, "the job died").state.value == "aborted"

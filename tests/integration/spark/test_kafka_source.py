@@ -7,10 +7,10 @@ import json
 import pytest
 
 from onceflow.kafka.offsets import KafkaOffsetSource
-from onceflow.protocol.plan import OffsetRange
-from onceflow.runtime import Deployment
-from onceflow.spark.kafka_source import register
-from onceflow.spec import INPUT_COLUMNS
+from onceflow.core.plan import OffsetRange
+from onceflow.pipeline.runtime import Deployment
+from onceflow.sources.kafka.data_source import register
+from onceflow.sources.kafka.columns import INPUT_COLUMNS
 from tests.integration.kafka.helpers import create_topic, produce_txn
 
 

@@ -15,11 +15,11 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from onceflow.audit.replay import replay_audit
+from onceflow.ops.audit.replay import replay_audit
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
-from onceflow.files import layout
-from onceflow.kafka.cluster import KafkaCluster
-from onceflow.kafka.headers import batch_and_split
+from onceflow.sinks.files import layout
+from onceflow.config.kafka_cluster import KafkaCluster
+from onceflow.sinks.kafka.headers import batch_and_split
 from onceflow.sinks import sink_kind
 from onceflow.spark.batch_job import run_batch
 from onceflow.storage.local import local_path

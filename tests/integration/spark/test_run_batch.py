@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.dag_factory import SUBMIT_APPLICATION as SCRIPT, shipped_code
+from onceflow.spark.shipping import SUBMIT_APPLICATION as SCRIPT, shipped_code
 from onceflow.spark import submit as run_batch_module
 from onceflow_examples.clickstream import CLICKSTREAM
-from onceflow.settings import ConfigurationError
+from onceflow.config.settings import ConfigurationError
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 
@@ -33,8 +33,8 @@ def test_the_spec_is_found_by_module(run_batch):
 @pytest.mark.parametrize(
     "name, location, message",
     [
-        # onceflow.spec defines the class, not a pipeline: a DAG must pass the defining module.
-        ("clickstream", "onceflow.spec", "no PipelineSpec named 'clickstream'"),
+        # onceflow.pipeline.spec defines the class, not a pipeline: a DAG must pass the defining module.
+        ("clickstream", "onceflow.pipeline.spec", "no PipelineSpec named 'clickstream'"),
         ("other", None, "no spec for pipeline 'other': pass --spec-json"),
         ("clickstream", "no_such_module:SPEC", "cannot import 'no_such_module'"),
     ],
@@ -53,7 +53,7 @@ def test_no_warehouse_exits_2_before_spark_starts(run_batch, monkeypatch, capsys
 def planned_batch(broker, warehouse: str, s3=None):
     """A fresh clickstream pipeline on ``broker`` with 600 events, and the plan of its first batch."""
     from onceflow.kafka.admin import ensure_topics
-    from onceflow.runtime import Deployment, PipelineRuntime
+    from onceflow.pipeline.runtime import Deployment, PipelineRuntime
     from tests.integration.spark.test_batch_job import produce, unique_clickstream
 
     spec = unique_clickstream(uuid.uuid4().hex[:8])
@@ -72,7 +72,7 @@ def spark_submit(tmp_path: Path, runtime, plan, env: dict[str, str], master: str
     with --py-files, the zips the DAG ships), the spec in a module of its own as a user's would be."""
     spec = runtime.spec
     (tmp_path / "my_pipelines.py").write_text(
-        f"from onceflow.spec import PipelineSpec\nSPEC = PipelineSpec.from_json({spec.to_json()!r})\n")
+        f"from onceflow.pipeline.spec import PipelineSpec\nSPEC = PipelineSpec.from_json({spec.to_json()!r})\n")
     argv = [str(SPARK_SUBMIT), "--master", master, "--name", f"onceflow-{spec.name}",
             "--py-files", ",".join(shipped_code(spec)), "--conf", "spark.ui.enabled=false"]
     for key, value in (conf or {}).items():

@@ -37,12 +37,12 @@ from pathlib import Path
 import pytest
 
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
-from onceflow.dag_factory import shipped_code
-from onceflow.files import layout
-from onceflow.files.reader import committed_manifests
+from onceflow.spark.shipping import shipped_code
+from onceflow.sinks.files import layout
+from onceflow.sinks.files.reader import committed_manifests
 from onceflow.kafka.admin import ensure_topics
-from onceflow.protocol.states import BatchState
-from onceflow.runtime import Deployment, PipelineRuntime
+from onceflow.core.states import BatchState
+from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS, LSO_FROM_LIST_OFFSETS
 from tests.integration.kafka.helpers import kafka_output_state, open_transaction
 from tests.integration.spark.test_batch_job import produce, unique_clickstream

@@ -17,7 +17,7 @@ from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
 from onceflow.kafka.admin import ensure_topics
 from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
-from onceflow.runtime import Deployment, PipelineRuntime
+from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.services.kafka_broker import DEFAULT_BROKER, start_broker
 from onceflow_devkit.services.process import ManagedProcess
 from tests.conftest import TEST_HOME

@@ -24,7 +24,7 @@ import time
 import psutil
 import pytest
 
-from onceflow import faults
+from onceflow.core import faults
 from onceflow_devkit.local_airflow.runtime import CELERY_EXECUTOR, CELERY_WORKER
 from tests.system.e2e.conftest import broker_with_topics, make_world
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from onceflow_devkit.local_airflow.metadata import MetadataDb
-from onceflow.protocol.states import BatchState
+from onceflow.core.states import BatchState
 from tests.system.e2e.conftest import refused_runs
 
 DAG_ID = "clickstream_exactly_once"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow import faults
+from onceflow.core import faults
 from onceflow_examples.clickstream import CLICKSTREAM
-from onceflow.protocol.states import BatchState
+from onceflow.core.states import BatchState
 
 DAG_ID = "clickstream_exactly_once"
 CONF = {"max_records_per_partition": 10_000}

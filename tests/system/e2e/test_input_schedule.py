@@ -23,7 +23,7 @@ DAG_ID = "clickstream_on_input"
 # schedule=when_input(records=500, max_age_s=8, poll_s=1) would be.
 SCHEDULE = "input: records=500, max_age_s=8, poll_s=1"
 DAG_FILE = f'''# An Airflow DAG: the example pipeline, run when its input has waited long enough (ONCEFLOW_SCHEDULE)
-from onceflow.dag_factory import pipeline_dag
+from onceflow.airflow.dag_factory import pipeline_dag
 from onceflow_examples.clickstream import CLICKSTREAM
 
 dag = pipeline_dag(CLICKSTREAM, dag_id="{DAG_ID}")

@@ -28,13 +28,13 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 
-from onceflow import faults
-from onceflow.files.layout import seq_of_batch_dir
-from onceflow.protocol.run_inputs import REPLACE_COMMITTED
-from onceflow.protocol.batch_id import BatchId
-from onceflow.protocol.intervals import Interval
-from onceflow.protocol.states import BatchState
-from onceflow.runtime import Deployment, PipelineRuntime
+from onceflow.core import faults
+from onceflow.sinks.files.layout import seq_of_batch_dir
+from onceflow.core.run_inputs import REPLACE_COMMITTED
+from onceflow.core.batch_id import BatchId
+from onceflow.core.intervals import Interval
+from onceflow.core.states import BatchState
+from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, table_of
 from onceflow_examples.clickstream import CLICKSTREAM_HOURLY

@@ -23,10 +23,10 @@ import pytest
 
 from onceflow_devkit.local_airflow.auth import auth_env
 from onceflow_devkit.local_airflow.rest import AirflowApi
-from onceflow.layout import quarantine_dir
-from onceflow.ledger.ledger import BATCH_EFFECT
+from onceflow.config.warehouse_layout import quarantine_dir
+from onceflow.core.ledger.ledger import BATCH_EFFECT
 from onceflow.storage.local import local_path
-from onceflow.protocol.run_inputs import RunInputs
+from onceflow.core.run_inputs import RunInputs
 from tests.support import ROOT
 from tests.system.e2e.conftest import broker_with_topics, make_world
 
@@ -343,7 +343,7 @@ def test_the_pages_api_answers_any_input_without_a_server_error_and_leaves_commi
     from hypothesis import HealthCheck, given, settings
     from schemathesis.checks import not_a_server_error
 
-    from onceflow.ui.app import app
+    from onceflow.airflow.ui.app import app
 
     world, _ = page_world
     coordinator = world.runtime.reader

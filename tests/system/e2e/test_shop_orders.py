@@ -23,12 +23,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from kafka.partitioner.default import murmur2
 
-from onceflow.cli import main
-from onceflow.files import read_committed
+from onceflow.ops.cli import main
+from onceflow.sinks.files import read_committed
 from onceflow.kafka.admin import ensure_topics
-from onceflow.deployment import WAREHOUSE_VAR
-from onceflow.runtime import Deployment, PipelineRuntime
-from onceflow.settings import ICEBERG_CATALOGS_VAR, KAFKA_BOOTSTRAP_VAR
+from onceflow.config.deployment import WAREHOUSE_VAR
+from onceflow.pipeline.runtime import Deployment, PipelineRuntime
+from onceflow.config.settings import ICEBERG_CATALOGS_VAR, KAFKA_BOOTSTRAP_VAR
 from onceflow.sinks import sink_kind
 from onceflow_devkit.airflow_env import onceflow_airflow
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, table_of

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from onceflow.audit.replay import BatchDiff, OutputReport, ReplayReport, parse_batches, select
-from onceflow.cli import main
-from onceflow.settings import ConfigurationError
+from onceflow.ops.audit.replay import BatchDiff, OutputReport, ReplayReport, parse_batches, select
+from onceflow.ops.cli import main
+from onceflow.config.settings import ConfigurationError
 
 
 def committed(*seqs: int) -> list:

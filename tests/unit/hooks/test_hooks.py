@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onceflow.hooks.iceberg import catalog_properties
-from onceflow.hooks.kafka import KafkaConfigHook, cluster_from_extra
-from onceflow.hooks.s3 import S3ConnectionHook, connection_from_fields
+from onceflow.airflow.hooks.iceberg import catalog_properties
+from onceflow.airflow.hooks.kafka import KafkaConfigHook, cluster_from_extra
+from onceflow.airflow.hooks.s3 import S3ConnectionHook, connection_from_fields
 from onceflow.provider import get_provider_info
-from onceflow.settings import ConfigurationError
+from onceflow.config.settings import ConfigurationError
 
 
 def test_a_kafka_connection_passes_every_setting_through_and_needs_bootstrap_servers():

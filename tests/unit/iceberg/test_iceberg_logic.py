@@ -8,15 +8,15 @@ import re
 
 import pytest
 
-from onceflow.dag_factory import pipeline_dag
-from onceflow.deployment import Deployment
-from onceflow.iceberg import data_files
-from onceflow.iceberg.properties import is_secret_property, public_properties
-from onceflow.iceberg.tables import PartitionField, attempt_dir, batch_dir, partition_fields
-from onceflow.kafka.cluster import KafkaCluster
-from onceflow.settings import ConfigurationError, iceberg_catalogs
+from onceflow.airflow.dag_factory import pipeline_dag
+from onceflow.config.deployment import Deployment
+from onceflow.sinks.iceberg import data_files
+from onceflow.config.iceberg_catalogs import is_secret_property, public_properties
+from onceflow.sinks.iceberg.tables import PartitionField, attempt_dir, batch_dir, partition_fields
+from onceflow.config.kafka_cluster import KafkaCluster
+from onceflow.config.settings import ConfigurationError, iceberg_catalogs
 from onceflow.sinks import sink_kind
-from onceflow.spec import ICEBERG, PipelineSpec, SinkSpec
+from onceflow.pipeline.spec import ICEBERG, PipelineSpec, SinkSpec
 
 CATALOG = {"type": "sql", "uri": "postgresql+psycopg2://svc:db-pass@db/catalog", "warehouse": "s3://lake/t",
            "s3.region": "eu-west-1", "s3.endpoint": "https://s3.example", "s3.access-key-id": "AKIA",
@@ -103,8 +103,8 @@ def test_the_spark_task_gets_each_catalog_as_a_template_of_its_connection():
 def test_a_catalog_or_storage_failure_is_retried_only_when_retrying_can_help():
     from pyiceberg import exceptions as ice
 
-    from onceflow.iceberg.sink import outcome_of
-    from onceflow.protocol.participant import Outcome
+    from onceflow.sinks.iceberg.participant import outcome_of
+    from onceflow.core.participant import Outcome
 
     class OperationalError(Exception):  # SQLAlchemy's, by name
         pass
@@ -129,7 +129,7 @@ def test_the_catalog_is_the_connections_own_never_merged_with_pyiceberg_config(t
     script = (
         "import json, sys\n"
         "from pyiceberg.catalog import load_catalog\n"
-        "from onceflow.iceberg.tables import open_catalog\n"
+        "from onceflow.sinks.iceberg.tables import open_catalog\n"
         "p = json.loads(sys.argv[1])\n"
         "print(json.dumps([load_catalog('lake', **p).properties, open_catalog('lake', p).properties]))\n"
     )
@@ -150,7 +150,7 @@ def test_a_catalog_that_hides_snapshots_is_refused_before_planning():
 
 
 def test_a_participant_without_its_catalog_is_built_and_fails_only_the_calls_that_need_it():
-    from onceflow.protocol.participant import Outcome, Vote
+    from onceflow.core.participant import Outcome, Vote
 
     spec = PipelineSpec("tables", ("t",), "onceflow_examples.clickstream:transform",
                         (SinkSpec("a", ICEBERG, "ns.a", catalog="lake"),))

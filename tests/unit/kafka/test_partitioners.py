@@ -6,9 +6,9 @@ import zlib
 
 import pytest
 
-from onceflow.kafka.partitioners import partition_function
-from onceflow.settings import ConfigurationError
-from onceflow.spec import SinkSpec
+from onceflow.sinks.kafka.partitioners import partition_function
+from onceflow.config.settings import ConfigurationError
+from onceflow.pipeline.spec import SinkSpec
 
 # Apache Kafka's UtilsTest.testMurmur2: Utils.murmur2(key.getBytes()) as Java returns it (signed).
 JAVA_MURMUR2 = {

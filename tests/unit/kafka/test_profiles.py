@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from onceflow.deployment import Deployment
-from onceflow.hooks.kafka import cluster_from_extra
-from onceflow.kafka.cluster import KafkaCluster
-from onceflow.kafka.profiles import PROFILE_KEY, PROFILES
-from onceflow.settings import ConfigurationError
+from onceflow.config.deployment import Deployment
+from onceflow.airflow.hooks.kafka import cluster_from_extra
+from onceflow.config.kafka_cluster import KafkaCluster
+from onceflow.config.broker_profiles import PROFILE_KEY, PROFILES
+from onceflow.config.settings import ConfigurationError
 
 
 def test_apache_kafka_is_the_default_profile():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.operators.batch import CommitBatchOperator
+from onceflow.airflow.operators.batch import CommitBatchOperator
 from onceflow_examples.clickstream import CLICKSTREAM
 
 
@@ -35,8 +35,8 @@ def test_an_interval_run_reads_its_data_interval_and_a_run_without_one_fails_say
 
     from airflow.sdk.exceptions import AirflowFailException
 
-    from onceflow.operators.batch import run_interval
-    from onceflow.protocol.intervals import Interval
+    from onceflow.airflow.operators.batch import run_interval
+    from onceflow.core.intervals import Interval
 
     start, end = datetime(2026, 11, 1, 3, tzinfo=timezone.utc), datetime(2026, 11, 1, 4, tzinfo=timezone.utc)
     context = {"run_id": "backfill__2026-11-01T03:00:00+00:00", "data_interval_start": start, "data_interval_end": end}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from onceflow.operators.spark import OnceflowSparkSubmitOperator
+from onceflow.airflow.operators.spark import OnceflowSparkSubmitOperator
 
 AWS_SECRET = "aws-secret-value-0123"
 AWS_TOKEN = "aws-session-token-4567"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.files import layout
-from onceflow.protocol.batch_id import BatchId
-from onceflow.protocol.plan import Plan
+from onceflow.sinks.files import layout
+from onceflow.core.batch_id import BatchId
+from onceflow.core.plan import Plan
 
 
 def test_a_batch_id_is_its_number_spelled_in_ten_digits_that_sort_as_numbers():

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.ledger.errors import LedgerCorruptError, LedgerFormatError
-from onceflow.ledger.storage import open_ledger_storage
-from onceflow.ledger import records
-from onceflow.protocol.errors import (
+from onceflow.core.ledger.errors import LedgerCorruptError, LedgerFormatError
+from onceflow.core.ledger.storage import open_ledger_storage
+from onceflow.core.ledger import records
+from onceflow.core.errors import (
     BatchAborted,
     CommitFailed,
     ConcurrentPlanError,
@@ -19,9 +19,9 @@ from onceflow.protocol.errors import (
     RetryLater,
     StaleAttempt,
 )
-from onceflow.protocol.participant import Outcome, Result
-from onceflow.protocol.states import BatchState, IllegalTransition
-from onceflow.settings import ConfigurationError
+from onceflow.core.participant import Outcome, Result
+from onceflow.core.states import BatchState, IllegalTransition
+from onceflow.config.settings import ConfigurationError
 
 from tests.doubles.fakes import FAILED, RETRY
 from tests.doubles.helpers import config, prepare_all, run_batch, source, world_coordinator
@@ -95,7 +95,7 @@ def test_after_the_decision_no_attempt_or_vote_counts(local):
 
 def _record_steps(coord, monkeypatch) -> list[str]:
     """Every transition check and every state-changing ledger write, in order."""
-    import onceflow.coordinator as coordinator_module
+    import onceflow.core.coordinator as coordinator_module
 
     steps: list[str] = []
     check = coordinator_module.check_transition
@@ -211,7 +211,7 @@ def test_recovery_does_what_its_table_says_and_says_so_one_line_per_effect(local
     recovery redoes the commit (RECOVERY), and its log names each effect."""
     import logging
 
-    from onceflow import faults
+    from onceflow.core import faults
 
     coord, world, parts = world_coordinator(local)
     plan = coord.plan_next(source(), config())
@@ -224,7 +224,7 @@ def test_recovery_does_what_its_table_says_and_says_so_one_line_per_effect(local
         faults.disarm()
     assert coord.describe(plan.batch_seq).state is BatchState.COMMITTING
     caplog.clear()  # only what recovery logs
-    with caplog.at_level(logging.INFO, logger="onceflow.coordinator"):
+    with caplog.at_level(logging.INFO, logger="onceflow.core.coordinator"):
         status = coord.recover()
     assert status.state is BatchState.COMMITTED
     lines = [r.getMessage() for r in caplog.records]
@@ -251,7 +251,7 @@ def test_concurrent_planner_loses_cleanly(local):
     coord, world, parts = world_coordinator(local)
     winner = coord.plan_next(source(), config(), run_id="run-a")
     # a second planner that read the ledger before run-a wrote its plan
-    from onceflow.protocol.planning import next_plan
+    from onceflow.core.planning import next_plan
 
     mine = next_plan(pipeline="pipe", previous=None, previous_state=None, source=source(), config=config(), now_ms=1, run_id="run-b")
     created, existing = coord.ledger.create_plan(mine)
@@ -264,8 +264,8 @@ def test_concurrent_planner_loses_cleanly(local):
 
 def test_configuration_mismatch_fails_fast(local):
     coord, world, parts = world_coordinator(local)
-    from onceflow.protocol.plan import SinkPlan
-    from onceflow.protocol.planning import PlanConfig
+    from onceflow.core.plan import SinkPlan
+    from onceflow.core.planning import PlanConfig
 
     with pytest.raises(ConfigurationError, match="give every sink exactly one participant"):
         coord.plan_next(source(), PlanConfig(("in",), (SinkPlan("files", "files", 1),)))
@@ -334,7 +334,7 @@ def test_an_output_removed_from_the_spec_never_holds_a_batch_or_the_pipeline(loc
     # pipeline moves on; it used to raise in abort too, leaving the batch ABORTING for ever.
     import dataclasses
 
-    from onceflow.coordinator import Coordinator
+    from onceflow.core.coordinator import Coordinator
     from tests.doubles.helpers import SINKS
 
     coord, world, parts = world_coordinator(local)
@@ -357,7 +357,7 @@ def test_an_output_removed_from_the_spec_never_holds_a_batch_or_the_pipeline(loc
 
 
 def test_an_operator_splits_or_skips_only_the_latest_aborted_batch_and_the_next_plan_follows(local):
-    from onceflow.protocol.interventions import Action, Intervention
+    from onceflow.core.interventions import Action, Intervention
 
     coord, world, parts = world_coordinator(local)
     src = source(250, 40)
@@ -395,7 +395,7 @@ def test_an_operator_splits_or_skips_only_the_latest_aborted_batch_and_the_next_
 
 
 def test_an_intervention_written_after_the_next_plan_is_void_and_says_so(local):
-    from onceflow.protocol.interventions import Action, Intervention
+    from onceflow.core.interventions import Action, Intervention
 
     coord, world, parts = world_coordinator(local)
     coord.plan_next(source(), config())

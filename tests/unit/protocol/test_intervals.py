@@ -11,13 +11,13 @@ import random
 
 import pytest
 
-from onceflow.interval_batches import IntervalPlanner, committed_prefix
-from onceflow.ledger.storage import open_ledger_storage
-from onceflow.protocol.intervals import Interval, IntervalNotClosed, OffsetsLostError, SlotBusy
-from onceflow.protocol.planning import PlanningError, TopicPartition
-from onceflow.protocol.states import BatchState
+from onceflow.core.interval_planner import IntervalPlanner, committed_prefix
+from onceflow.core.ledger.storage import open_ledger_storage
+from onceflow.core.intervals import Interval, IntervalNotClosed, OffsetsLostError, SlotBusy
+from onceflow.core.planning import PlanningError, TopicPartition
+from onceflow.core.states import BatchState
 
-from onceflow.audit.ranges import tiling_errors
+from onceflow.ops.audit.ranges import tiling_errors
 from tests.doubles.helpers import config, prepare_all, world_coordinator
 
 H = 3_600_000
@@ -217,7 +217,7 @@ def test_an_interval_overlapping_one_planned_before_is_refused(pipeline):
 
 
 def test_boundaries_recorded_out_of_order_stop_planning_instead_of_reading_twice(pipeline):
-    from onceflow.protocol.intervals import Boundary
+    from onceflow.core.intervals import Boundary
 
     coord, parts, planner, _ = pipeline
     log = StampedLog(every_minute(0, 4), every_minute(0, 4))
@@ -255,7 +255,7 @@ def test_the_committed_prefix_stops_at_the_first_interval_not_committed(pipeline
 
 
 def test_reprocessing_a_committed_interval_replaces_its_batch_and_the_ledger_says_how(pipeline):
-    from onceflow.protocol.intervals import ReprocessRefused
+    from onceflow.core.intervals import ReprocessRefused
 
     coord, parts, planner, _ = pipeline
     log = StampedLog(every_minute(0, 2), every_minute(0, 2))
@@ -313,7 +313,7 @@ def test_a_slot_held_by_a_decided_batch_is_freed_by_finishing_it(pipeline):
     small = IntervalPlanner(coord, config(), grace_ms=0, pool=1, clock=clock)
     first = small.plan(log, hours(2)[0], run_id="first").plan
     prepare_all(coord, parts, first)
-    from onceflow import faults
+    from onceflow.core import faults
 
     faults.arm("commit.effect.before", "raise")  # COMMIT decided, then the commit task dies
     try:
@@ -327,7 +327,7 @@ def test_a_slot_held_by_a_decided_batch_is_freed_by_finishing_it(pipeline):
 
 
 def test_the_input_lag_counts_from_the_committed_prefix_or_before_it_from_the_earliest_interval(pipeline):
-    from onceflow.lag import consumed_to
+    from onceflow.core.lag import consumed_to
 
     coord, parts, planner, _ = pipeline
     log = StampedLog(every_minute(0, 4), every_minute(0, 4))

@@ -10,13 +10,13 @@ import logging
 
 import pytest
 
-from onceflow.ledger.errors import LedgerCorruptError
-from onceflow.ledger.records import Decision, DecisionOutcome, Kind
-from onceflow.ledger.storage import open_ledger_storage
-from onceflow.protocol.errors import BatchAborted
-from onceflow.protocol.plan import Interval, OffsetRange, Plan, Replacement
-from onceflow.protocol.states import BatchState
-from onceflow.status import batch_row, format_rows
+from onceflow.core.ledger.errors import LedgerCorruptError
+from onceflow.core.ledger.records import Decision, DecisionOutcome, Kind
+from onceflow.core.ledger.storage import open_ledger_storage
+from onceflow.core.errors import BatchAborted
+from onceflow.core.plan import Interval, OffsetRange, Plan, Replacement
+from onceflow.core.states import BatchState
+from onceflow.core.batch_view import batch_row, format_rows
 
 from tests.doubles import legacy
 from tests.doubles.helpers import config, prepare_all, run_batch, source, world_coordinator
@@ -127,7 +127,7 @@ def test_a_commit_decided_by_an_older_onceflow_on_a_conf_replacement_keeps_the_c
     votes = {name: coord.ledger.read_vote(with_conf.batch_seq, 1, name).vote for name in parts}
     coord.ledger.create_decision(Decision(with_conf.batch_seq, DecisionOutcome.COMMIT, 1, votes, "onceflow 0.1.0", 0,
                                           "all votes valid"))
-    with caplog.at_level(logging.WARNING, logger="onceflow.coordinator"):
+    with caplog.at_level(logging.WARNING, logger="onceflow.core.coordinator"):
         status = coord.recover(with_conf.batch_seq)
     assert status.state is BatchState.COMMITTED
     assert {("files", 1), ("events", 1), ("files", 2), ("events", 2)} <= set(world.visible)
@@ -135,7 +135,7 @@ def test_a_commit_decided_by_an_older_onceflow_on_a_conf_replacement_keeps_the_c
 
 
 def test_an_interval_batch_may_replace_only_a_committed_batch_of_its_interval_with_its_ranges(local):
-    from onceflow.interval_batches import IntervalPlanner
+    from onceflow.core.interval_planner import IntervalPlanner
     from tests.unit.protocol.test_intervals import StampedLog, commit, every_minute, hours
 
     coord, world, parts = world_coordinator(local)

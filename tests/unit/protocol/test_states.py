@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.protocol.states import RECOVERY, TRANSITIONS, BatchState, IllegalTransition, check_transition, derive_state
+from onceflow.core.states import RECOVERY, TRANSITIONS, BatchState, IllegalTransition, check_transition, derive_state
 
 S = BatchState
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from onceflow.kafka.cluster import KafkaCluster
-from onceflow.protocol.participant import Participant
-from onceflow.protocol.plan import Plan
-from onceflow.runtime import Deployment, PipelineRuntime
-from onceflow.spec import FILES, PipelineSpec, SinkSpec
+from onceflow.config.kafka_cluster import KafkaCluster
+from onceflow.core.participant import Participant
+from onceflow.core.plan import Plan
+from onceflow.pipeline.runtime import Deployment, PipelineRuntime
+from onceflow.pipeline.spec import FILES, PipelineSpec, SinkSpec
 
 
 class Cleaner(Participant):

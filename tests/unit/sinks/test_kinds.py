@@ -6,9 +6,9 @@ import pytest
 
 
 def test_a_transaction_timeout_above_the_brokers_maximum_fails_before_planning_naming_both():
-    from onceflow.settings import ConfigurationError
-    from onceflow.sinks.kafka import check_transaction_timeout
-    from onceflow.spec import SinkSpec
+    from onceflow.config.settings import ConfigurationError
+    from onceflow.sinks.kafka.kind import check_transaction_timeout
+    from onceflow.pipeline.spec import SinkSpec
 
     sink = SinkSpec("out", "kafka", "out", transaction_timeout_ms=900_000)
     check_transaction_timeout(sink, "900000")  # at the limit: fine
@@ -21,7 +21,7 @@ def test_a_transaction_timeout_above_the_brokers_maximum_fails_before_planning_n
 def test_reprocessing_replaces_files_republishes_declared_kafka_outputs_and_refuses_the_others():
     import dataclasses
 
-    from onceflow.protocol.intervals import ReprocessRefused
+    from onceflow.core.intervals import ReprocessRefused
     from onceflow.sinks import reprocessing
     from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
 

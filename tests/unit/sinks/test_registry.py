@@ -7,11 +7,11 @@ import zipfile
 
 import pytest
 
-from onceflow.protocol.plan import SinkPlan
-from onceflow.settings import ConfigurationError
+from onceflow.core.plan import SinkPlan
+from onceflow.config.settings import ConfigurationError
 from onceflow.sinks import _table, kinds, sink_kind
-from onceflow.dag_factory import shipped_code
-from onceflow.spec import FILES, KAFKA, PipelineSpec, SinkSpec
+from onceflow.spark.shipping import shipped_code
+from onceflow.pipeline.spec import FILES, KAFKA, PipelineSpec, SinkSpec
 
 
 def test_the_built_in_kinds_say_where_their_output_lives_and_what_to_fence():

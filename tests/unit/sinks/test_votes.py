@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.protocol.participant import Vote
+from onceflow.core.participant import Vote
 from onceflow.sinks.votes import read_recorded_vote, record_vote
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.settings import ConfigurationError
+from onceflow.config.settings import ConfigurationError
 from onceflow.spark.connect import code_session_id, is_session_closed, job_tag, session_url
 
 CODE = ["/tmp/onceflow-onceflow-0-aaaa.zip", "/tmp/onceflow-shop-0-bbbb.zip"]

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from onceflow.spark.kafka_sink import KafkaWriteOptions
-from onceflow.spark.writer_options import FAULTS_OPTION
+from onceflow.sinks.kafka.data_source import KafkaWriteOptions
+from onceflow.sinks.writer_options import FAULTS_OPTION
 
 BASE = {"pipeline": "p", "deployment": "{}", "sink": "out", "topic": "t", "batch_seq": "3", "attempt": "2", "splits": "2",
         "transactional_ids": json.dumps(["a", "b"]), "transaction_timeout_ms": "60000"}

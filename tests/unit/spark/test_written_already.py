@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import types
 
-from onceflow.protocol.plan import OffsetRange
-from onceflow.protocol.states import BatchState
+from onceflow.core.plan import OffsetRange
+from onceflow.core.states import BatchState
 from onceflow.spark.batch_job import written_already
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from onceflow.kafka.writer import TxnHandle
-from onceflow.protocol.participant import Vote
-from onceflow.protocol.states import BatchState
-from onceflow.spec import PipelineSpec, SinkSpec
-from onceflow.ui.overview import WARN_FROM, batch_page, open_transactions
-from onceflow.ui.pages import render
+from onceflow.sinks.kafka.writer import TxnHandle
+from onceflow.core.participant import Vote
+from onceflow.core.states import BatchState
+from onceflow.pipeline.spec import PipelineSpec, SinkSpec
+from onceflow.airflow.ui.overview import WARN_FROM, batch_page, open_transactions
+from onceflow.airflow.ui.pages import render
 from tests.doubles.helpers import run_batch, source, world_coordinator
 
 SPEC = PipelineSpec("p", ("in",), "m:f", (SinkSpec("out", "kafka", "out", transaction_timeout_ms=60_000), SinkSpec("files", "files", "f")))
@@ -42,7 +42,7 @@ def test_no_transaction_is_open_once_its_output_is_committed_or_the_batch_is_fin
 
 
 def test_batches_come_newest_first_a_page_at_a_time_without_listing_the_ledger(tmp_path, monkeypatch):
-    from onceflow.ledger.storage import LedgerStorage, open_ledger_storage
+    from onceflow.core.ledger.storage import LedgerStorage, open_ledger_storage
 
     monkeypatch.setattr(LedgerStorage, "list", lambda *a, **k: (_ for _ in ()).throw(AssertionError("the page listed the ledger")))
     coord, _world, parts = world_coordinator(open_ledger_storage(str(tmp_path)))
@@ -67,7 +67,7 @@ def test_pages_escape_what_they_show():
 
 
 def test_dead_letters_are_the_records_of_the_outputs_the_spec_marks_so():
-    from onceflow.ui.overview import dead_letters
+    from onceflow.airflow.ui.overview import dead_letters
 
     row = {"votes": {"out": 90, "errors": 10}}
     marked = PipelineSpec("p", ("in",), "m:f", (SinkSpec("out", "kafka", "out"), SinkSpec("errors", "kafka", "e", dead_letter=True)))
@@ -76,11 +76,11 @@ def test_dead_letters_are_the_records_of_the_outputs_the_spec_marks_so():
 
 
 def test_an_interval_batch_shows_its_data_interval_and_the_batch_it_replaces(tmp_path):
-    from onceflow.interval_batches import IntervalPlanner
-    from onceflow.ledger.storage import open_ledger_storage
-    from onceflow.protocol.intervals import Interval
-    from onceflow.status import format_rows
-    from onceflow.ui.overview import page_row
+    from onceflow.core.interval_planner import IntervalPlanner
+    from onceflow.core.ledger.storage import open_ledger_storage
+    from onceflow.core.intervals import Interval
+    from onceflow.core.batch_view import format_rows
+    from onceflow.airflow.ui.overview import page_row
     from tests.doubles.helpers import config, prepare_all
 
     hour = 3_600_000
@@ -101,8 +101,8 @@ def test_an_interval_batch_shows_its_data_interval_and_the_batch_it_replaces(tmp
 
 
 def test_records_withheld_as_too_large_for_their_topic_are_shown_beside_the_output():
-    from onceflow.protocol.plan import OffsetRange, Plan
-    from onceflow.status import batch_row, format_rows
+    from onceflow.core.plan import OffsetRange, Plan
+    from onceflow.core.batch_view import batch_row, format_rows
 
     status = SimpleNamespace(
         batch_id="0000000004", batch_seq=4, plan=Plan("p", 4, (OffsetRange("clicks", 0, 0, 12),)),
@@ -116,9 +116,9 @@ def test_records_withheld_as_too_large_for_their_topic_are_shown_beside_the_outp
 
 
 def test_an_operators_split_or_skip_is_shown_with_who_why_and_where_the_records_are():
-    from onceflow.protocol.interventions import Action, Intervention, QuarantinedRange
-    from onceflow.protocol.plan import OffsetRange, Plan
-    from onceflow.status import batch_row, format_rows
+    from onceflow.core.interventions import Action, Intervention, QuarantinedRange
+    from onceflow.core.plan import OffsetRange, Plan
+    from onceflow.core.batch_view import batch_row, format_rows
 
     rng = OffsetRange("clicks", 0, 5, 9)
     skip = Intervention(3, Action.SKIP, "ana", "record v6 is poison", 1_700_000_000_000,

@@ -21,7 +21,7 @@ def test_airflow_finds_the_plugin_class_through_its_entry_point():
 
 
 def test_every_route_of_the_app_checks_airflow_auth():
-    from onceflow.ui.app import app
+    from onceflow.airflow.ui.app import app
 
     assert app.openapi_url is None and app.docs_url is None  # no unauthenticated schema or docs page
     import inspect
@@ -39,10 +39,10 @@ def test_every_route_of_the_app_checks_airflow_auth():
 
 def test_the_plugin_reads_a_pipeline_from_its_serialized_plan_task_not_from_dag_code():
     """pipeline_dag writes the deployment (no secrets) as the plan task's doc_json, which Airflow serializes."""
-    from onceflow.deployed import PLAN_TASK_ID, DeployedPipeline
+    from onceflow.airflow.deployed import PLAN_TASK_ID, DeployedPipeline
     from onceflow_examples.clickstream import CLICKSTREAM
 
-    from onceflow.dag_factory import pipeline_dag
+    from onceflow.airflow.dag_factory import pipeline_dag
 
     dag = pipeline_dag(CLICKSTREAM, warehouse="s3://lake/w", kafka_conn_id="k", aws_conn_id="a", dag_id="clicks_prod")
     doc = dag.get_task(PLAN_TASK_ID).doc_json

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from onceflow_devkit.chaos import report, schedule
-from onceflow.cli import main
+from onceflow.ops.cli import main
 
 from tests.support import ROOT
 SAVED = sorted((ROOT / "docs" / "chaos-runs").glob("*.json"))

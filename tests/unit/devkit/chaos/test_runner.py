@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.settings import ConfigurationError
+from onceflow.config.settings import ConfigurationError
 from onceflow_devkit.chaos.runner import ChaosOptions, _Run
 
 

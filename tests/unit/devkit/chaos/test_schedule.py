@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from onceflow import faults
+from onceflow.core import faults
 from onceflow_devkit.chaos import schedule
 
 

@@ -1,0 +1,332 @@
+"""plan, commit and rollback: the protocol tasks of one batch (docs/protocol.md, "One batch").
+
+All three run on an Airflow worker. The DAG run is the unit of work: the plan
+task binds the run to a batch (by run id, in the ledger), the Spark task(s)
+pre-commit it, then either commit (trigger_rule all_success) or rollback
+(trigger_rule one_failed) finishes it::
+
+    plan ──► spark job(s) ──► commit
+                  └─────────► rollback
+
+Each task is idempotent: clearing or retrying any of them converges on the
+batch's one decision (I2). Protocol errors map to task outcomes:
+
+    RetryLater          task fails and is retried by Airflow (retries=...)
+    BatchAborted        commit task fails: the batch was aborted, offsets did
+                        not move, the next run re-reads the records
+    CommitFailed        task fails loudly; the batch stays COMMITTING and any
+                        later run's plan task redoes the commit (I3, I7)
+    batch already done  a cleared run: the plan task skips the run (no-op)
+    PlanMustWait        interval pipelines: the interval is not closed yet, or
+                        every slot is in flight; the plan task is rescheduled
+                        (no worker slot held while it waits)
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from onceflow.core.ledger.ledger import BATCH_EFFECT
+from onceflow.core import run_inputs
+from onceflow.core.batch_id import BatchId
+from onceflow.core.states import BatchState
+from onceflow.pipeline.spec import INTERVAL, PipelineSpec
+
+log = logging.getLogger(__name__)
+
+
+def _on_finished(runtime, finished: list[int], seq: int) -> None:
+    """A batch this task finished: remember it (for its Asset events), report its metrics."""
+    finished.append(seq)
+    _emit_metrics(runtime, seq)
+
+
+def _emit_metrics(runtime, seq: int) -> None:
+    """Airflow metrics of a batch this task finished, with the input lag behind it."""
+    from onceflow.airflow import metrics
+    from onceflow.core.lag import input_lag
+
+    try:
+        lag = input_lag(runtime)
+    except Exception as exc:  # Kafka unreachable now: the batch is finished all the same
+        log.warning("input lag not measured for the metrics: %s", exc)
+        lag = None
+    metrics.batch_finished(runtime.reader.describe(seq), runtime.spec, lag)
+
+
+def task_runtime(context, deployed):
+    """Where every task that runs protocol steps starts: arm the run's injected
+    faults (test deployments only), then build the runtime from the connections."""
+    from onceflow.core import faults
+
+    faults.arm_run_param((context.get("params") or {}).get(faults.RUN_PARAM))
+    ti = context["ti"]
+    identity = f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
+    return deployed.runtime(identity=identity)
+
+
+def planned_seq(context, plan_task_id: str, task_id: str) -> int:
+    """The batch the run's plan task planned (from its XCom)."""
+    planned = context["ti"].xcom_pull(task_ids=plan_task_id)
+    if not planned or "batch_seq" not in planned:
+        raise RuntimeError(
+            f"task {task_id}: the plan task {plan_task_id!r} of this run left no batch in XCom; "
+            "clear the whole run so that plan runs first"
+        )
+    return int(planned["batch_seq"])
+
+
+# How many aborted batches in a row a plan task looks past for the committed one before them.
+UNANNOUNCED_LOOKBACK = 10
+
+
+class _BatchOperator(BaseOperator):
+    ui_color = "#e8f4ea"
+
+    def __init__(
+        self,
+        *,
+        pipeline: PipelineSpec,
+        warehouse: str,
+        kafka_conn_id: str = "onceflow_kafka",
+        aws_conn_id: str | None = "onceflow_s3",
+        plan_task_id: str = "plan",
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.warehouse = warehouse
+        self.kafka_conn_id = kafka_conn_id
+        self.aws_conn_id = aws_conn_id
+        self.plan_task_id = plan_task_id
+
+    def runtime(self, context):
+        from onceflow.airflow.deployed import DeployedPipeline
+
+        deployed = DeployedPipeline(context["ti"].dag_id, self.pipeline, self.warehouse, self.kafka_conn_id,
+                                    self.aws_conn_id)
+        runtime = task_runtime(context, deployed)
+        # Whichever task finishes a batch (commit, rollback, a plan's recovery) reports it, once.
+        self._finished: list[int] = []
+        runtime.coordinator.on_finished = functools.partial(_on_finished, runtime, self._finished)
+        return runtime
+
+    def announce(self, context, runtime, also: int | None = None, newest_before=None) -> None:
+        """Asset events for each committed batch no event carries yet, among: the batches this task
+        finished, ``also`` (this run's batch), and the newest committed batch at or before
+        ``newest_before`` (a status; the plan task's: a batch ``onceflow recover`` committed has no
+        task to announce it, nor has one whose task died before Airflow recorded its events). The
+        events already recorded are read through the alias (every protocol task's inlet), so a
+        batch is announced once whichever tasks see it."""
+        from onceflow.airflow.assets import announce, announced_batches
+
+        statuses = [runtime.reader.describe(seq) for seq in dict.fromkeys([*self._finished, *([also] if also else [])])]
+        status = newest_before
+        for _ in range(UNANNOUNCED_LOOKBACK):  # past the aborted batches that may follow it
+            if status is None or status.state is not BatchState.ABORTED:
+                break
+            status = runtime.reader.describe(status.batch_seq - 1) if status.batch_seq > 1 else None
+        committed = {s.batch_seq: s for s in [*statuses, status] if s is not None and s.state is BatchState.COMMITTED}
+        if not committed:
+            return
+        carried = announced_batches(context["inlet_events"], self.pipeline)
+        for status in committed.values():
+            if status.batch_id in carried:
+                continue
+            announce(context["outlet_events"], self.pipeline, self.warehouse, status)
+            log.info("batch %s of %s announced to the DAGs downstream of its outputs (finished by %s)",
+                     status.batch_id, self.pipeline.name, status.done[BATCH_EFFECT].done_by)
+
+    def planned_seq(self, context) -> int:
+        return planned_seq(context, self.plan_task_id, self.task_id)
+
+
+# How long a plan task waiting for its interval to close sleeps between looks.
+INTERVAL_POKE = timedelta(seconds=30)
+
+
+def backfill_refusal(pipeline: str, context) -> str | None:
+    """Why this run of an offsets pipeline must not plan, or None. Its batches
+    form a sequence: each run takes the next offsets after the last committed
+    batch, whatever its logical date. A backfill run would not read its data
+    interval, and would run beside other runs that abort its batches: refuse
+    it at once."""
+    dag_run = context.get("dag_run")
+    run_type = getattr(getattr(dag_run, "run_type", None), "value", getattr(dag_run, "run_type", None))
+    if run_type != "backfill":
+        return None
+    interval = f"{context.get('data_interval_start')} to {context.get('data_interval_end')}"
+    return (
+        f"pipeline {pipeline!r} plans its batches as a sequence of offsets, not by data interval: this backfill run "
+        f"({interval}) would read whatever comes next in Kafka, not the records of its interval, so it is refused "
+        "and nothing was read. Trigger ordinary runs to catch up (each takes the next batch), or declare "
+        "batches='interval' in the pipeline's spec (a new pipeline name) to backfill by data interval."
+    )
+
+
+def run_interval(pipeline: str, context):
+    """The DAG run's data interval, for an interval pipeline; AirflowFailException if it has none."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from onceflow.core.intervals import Interval
+
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None or end <= start:
+        raise AirflowFailException(
+            f"pipeline {pipeline!r} reads data intervals (batches='interval'), but run {context['run_id']} has none "
+            f"({start} to {end}): its DAG needs a schedule with data intervals (pipeline_dag gives a cron schedule "
+            "one), and a manual run must be triggered for a logical date. Nothing was read."
+        )
+    return Interval(int(start.timestamp() * 1000), int(end.timestamp() * 1000))
+
+
+class PlanBatchOperator(_BatchOperator):
+    """Recover any unfinished batch, then bind this DAG run to its batch.
+
+    Returns (XCom) ``{"batch_seq", "batch_id", "records", "ranges"}``. Run
+    params (``onceflow.core.run_inputs``): ``max_records_per_partition``
+    overrides the spec for this run; a run with a parameter the DAG does not
+    declare is refused before anything is written. A run whose batch is
+    already committed is skipped with a log line saying so; a run whose batch
+    was aborted re-executes the same immutable ranges.
+    """
+
+    def execute(self, context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        try:
+            inputs = self.run_inputs(context)
+        except run_inputs.RunParamsRefused as refused:
+            log.error("%s", refused)
+            raise AirflowFailException(str(refused)) from None  # no retry: the run's conf will not change
+        if self.pipeline.batches == INTERVAL:
+            return self._plan_interval(context, inputs)
+        refusal = backfill_refusal(self.pipeline.name, context)
+        if refusal:
+            log.error(refusal)
+            raise AirflowFailException(refusal)  # no retry: the run type will not change
+        runtime = self.runtime(context)
+        coordinator = runtime.coordinator
+        run_id = context["run_id"]
+        done = runtime.batch_of_run(run_id)
+        if done is not None and done.state is BatchState.COMMITTED:
+            self._skip_committed(done.plan)
+        runtime.check_outputs()
+        with runtime.offset_source() as source:
+            plan = coordinator.plan_next(source, runtime.plan_config(inputs), run_id=run_id)
+        if plan.batch_seq > 1:
+            # plan_next first recovered the previous batch: if that finished a
+            # commit some earlier task could not, finish its aftermath too.
+            previous = coordinator.describe(plan.batch_seq - 1)
+            if previous is not None and previous.state is BatchState.COMMITTED:
+                runtime.after_commit(previous.plan)
+            self.announce(context, runtime, newest_before=previous)  # what recovery finished, here or elsewhere
+        else:
+            self.announce(context, runtime)
+        return self._planned(plan)
+
+    def _plan_interval(self, context, inputs: run_inputs.RunInputs) -> dict[str, Any]:
+        """An interval pipeline's run: the batch of its data interval (``onceflow.core.interval_planner``)."""
+        from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
+
+        from onceflow.core.errors import ConcurrentPlanError
+        from onceflow.core.intervals import PlanMustWait, ReprocessRefused
+        from onceflow.sinks import reprocessing
+
+        interval = run_interval(self.pipeline.name, context)
+        runtime = self.runtime(context)
+        runtime.check_outputs()
+        reprocess = functools.partial(reprocessing, self.pipeline) if inputs.replace_committed else None
+        try:
+            with runtime.offset_source() as source:
+                planned = runtime.interval_planner(inputs).plan(source, interval, context["run_id"], reprocess)
+        except (ReprocessRefused, ConcurrentPlanError) as refused:
+            log.error("%s", refused)
+            raise AirflowFailException(str(refused)) from None  # no retry: the outcome would be the same
+        except PlanMustWait as wait:
+            # Rescheduled, not retried: the task frees its worker slot and keeps its tries.
+            log.info("%s Looking again in %d s.", wait, INTERVAL_POKE.total_seconds())
+            raise AirflowRescheduleException(datetime.now(timezone.utc) + INTERVAL_POKE) from None
+        self.announce(context, runtime)  # what its recovery finished, if anything
+        if planned.already_committed:
+            runtime.after_commit(planned.plan)  # idempotent: finishes an aftermath a crash cut short
+            self._skip_committed(planned.plan, f"to replace its outputs, run it with {run_inputs.REPLACE_COMMITTED}=true")
+        replaces = planned.plan.replaces
+        log.info("run %s reads interval %s%s", context["run_id"], planned.plan.interval,
+                 f", replacing committed batch {BatchId(replaces.batch_seq)} ({dict(replaces.outputs)})" if replaces else "")
+        return self._planned(planned.plan)
+
+    def run_inputs(self, context) -> run_inputs.RunInputs:
+        """What this run asks of the planner: its conf checked against the DAG's declared params."""
+        dag_run = context.get("dag_run")
+        conf = getattr(dag_run, "conf", None) if dag_run is not None else None
+        dag = context.get("dag") or self.dag
+        return run_inputs.read_run_inputs(self.pipeline.name, conf, context.get("params") or {}, dag.params.keys(),
+                                          self.pipeline.run_params.keys())
+
+    def _skip_committed(self, plan, hint: str = "") -> None:
+        """A cleared or re-run run whose batch is committed: say so in the task
+        log (the skip reason alone does not always reach it), then skip the run."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        message = f"batch {plan.batch_id} of {self.pipeline.name} (this run's) is already committed: nothing to do"
+        message += f" ({hint})" if hint else ""
+        log.info(message)
+        raise AirflowSkipException(message)
+
+    def _planned(self, plan) -> dict[str, Any]:
+        """The plan task's log line and XCom of the batch this run processes."""
+        ranges = [r.to_dict() for r in plan.ranges]
+        log.info(
+            "batch %s of %s: %d records in %d partition ranges%s: %s",
+            plan.batch_id, self.pipeline.name, plan.records, len(ranges),
+            f" (replays aborted batch {BatchId(plan.replay_of)})" if plan.replay_of else "",
+            json.dumps(ranges),
+        )
+        return {"batch_seq": plan.batch_seq, "batch_id": plan.batch_id, "records": plan.records, "ranges": ranges}
+
+
+class CommitBatchOperator(_BatchOperator):
+    """Decide COMMIT (when every vote is present and valid) and apply it:
+    promote files, commit Kafka transactions, mirror input offsets to the
+    consumer group. Emits an Asset event per output on success (outlets)."""
+
+    def execute(self, context) -> dict[str, Any]:
+        runtime = self.runtime(context)
+        seq = self.planned_seq(context)
+        status = runtime.coordinator.commit(seq)
+        runtime.after_commit(status.plan)
+        self.announce(context, runtime, also=seq)
+        votes = {name: vote.records for name, vote in status.votes.items()}
+        log.info("batch %s of %s is %s; records per output: %s", status.batch_id, self.pipeline.name, status.state.value, votes)
+        return {"batch_seq": seq, "state": status.state.value, "records": votes}
+
+
+class RollbackBatchOperator(_BatchOperator):
+    """Decide ABORT and undo everything the batch could have produced (fence
+    every transactional id of the plan, delete staging). If COMMIT was
+    decided first, finishes the commit instead. Offsets stay where they were."""
+
+    def execute(self, context) -> dict[str, Any]:
+        runtime = self.runtime(context)
+        planned = context["ti"].xcom_pull(task_ids=self.plan_task_id)
+        if not planned:
+            log.info("no batch was planned in this run: nothing to roll back")
+            return {"state": "nothing planned"}
+        seq = int(planned["batch_seq"])
+        # Task instances of the run are not readable from a task in Airflow 3
+        # (no metadata DB access): the task log of the run shows which failed.
+        reason = f"a task upstream of rollback failed in Airflow run {context['run_id']}"
+        status = runtime.coordinator.rollback(seq, reason=reason)
+        if status.state is BatchState.COMMITTED:
+            runtime.after_commit(status.plan)
+            self.announce(context, runtime, also=seq)
+        log.info("batch %s of %s is %s", status.batch_id, self.pipeline.name, status.state.value)
+        return {"batch_seq": seq, "state": status.state.value}

@@ -1,0 +1,105 @@
+"""What a batch looks like to a person: ``onceflow status`` and the UI page
+both show these rows (tooling; reads the ledger, newest first, a page at a time)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from onceflow.core.batch_id import BatchId
+from onceflow.core.plan import EXACTLY_ONCE
+
+# Stages of a batch, as (name, from timing, to timing) of BatchStatus.timings.
+STAGES = (
+    ("waiting for Spark", "planned", "attempt_claimed"),
+    ("pre-commit", "attempt_claimed", "last_vote"),
+    ("decision", "last_vote", "decided"),
+    ("commit or abort", "decided", "done"),
+)
+
+
+def stage_durations_ms(timings: dict[str, int]) -> dict[str, int]:
+    return {name: timings[end] - timings[start] for name, start, end in STAGES if start in timings and end in timings}
+
+
+def batch_row(status) -> dict[str, Any]:
+    """One batch (a ``BatchStatus``) as plain data."""
+    decision = status.decision
+    interval = status.plan.interval
+    return {
+        "batch": status.batch_id,
+        "batch_seq": status.batch_seq,
+        "run_id": status.plan.run_id,
+        "interval": None if interval is None else str(interval),  # an interval pipeline's data interval
+        "state": status.state.value,
+        "records": status.plan.records,
+        "backlog": status.plan.backlog,  # input lag when planned
+        "ranges": [r.to_dict() for r in status.plan.ranges],
+        "replay_of": status.plan.replay_of,
+        # A reprocessed interval: the committed batch it replaces, and what that did to each output.
+        "replaces": None if status.plan.replaces is None else status.plan.replaces.batch_seq,
+        "reprocessed": None if status.plan.replaces is None else dict(status.plan.replaces.outputs),
+        "replanned": status.plan.replanned,  # why a replay is smaller than the batch it replays
+        # An operator's split or skip of this (aborted) batch, and the one the batch's plan followed.
+        "intervention": None if status.intervention is None else status.intervention.to_dict(),
+        "follows_intervention": status.plan.intervention,
+        # A plan of the old format: run parameters it carried that were not taken as facts.
+        "disbelieved": dict(status.plan.disbelieved),
+        "attempt": status.attempt,
+        # Outputs planned with a weaker guarantee than exactly_once (plans record each output's).
+        "guarantees": {s.name: s.guarantee for s in status.plan.sinks if s.guarantee != EXACTLY_ONCE},
+        "votes": {name: vote.records for name, vote in status.votes.items()},
+        "withheld": {name: vote.withheld for name, vote in status.votes.items() if vote.withheld},
+        "missing_votes": list(status.missing_votes),
+        "decision": None if decision is None else decision.outcome.value,
+        "decided_by": None if decision is None else decision.decided_by,
+        "reason": None if decision is None else decision.reason,
+        "done": {effect: marker.detail for effect, marker in status.done.items()},
+        "timings_ms": dict(status.timings),
+        "stages_ms": stage_durations_ms(dict(status.timings)),
+    }
+
+
+def batch_rows(coordinator, limit: int = 20, newest: int | None = None, row=batch_row) -> list[dict[str, Any]]:
+    """Up to ``limit`` batches from ``newest`` (default: the latest) down, each as
+    ``row(status)``; one ``describe`` per batch, never a listing of the ledger."""
+    newest = coordinator.latest_seq() if newest is None else newest
+    statuses = (coordinator.describe(seq) for seq in range(newest, max(0, newest - limit), -1))
+    return [row(status) for status in statuses if status is not None]
+
+
+def _when(ms: int | None) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if ms else "-"
+
+
+def format_rows(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no batches yet"
+    lines = [f"{'batch':<11} {'state':<11} {'records':>8} {'attempt':>7}  {'planned (UTC)':<19}  decision"]
+    for r in rows:
+        ranges = ", ".join(f"{x['topic']}[{x['partition']}] {x['start']}..{x['end']}" for x in r["ranges"])
+        decision = f"{r['decision']} ({r['reason']})" if r["decision"] else "-"
+        lines.append(
+            f"{r['batch']:<11} {r['state']:<11} {r['records']:>8} {r['attempt']:>7}  {_when(r['timings_ms'].get('planned')):<19}  {decision}"
+        )
+        if r.get("interval"):
+            lines.append(f"{'':<11} interval: {r['interval']} (run {r['run_id']})"
+                         + (f"; replaces {BatchId(r['replaces'])}: {r['reprocessed']}" if r.get("replaces") else ""))
+        lines.append(f"{'':<11} ranges: {ranges}" + (f"; replays {BatchId(r['replay_of'])}" if r["replay_of"] else "")
+                     + (f" ({r['replanned']})" if r.get("replanned") else ""))
+        if r.get("intervention"):
+            i = r["intervention"]
+            what = (f"split to {i['max_records_per_partition']} records per partition" if i["action"] == "split"
+                    else "skipped; quarantined: " + ", ".join(f"{q['records']} in {q['path']}" for q in i["quarantine"]))
+            lines.append(f"{'':<11} {what}, by {i['by']} at {_when(i['at_ms'])}: {i['reason']}")
+        if r.get("follows_intervention") and r["follows_intervention"] != r.get("replanned"):
+            lines.append(f"{'':<11} follows: {r['follows_intervention']}")
+        if r.get("withheld"):
+            lines.append(f"{'':<11} withheld (too large for the topic; in _onceflow/<pipeline>/withheld/): "
+                         + ", ".join(f"{name} {n}" for name, n in r["withheld"].items()))
+        if r.get("guarantees"):
+            lines.append(f"{'':<11} guarantees: " + ", ".join(f"{name} {g}" for name, g in r["guarantees"].items())
+                         + " (written by the job, without a transaction)")
+        if r["votes"] or r["missing_votes"]:
+            lines.append(f"{'':<11} votes: {r['votes']}" + (f"; missing {r['missing_votes']}" if r["missing_votes"] else ""))
+    return "\n".join(lines)

@@ -1,0 +1,2 @@
+"""What an operator runs: the ``onceflow`` command (``cli``) and the audit of
+committed batches against their inputs (``audit``)."""

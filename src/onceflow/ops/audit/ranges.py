@@ -1,0 +1,104 @@
+"""Which batches are committed, and whether their ranges tile the input (I1, I8).
+
+Reads the ledger only for *which* plans are committed; tooling, not the
+protocol (a full scan of the ledger).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from onceflow.core.interventions import Action
+from onceflow.core.plan import Plan
+from onceflow.core.states import BatchState
+
+
+def accounted_plans(coordinator) -> tuple[list[tuple[Plan, Any]], list[Plan]]:
+    """(plan, status) of every committed batch, and the plans of the batches an operator
+    skipped (their records are in the quarantine; only skips the next plan followed),
+    oldest first: together they tile the input (I1). A full scan: tooling only."""
+    statuses = [coordinator.describe(seq) for seq in range(1, coordinator.latest_seq() + 1)]
+    committed, skipped = [], []
+    for status, following in zip(statuses, [*statuses[1:], None]):
+        if status.state is BatchState.COMMITTED:
+            committed.append((status.plan, status))
+        elif (status.intervention is not None and status.intervention.action is Action.SKIP and following is not None
+              and following.plan.intervention == status.intervention.note()):
+            skipped.append(status.plan)
+    return committed, skipped
+
+
+def uncommitted_plans(coordinator) -> dict[str, Plan]:
+    """The plans of the batches the ledger shows not committed (aborted, or still in flight), by
+    batch id: rows an output of a weaker guarantee than exactly_once shows under them were written
+    by the job before the batch ended (a full scan)."""
+    statuses = (coordinator.describe(seq) for seq in range(1, coordinator.latest_seq() + 1))
+    return {s.plan.batch_id: s.plan for s in statuses if s.state is not BatchState.COMMITTED}
+
+
+def committed_plans(coordinator) -> list[tuple[Plan, Any]]:
+    """(plan, status) of every committed batch, oldest first (a full scan: tooling only)."""
+    return accounted_plans(coordinator)[0]
+
+
+def replaced_batches(coordinator, committed: Iterable[tuple[Plan, Any]]) -> tuple[set[int], list[str]]:
+    """The committed batches that a later committed batch really replaced (a reprocessed
+    interval: same interval, same ranges; ``Coordinator.replacement_refusal``), and why each
+    other replacement a plan names was not taken. A batch only named stays expected in
+    every output: a ledger's word never excuses missing output."""
+    replaced, refused = set(), []
+    for plan, _ in committed:
+        if "replaces" in plan.disbelieved:
+            refused.append(f"batch {plan.batch_id}'s plan (old format) carries 'replaces' from its run's parameters "
+                           f"({plan.disbelieved['replaces']})")
+        if plan.replaces is None:
+            continue
+        refusal = coordinator.replacement_refusal(plan)
+        if refusal is None:
+            replaced.add(plan.replaces.batch_seq)
+        else:
+            refused.append(refusal)
+    return replaced, refused
+
+
+def contiguity_errors(plans: Iterable[Plan]) -> list[str]:
+    """I1: per partition, committed ranges follow each other without gap or
+    overlap; for an interval pipeline, I8 (tiling): intervals that meet in time
+    meet in every partition, and no two overlap anywhere."""
+    plans = list(plans)
+    if plans and all(p.interval is not None for p in plans):
+        return tiling_errors(plans)
+    errors = []
+    last_end: dict[tuple[str, int], tuple[int, str]] = {}
+    for plan in plans:
+        for rng in plan.ranges:
+            key = (rng.topic, rng.partition)
+            if key in last_end and last_end[key][0] != rng.start:
+                prev_end, prev_batch = last_end[key]
+                kind = "gap" if rng.start > prev_end else "overlap"
+                errors.append(
+                    f"{kind} in {rng.topic}[{rng.partition}]: batch {prev_batch} ended at {prev_end}, "
+                    f"batch {plan.batch_id} starts at {rng.start}"
+                )
+            if rng.size or key not in last_end:
+                last_end[key] = (rng.end, plan.batch_id)
+    return errors
+
+
+def tiling_errors(plans: list[Plan]) -> list[str]:
+    """I8 over committed interval batches (any order): per partition, sorted by
+    interval, adjacent intervals share their boundary and none overlaps the next."""
+    errors = []
+    ordered = sorted(plans, key=lambda p: p.interval.start_ms)
+    for before, after in zip(ordered, ordered[1:]):
+        first, second = before.interval, after.interval
+        ends = {(r.topic, r.partition): r.end for r in before.ranges}
+        for rng in after.ranges:
+            end = ends.get((rng.topic, rng.partition))
+            if end is None:
+                continue
+            if rng.start < end or (first.end_ms == second.start_ms and rng.start != end):
+                kind = "overlap" if rng.start < end else "gap"
+                errors.append(f"{kind} in {rng.topic}[{rng.partition}]: interval {first} (batch {before.batch_id}) ends at "
+                              f"{end}, interval {second} (batch {after.batch_id}) starts at {rng.start}")
+    return errors

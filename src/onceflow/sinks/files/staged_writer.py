@@ -1,0 +1,101 @@
+"""Write one staged Parquet file and describe it. Runs on Spark executors.
+
+One code path for every storage: pyarrow.parquet writes into the storage's
+``open_write`` stream through a wrapper that counts and hashes the bytes as
+they pass, so size and sha256 cost no second read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from typing import Iterable, Union
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from onceflow.sinks.files import layout
+from onceflow.sinks.files.entries import FileEntry
+from onceflow.storage import Storage
+
+ArrowData = Union[pa.Table, Iterable[pa.RecordBatch]]
+# Row groups close at whichever comes first (Spark's own writer aims at 128 MiB);
+# the bytes bound also caps what one task holds in memory.
+ROW_GROUP_ROWS = 1_000_000
+ROW_GROUP_BYTES = 128 << 20
+
+
+class _HashingStream:
+    """Write-only file object that forwards to ``out`` and digests what it forwards."""
+
+    def __init__(self, out):
+        self._out = out
+        self._sha = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        self._sha.update(view)
+        self._out.write(view)
+        self.size += view.nbytes
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def close(self) -> None:
+        self.closed = True  # the storage's context manager closes ``out``
+
+    def writable(self) -> bool:
+        return True
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+def _batches(data: ArrowData) -> Iterable[pa.RecordBatch]:
+    return data.to_batches() if isinstance(data, pa.Table) else data
+
+
+def write_staged_parquet(data: ArrowData, staging_uri: str, split: int, storage: Storage,
+                         task_attempt: int = 0, compression: str = "snappy",
+                         row_group_rows: int = ROW_GROUP_ROWS) -> FileEntry | None:
+    """Write ``data`` as one new Parquet file under ``staging_uri``.
+
+    Returns the file's entry for the vote, or None when ``data`` holds no
+    batch at all (an empty partition stages nothing). Every call creates a
+    new file name, so task retries and speculative attempts never overwrite
+    each other; which file counts is decided by the vote.
+
+    Spark hands over small Arrow batches (10k rows by default); they are
+    gathered into row groups of ``row_group_rows`` so the file reads as well
+    as one written by Spark itself.
+    """
+    batches = iter(_batches(data))
+    first = next(batches, None)
+    if first is None:
+        return None
+    name = layout.part_name(split)
+    path = layout.join(staging_uri, name)
+    rows = 0
+    with storage.open_write(path) as out:
+        stream = _HashingStream(out)
+        with pq.ParquetWriter(pa.PythonFile(stream, mode="w"), first.schema, compression=compression) as writer:
+            pending: list[pa.RecordBatch] = []
+            pending_rows = pending_bytes = 0
+            for batch in itertools.chain((first,), batches):
+                pending.append(batch)
+                pending_rows += batch.num_rows
+                pending_bytes += batch.nbytes
+                if pending_rows >= row_group_rows or pending_bytes >= ROW_GROUP_BYTES:
+                    writer.write_table(pa.Table.from_batches(pending), row_group_size=row_group_rows)
+                    rows += pending_rows
+                    pending, pending_rows, pending_bytes = [], 0, 0
+            if pending:
+                writer.write_table(pa.Table.from_batches(pending), row_group_size=row_group_rows)
+                rows += pending_rows
+    return FileEntry(path, name, stream.size, rows, stream.hexdigest(), split, task_attempt)

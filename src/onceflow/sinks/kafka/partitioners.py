@@ -1,0 +1,41 @@
+"""Which partition a keyed record goes to. The writer chooses before it produces,
+so the staged copy knows where every record went (and a repair puts it back there).
+
+- ``crc32``: CRC32 of the key modulo the partition count, as librdkafka's default
+  partitioner places keyed records;
+- ``murmur2``: murmur2 of the key, made positive, modulo the count, as Java
+  producers (and Kafka Streams, and Flink's Kafka sink) place them by default:
+  a topic onceflow writes is then co-partitioned with one they write.
+
+Records without a key go round-robin, whichever is chosen. Runs on executors.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Callable
+
+from onceflow.config.settings import ConfigurationError
+
+PartitionOf = Callable[[bytes, int], int]  # (key, partition count) -> partition
+
+
+def _crc32() -> PartitionOf:
+    return lambda key, count: zlib.crc32(key) % count
+
+
+def _murmur2() -> PartitionOf:
+    from kafka.partitioner.default import murmur2  # kafka-python's port of Java's Utils.murmur2
+
+    return lambda key, count: (murmur2(key) & 0x7FFFFFFF) % count
+
+
+PARTITIONERS: dict[str, Callable[[], PartitionOf]] = {"crc32": _crc32, "murmur2": _murmur2}
+DEFAULT = "crc32"
+
+
+def partition_function(name: str, what: str = "partitioner") -> PartitionOf:
+    if name not in PARTITIONERS:
+        raise ConfigurationError(f"{what} {name!r} is not known: use one of {', '.join(sorted(PARTITIONERS))} "
+                                 "(murmur2: as Java producers place keyed records)")
+    return PARTITIONERS[name]()

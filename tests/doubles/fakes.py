@@ -81,6 +81,7 @@ class WorldParticipant(Participant):
         self.world = world
         self.verify_answer: Result | None = None  # force an answer (None: check staging)
         self.commit_answer: Result | None = None
+        self.abort_answer: Result | None = None
 
     def prepare(self, plan: Plan, attempt: int) -> Vote:
         """Test stand-in for the Spark side: stage output, return the vote."""
@@ -111,6 +112,8 @@ class WorldParticipant(Participant):
         return DONE
 
     def abort(self, plan: Plan, votes: Sequence[Vote]) -> Result:
+        if self.abort_answer is not None:
+            return self.abort_answer
         key = (self.name, plan.batch_seq)
         if key in self.world.visible:
             self.world.refused.append(f"abort of committed {key}")

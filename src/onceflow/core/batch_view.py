@@ -1,13 +1,92 @@
-"""What a batch looks like to a person: ``onceflow status`` and the UI page
-both show these rows (tooling; reads the ledger, newest first, a page at a time)."""
+"""What a batch looks like, read from the ledger alone: ``BatchStatus`` (what
+the coordinator, ``onceflow status`` and the UI page know of one batch) and
+the rows a person reads (newest first, a page at a time). Read-only: nothing
+here writes a record or changes a state."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from onceflow.core.batch_id import BatchId
-from onceflow.core.plan import EXACTLY_ONCE
+from onceflow.core.interventions import Intervention
+from onceflow.core.ledger.ledger import BATCH_EFFECT, BatchLedger
+from onceflow.core.ledger.records import Decision, DoneMarker
+from onceflow.core.participant import Vote
+from onceflow.core.plan import EXACTLY_ONCE, Plan
+from onceflow.core.states import BatchState, derive_state
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    """One batch as ``onceflow status`` shows it. ``timings`` holds epoch ms
+    of planned / attempt_claimed / last_vote / decided / done (when known)."""
+
+    pipeline: str
+    batch_seq: int
+    state: BatchState
+    plan: Plan
+    attempt: int
+    votes: Mapping[str, Vote]
+    missing_votes: tuple[str, ...]
+    decision: Decision | None
+    done: Mapping[str, DoneMarker]
+    timings: Mapping[str, int] = field(default_factory=dict)
+    intervention: Intervention | None = None  # an aborted batch an operator split or skipped
+
+    @property
+    def batch_id(self) -> str:
+        return str(BatchId(self.batch_seq))
+
+
+def outputs_of(plan: Plan, configured: Sequence[str]) -> list[str]:
+    """The batch's outputs, as its plan names them (configured or not: status reads any batch);
+    a plan too old to name them has the ``configured`` ones."""
+    return [s.name for s in plan.sinks] if plan.sinks else sorted(configured)
+
+
+def planned(ledger: BatchLedger, seq: int) -> Plan:
+    """The plan of batch ``seq``, or a KeyError that says where it was looked for."""
+    plan = ledger.read_plan(seq)
+    if plan is None:
+        raise KeyError(f"pipeline {ledger.pipeline!r} has no batch {BatchId(seq)} "
+                       f"(no {ledger.storage.describe(ledger.plan_key(seq))}); run the plan task first")
+    return plan
+
+
+def describe_batch(ledger: BatchLedger, seq: int, configured: Sequence[str] = ()) -> BatchStatus | None:
+    """Everything the ledger knows about batch ``seq``; None for seq 0 (no batch yet)."""
+    if seq == 0:
+        return None
+    plan = planned(ledger, seq)
+    attempt = ledger.latest_attempt(seq)
+    votes, missing, last_vote_ms = ledger.read_votes(seq, attempt, outputs_of(plan, configured))
+    decision = ledger.read_decision(seq)
+    done = {}
+    for effect in [*outputs_of(plan, configured), BATCH_EFFECT]:
+        marker = ledger.read_done(seq, effect) if decision else None
+        if marker is not None:
+            done[effect] = marker
+    state = derive_state(
+        has_attempt=attempt > 0,
+        all_voted=not missing,
+        decision=decision.outcome.value if decision else None,
+        done=BATCH_EFFECT in done,
+    )
+    timings = {"planned": plan.created_at_ms}
+    claim = ledger.read_attempt(seq, attempt) if attempt else None
+    if claim:
+        timings["attempt_claimed"] = claim.claimed_at_ms
+    if last_vote_ms:
+        timings["last_vote"] = last_vote_ms
+    if decision:
+        timings["decided"] = decision.decided_at_ms
+    if BATCH_EFFECT in done:
+        timings["done"] = done[BATCH_EFFECT].done_at_ms
+    intervention = ledger.read_intervention(seq) if state is BatchState.ABORTED else None
+    return BatchStatus(ledger.pipeline, seq, state, plan, attempt, votes, tuple(missing), decision, done, timings,
+                       intervention)
 
 # Stages of a batch, as (name, from timing, to timing) of BatchStatus.timings.
 STAGES = (

@@ -27,7 +27,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
 from onceflow.core import faults
@@ -35,6 +35,7 @@ from onceflow.core.ledger.ledger import BATCH_EFFECT, BatchLedger
 from onceflow.core.ledger.records import Decision, DecisionOutcome, DoneMarker, Head
 from onceflow.core.ledger.storage import LedgerStorage
 from onceflow.core.batch_id import BatchId
+from onceflow.core.batch_view import BatchStatus, describe_batch, outputs_of, planned
 from onceflow.core.errors import (
     AbortFailed,
     BatchAborted,
@@ -46,15 +47,15 @@ from onceflow.core.errors import (
 )
 from onceflow.core.intervals import replacement_refusal
 from onceflow.core.interventions import Intervention
-from onceflow.core.participant import Outcome, Participant, Result, Vote
+from onceflow.core.participant import Participant, Result, Vote
 from onceflow.core.plan import Plan
+from onceflow.core.reactions import REACTIONS, Reaction, Step
 from onceflow.core.planning import OffsetSource, PlanConfig, PlanningError, next_plan
 from onceflow.core.states import (
     RECOVERY,
     TRANSITIONS,
     BatchState,
     IllegalTransition,
-    Recovery,
     check_transition,
     derive_state,
 )
@@ -67,28 +68,6 @@ COMMIT_BETWEEN_EFFECTS = faults.declare("commit.between_effects", "after one eff
 ABORT_EFFECT_BEFORE = faults.declare("abort.effect.before", "before participant.abort is called")
 ABORT_EFFECT_AFTER = faults.declare("abort.effect.after", "after participant.abort, before its done marker")
 PLAN_AFTER_RECOVERY = faults.declare("plan.after_recovery", "after recovery finished, before the next plan is written")
-
-
-@dataclass(frozen=True)
-class BatchStatus:
-    """One batch as ``onceflow status`` shows it. ``timings`` holds epoch ms
-    of planned / attempt_claimed / last_vote / decided / done (when known)."""
-
-    pipeline: str
-    batch_seq: int
-    state: BatchState
-    plan: Plan
-    attempt: int
-    votes: Mapping[str, Vote]
-    missing_votes: tuple[str, ...]
-    decision: Decision | None
-    done: Mapping[str, DoneMarker]
-    timings: Mapping[str, int] = field(default_factory=dict)
-    intervention: Intervention | None = None  # an aborted batch an operator split or skipped
-
-    @property
-    def batch_id(self) -> str:
-        return str(BatchId(self.batch_seq))
 
 
 def _default_identity() -> str:
@@ -129,17 +108,10 @@ class Coordinator:
 
     def plan(self, seq: int) -> Plan:
         """The plan of batch ``seq`` (Spark driver: what to read, which ids to use)."""
-        plan = self.ledger.read_plan(seq)
-        if plan is None:
-            raise KeyError(
-                f"pipeline {self.pipeline!r} has no batch {BatchId(seq)} (no {self.ledger.storage.describe(self.ledger.plan_key(seq))}); "
-                "run the plan task first"
-            )
-        return plan
+        return planned(self.ledger, seq)
 
     def _expected(self, plan: Plan) -> list[str]:
-        """The batch's outputs, as its plan names them (configured or not: status reads any batch)."""
-        return [s.name for s in plan.sinks] if plan.sinks else sorted(self.participants)
+        return outputs_of(plan, sorted(self.participants))
 
     def _require_configured(self, plan: Plan) -> None:
         """Verifying or committing needs every output's participant: fail fast, naming the fix."""
@@ -155,17 +127,7 @@ class Coordinator:
             )
 
     def _votes(self, plan: Plan, attempt: int) -> tuple[dict[str, Vote], list[str], int]:
-        votes: dict[str, Vote] = {}
-        missing: list[str] = []
-        last_ms = 0
-        for name in self._expected(plan):
-            recorded = self.ledger.read_vote(plan.batch_seq, attempt, name) if attempt else None
-            if recorded is None:
-                missing.append(name)
-            else:
-                votes[name] = recorded.vote
-                last_ms = max(last_ms, recorded.recorded_at_ms)
-        return votes, missing, last_ms
+        return self.ledger.read_votes(plan.batch_seq, attempt, self._expected(plan))
 
     def _state(self, seq: int, decision: Decision | None) -> BatchState:
         """State of a decided batch from the decision and the batch marker, or
@@ -178,39 +140,8 @@ class Coordinator:
         return derive_state(has_attempt=attempt > 0, all_voted=not missing, decision=None, done=False)
 
     def describe(self, seq: int | None = None) -> BatchStatus | None:
-        """Everything known about batch ``seq`` (default: the latest). None
-        when the pipeline has no batch yet. Read-only."""
-        seq = self.latest_seq() if seq is None else seq
-        if seq == 0:
-            return None
-        plan = self.plan(seq)
-        attempt = self.ledger.latest_attempt(seq)
-        votes, missing, last_vote_ms = self._votes(plan, attempt)
-        decision = self.ledger.read_decision(seq)
-        done = {}
-        for effect in [*self._expected(plan), BATCH_EFFECT]:
-            marker = self.ledger.read_done(seq, effect) if decision else None
-            if marker is not None:
-                done[effect] = marker
-        state = derive_state(
-            has_attempt=attempt > 0,
-            all_voted=not missing,
-            decision=decision.outcome.value if decision else None,
-            done=BATCH_EFFECT in done,
-        )
-        timings = {"planned": plan.created_at_ms}
-        claim = self.ledger.read_attempt(seq, attempt) if attempt else None
-        if claim:
-            timings["attempt_claimed"] = claim.claimed_at_ms
-        if last_vote_ms:
-            timings["last_vote"] = last_vote_ms
-        if decision:
-            timings["decided"] = decision.decided_at_ms
-        if BATCH_EFFECT in done:
-            timings["done"] = done[BATCH_EFFECT].done_at_ms
-        intervention = self.ledger.read_intervention(seq) if state is BatchState.ABORTED else None
-        return BatchStatus(self.pipeline, seq, state, plan, attempt, votes, tuple(missing), decision, done, timings,
-                           intervention)
+        """Everything known about batch ``seq`` (default: the latest); None before the first plan. Read-only."""
+        return describe_batch(self.ledger, self.latest_seq() if seq is None else seq, sorted(self.participants))
 
     # -- planning --------------------------------------------------------------
     def plan_next(self, source: OffsetSource, config: PlanConfig, *, run_id: str | None = None) -> Plan:
@@ -363,20 +294,33 @@ class Coordinator:
             )
         return winner
 
-    def _outcome_error(self, step: str, plan: Plan, name: str, result: Result) -> Exception:
+    def _react(self, step: Step, plan: Plan, name: str, result: Result) -> bool:
+        """Do what ``REACTIONS`` says for ``name``'s answer to ``step``: True to go on, False
+        for a refused vote; a retry or a stop raises."""
+        reaction = REACTIONS[step, result.outcome]
+        if reaction is Reaction.PROCEED or reaction is Reaction.REFUSE_VOTE:
+            return reaction is Reaction.PROCEED
         where = f"batch {plan.batch_id} of pipeline {self.pipeline!r}, participant {name!r}"
-        if result.outcome is Outcome.RETRY_LATER:
-            return RetryLater(f"{step} of {where} must be retried: {result.detail}. The decision stands; retry the task.")
-        if step == "commit":
-            return CommitFailed(
+        if reaction is Reaction.RETRY:
+            raise RetryLater(f"{step.value} of {where} must be retried: {result.detail}. "
+                             "What the ledger holds stands; retry the task.")
+        if step is Step.COMMIT:
+            raise CommitFailed(
                 f"commit of {where} FAILED after COMMIT was decided: {result.detail}. The batch is not fully "
                 "committed and will not be reported as such (I7). Inspect it with `onceflow status`; fix the sink, then "
                 "re-run the commit task (it redoes only what is missing)."
             )
-        return AbortFailed(
+        raise AbortFailed(
             f"abort of {where} FAILED: {result.detail}. The batch stays ABORTING; fix the sink and re-run the "
             "rollback task (it redoes only what is missing)."
         )
+
+    def _apply(self, plan: Plan, decision: Decision) -> None:
+        """Apply the recorded decision, whichever it is (commit, rollback and recovery all end here)."""
+        if decision.outcome is DecisionOutcome.COMMIT:
+            self._apply_commit(plan, decision)
+        else:
+            self._apply_abort(plan, decision)
 
     # -- commit phase ------------------------------------------------------------
     def commit(self, seq: int) -> BatchStatus:
@@ -401,22 +345,19 @@ class Coordinator:
                 invalid = self._replacement_refusals(plan, votes)
                 for name, vote in sorted(votes.items()):
                     result = self.participants[name].verify(vote)
-                    if result.outcome is Outcome.RETRY_LATER:
-                        raise self._outcome_error("verify", plan, name, result)
-                    if not result.ok:
+                    if not self._react(Step.VERIFY, plan, name, result):
                         invalid.append(f"{name}: {result.detail}")
                 if invalid:
                     reason = f"invalid votes in attempt {attempt}: {'; '.join(invalid)}"
                     decision = self._decide(seq, state, DecisionOutcome.ABORT, attempt, {}, reason)
                 else:
                     decision = self._decide(seq, state, DecisionOutcome.COMMIT, attempt, votes, "all votes valid")
+        self._apply(plan, decision)
         if decision.outcome is DecisionOutcome.ABORT:
-            self._apply_abort(plan, decision)
             raise BatchAborted(
                 f"batch {plan.batch_id} of pipeline {self.pipeline!r} was aborted, not committed: {decision.reason} "
                 f"(decided by {decision.decided_by}). Its offsets did not move: the next run re-reads the same records."
             )
-        self._apply_commit(plan, decision)
         return self.describe(seq)
 
     # -- replacements ------------------------------------------------------------
@@ -457,8 +398,7 @@ class Coordinator:
                 continue
             faults.fault_point(COMMIT_EFFECT_BEFORE)
             result = self.participants[name].commit(self._committable_vote(plan, decision.votes[name], justified))
-            if not result.ok:
-                raise self._outcome_error("commit", plan, name, result)
+            self._react(Step.COMMIT, plan, name, result)
             faults.fault_point(COMMIT_EFFECT_AFTER)
             log.info("batch %s of %s: %s committed (%s%s)", plan.batch_id, self.pipeline, name, result.outcome.value,
                      f": {result.detail}" if result.detail else "")
@@ -485,8 +425,7 @@ class Coordinator:
             votes = [rv.vote for n in range(1, latest + 1) if (rv := self.ledger.read_vote(seq, n, name)) is not None]
             faults.fault_point(ABORT_EFFECT_BEFORE)
             result = self.participants[name].abort(plan, votes)
-            if not result.ok:
-                raise self._outcome_error("abort", plan, name, result)
+            self._react(Step.ABORT, plan, name, result)
             faults.fault_point(ABORT_EFFECT_AFTER)
             log.info("batch %s of %s: %s aborted, %d vote(s) cleaned up (%s%s)", plan.batch_id, self.pipeline, name, len(votes),
                      result.outcome.value, f": {result.detail}" if result.detail else "")
@@ -520,9 +459,7 @@ class Coordinator:
             decision = self._decide(seq, self._state(seq, None), DecisionOutcome.ABORT, self.ledger.latest_attempt(seq), {}, reason)
         if decision.outcome is DecisionOutcome.COMMIT:
             log.warning("batch %s of %s: COMMIT was already decided; rollback finishes the commit", plan.batch_id, self.pipeline)
-            self._apply_commit(plan, decision)
-        else:
-            self._apply_abort(plan, decision)
+        self._apply(plan, decision)
         return self.describe(seq)
 
     def recover(self, seq: int | None = None) -> BatchStatus | None:
@@ -540,13 +477,12 @@ class Coordinator:
         action = RECOVERY.get(state)
         if action is None:
             return self.describe(seq)
-        log.info("recovery: batch %s of %s was left %s: %s", plan.batch_id, self.pipeline, state.value, action.value)
-        if action is Recovery.PRESUMED_ABORT:
+        log.info("recovery: batch %s of %s was left %s: %s", plan.batch_id, self.pipeline, state.value, action.label)
+        if action.decides is not None:
             # A racing COMMIT may win this decision: what follows applies the winner.
-            decision = self._decide(seq, state, DecisionOutcome.ABORT, self.ledger.latest_attempt(seq), {},
-                                    f"presumed abort by recovery: batch was {state.value} with no decision")
-        apply = {DecisionOutcome.COMMIT: self._apply_commit, DecisionOutcome.ABORT: self._apply_abort}[decision.outcome]
-        apply(plan, decision)
+            decision = self._decide(seq, state, DecisionOutcome(action.decides), self.ledger.latest_attempt(seq), {},
+                                    f"{action.label} by recovery: batch was {state.value} with no decision")
+        self._apply(plan, decision)
         return self.describe(seq)
 
     # -- operator interventions --------------------------------------------------------

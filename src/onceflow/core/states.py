@@ -53,11 +53,17 @@ TRANSITIONS: dict[BatchState, frozenset[BatchState]] = {
 }
 
 class Recovery(enum.Enum):
-    """What recovery does to a batch an earlier run left unfinished."""
+    """What recovery does to a batch an earlier run left unfinished: the decision it
+    writes first (``decides``; None: the recorded one stands), then it applies the
+    batch's decision, whichever won."""
 
-    PRESUMED_ABORT = "presumed abort"  # no decision: nothing of it is visible, so abort it
-    REDO_COMMIT = "redo commit"        # COMMIT decided: apply every effect still missing (I3)
-    REDO_ABORT = "redo abort"          # ABORT decided: undo every effect still there
+    PRESUMED_ABORT = ("presumed abort", "ABORT")  # no decision: nothing of it is visible, so abort it
+    REDO_COMMIT = ("redo commit", None)           # COMMIT decided: apply every effect still missing (I3)
+    REDO_ABORT = ("redo abort", None)             # ABORT decided: undo every effect still there
+
+    def __init__(self, label: str, decides: str | None):
+        self.label = label
+        self.decides = decides
 
 
 # What recovery does from each unfinished state; a finished batch has no entry.

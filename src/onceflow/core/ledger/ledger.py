@@ -27,7 +27,7 @@ Runs wherever the coordinator runs: Airflow worker or Spark driver.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from onceflow.core import faults
 from onceflow.config.warehouse_layout import pipeline_dir
@@ -204,6 +204,21 @@ class BatchLedger:
     # -- votes -----------------------------------------------------------------
     def read_vote(self, seq: int, attempt: int, participant: str) -> RecordedVote | None:
         return self._read(Kind.VOTE, self.vote_key(seq, attempt, participant), seq)
+
+    def read_votes(self, seq: int, attempt: int, participants: Sequence[str]) -> tuple[dict[str, Vote], list[str], int]:
+        """The votes of ``participants`` in ``attempt`` (0: none claimed), the participants without one,
+        and when the last vote was recorded (epoch ms, 0 if none)."""
+        votes: dict[str, Vote] = {}
+        missing: list[str] = []
+        last_ms = 0
+        for name in participants:
+            recorded = self.read_vote(seq, attempt, name) if attempt else None
+            if recorded is None:
+                missing.append(name)
+            else:
+                votes[name] = recorded.vote
+                last_ms = max(last_ms, recorded.recorded_at_ms)
+        return votes, missing, last_ms
 
     def create_vote(self, vote: Vote, now_ms: int) -> tuple[bool, RecordedVote]:
         check_name("participant", vote.participant)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from onceflow.sinks.files.kind import FileSink, committed_files, layout, read_committed
+from onceflow.sinks.files import FileSink, committed_files, layout, read_committed
 from onceflow.storage import storage_for
 from onceflow.storage import Storage
 from onceflow.core.participant import Outcome

@@ -14,12 +14,12 @@ import onceflow
 from onceflow.airflow.dag_factory import pipeline_dag
 from onceflow.spark.shipping import SUBMIT_APPLICATION, code_zip, shipped_code
 from onceflow.config.settings import ConfigurationError
-from onceflow_examples.clickstream import CLICKSTREAM
+from tests.doubles.specs import ORDERS, ORDERS_HOURLY
 
 
 @pytest.fixture(scope="module")
 def dag():
-    return pipeline_dag(CLICKSTREAM, warehouse="s3://lake/warehouse", dag_id="clickstream_unit")
+    return pipeline_dag(ORDERS, warehouse="s3://lake/warehouse", dag_id="orders_unit")
 
 
 def test_the_dag_is_plan_spark_then_commit_or_rollback_one_run_at_a_time(dag):
@@ -30,7 +30,7 @@ def test_the_dag_is_plan_spark_then_commit_or_rollback_one_run_at_a_time(dag):
     assert (dag.get_task("commit").trigger_rule, dag.get_task("rollback").trigger_rule) == ("all_success", "one_failed")
     # the protocol tasks announce committed batches through one alias (no event for an aborted batch)
     for task_id in ("plan", "commit", "rollback"):
-        assert [a.name for a in dag.get_task(task_id).outlets] == ["onceflow.clickstream"]
+        assert [a.name for a in dag.get_task(task_id).outlets] == ["onceflow.orders"]
     assert dag.get_task("spark").outlets == []
 
 
@@ -42,9 +42,9 @@ def test_the_spark_task_submits_the_installed_application_and_ships_onceflow_and
     library_names = zipfile.ZipFile(library).namelist()
     assert "onceflow/spark/submit.py" in library_names
     assert not [n for n in library_names if not n.startswith("onceflow/")]
-    assert "onceflow_examples/clickstream.py" in zipfile.ZipFile(transform).namelist()
+    assert "tests/doubles/specs.py" in zipfile.ZipFile(transform).namelist()
     args = spark.application_args
-    assert json.loads(args[args.index("--spec-json") + 1])["name"] == "clickstream"
+    assert json.loads(args[args.index("--spec-json") + 1])["name"] == "orders"
 
 
 def test_secrets_reach_the_driver_as_templates_of_the_connections_never_as_values(dag):
@@ -57,18 +57,18 @@ def test_secrets_reach_the_driver_as_templates_of_the_connections_never_as_value
 
 
 def test_a_file_warehouse_gives_the_driver_no_aws_settings():
-    env = pipeline_dag(CLICKSTREAM, warehouse="file:///data/w", dag_id="clickstream_file").get_task("spark").env_vars
+    env = pipeline_dag(ORDERS, warehouse="file:///data/w", dag_id="orders_file").get_task("spark").env_vars
     assert not [k for k in env if k.startswith("AWS_")]
 
 
 def test_no_warehouse_names_the_setting(monkeypatch):
     monkeypatch.delenv("ONCEFLOW_WAREHOUSE", raising=False)
     with pytest.raises(ConfigurationError, match="no warehouse.*ONCEFLOW_WAREHOUSE"):
-        pipeline_dag(CLICKSTREAM)
+        pipeline_dag(ORDERS)
 
 
 def test_code_is_zipped_once_per_content_and_a_missing_package_is_named(tmp_path, monkeypatch):
-    assert code_zip("onceflow.pipeline.spec") == code_zip("onceflow") == shipped_code(CLICKSTREAM)[0]
+    assert code_zip("onceflow.pipeline.spec") == code_zip("onceflow") == shipped_code(ORDERS)[0]
     (tmp_path / "lone_transform.py").write_text("def transform(df, batch_id):\n    return {}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert zipfile.ZipFile(code_zip("lone_transform")).namelist() == ["lone_transform.py"]
@@ -81,7 +81,7 @@ def test_the_spark_task_stops_when_its_votes_could_no_longer_commit(dag):
     task is given no longer than that, so a stuck job fails and the rollback frees the run slot."""
     from datetime import timedelta
 
-    shortest = min(s.transaction_timeout_ms for s in CLICKSTREAM.sinks if s.kind == "kafka")
+    shortest = min(s.transaction_timeout_ms for s in ORDERS.sinks if s.kind == "kafka")
     assert dag.get_task("spark").execution_timeout == timedelta(milliseconds=shortest / 2)
 
 
@@ -91,7 +91,7 @@ def test_a_files_only_pipeline_gets_the_default_bound_and_an_explicit_one_wins()
 
     from onceflow.airflow.dag_factory import DEFAULT_SPARK_TIMEOUT
 
-    files_only = dataclasses.replace(CLICKSTREAM, sinks=tuple(s for s in CLICKSTREAM.sinks if s.kind == "files"))
+    files_only = dataclasses.replace(ORDERS, sinks=tuple(s for s in ORDERS.sinks if s.kind == "files"))
     assert pipeline_dag(files_only, warehouse="file:///w", dag_id="f1").get_task("spark").execution_timeout == DEFAULT_SPARK_TIMEOUT
     explicit = pipeline_dag(files_only, warehouse="file:///w", dag_id="f2", spark_timeout=timedelta(hours=5))
     assert explicit.get_task("spark").execution_timeout == timedelta(hours=5)
@@ -116,18 +116,17 @@ def test_a_committed_batch_is_announced_with_what_it_committed_on_each_output():
     from onceflow.core.participant import Vote
     from onceflow.core.plan import OffsetRange, Plan
 
-    status = SimpleNamespace(pipeline="clickstream", batch_id="0000000004", batch_seq=4, plan=Plan(
-        "clickstream", 4, (OffsetRange("clicks", 0, 10, 20),), replay_of=3),
-        votes={s.name: Vote(s.name, 4, 1, {}, n) for s, n in zip(CLICKSTREAM.sinks, (2, 2, 9, 1))})
+    status = SimpleNamespace(pipeline="orders", batch_id="0000000004", batch_seq=4, plan=Plan(
+        "orders", 4, (OffsetRange("orders", 0, 10, 20),), replay_of=3),
+        votes={s.name: Vote(s.name, 4, 1, {}, n) for s, n in zip(ORDERS.sinks, (2, 2, 9, 1))})
     added = []
-    events = {"onceflow.clickstream": SimpleNamespace(add=lambda asset, extra: added.append((asset.name, extra)))}
-    announce(_ByName(events), CLICKSTREAM, "file:///w", status)
-    assert [name for name, _ in added] == [f"onceflow.clickstream.{s.name}" for s in CLICKSTREAM.sinks]
+    events = {"onceflow.orders": SimpleNamespace(add=lambda asset, extra: added.append((asset.name, extra)))}
+    announce(_ByName(events), ORDERS, "file:///w", status)
+    assert [name for name, _ in added] == [f"onceflow.orders.{s.name}" for s in ORDERS.sinks]
     extra = added[0][1]
     assert extra["batch_id"] == "0000000004" and extra["replay_of"] == 3 and extra["records_in"] == 10
-    assert extra["ranges"] == [{"topic": "clicks", "partition": 0, "start": 10, "end": 20}]
-    assert extra["records_out"] == {"clicks_dead_letter": 1, "clicks_enriched": 9, "page_minute_counts": 2,
-                                    "page_minute_table": 2}
+    assert extra["ranges"] == [{"topic": "orders", "partition": 0, "start": 10, "end": 20}]
+    assert extra["records_out"] == {"daily_revenue": 2, "orders_clean": 9, "orders_dead_letter": 1, "revenue_table": 2}
 
 
 class _ByName(dict):
@@ -140,20 +139,19 @@ class _ByName(dict):
 def test_an_interval_pipeline_gets_data_intervals_and_may_run_side_by_side():
     from airflow.timetables.interval import CronDataIntervalTimetable
 
-    from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
 
-    dag = pipeline_dag(CLICKSTREAM_HOURLY, warehouse="file:///w", schedule="@hourly", dag_id="hourly_unit",
+    dag = pipeline_dag(ORDERS_HOURLY, warehouse="file:///w", schedule="@hourly", dag_id="hourly_unit",
                        max_active_runs=3, catchup=True)
     assert isinstance(dag.timetable, CronDataIntervalTimetable)  # a bare cron string would give runs no interval
     assert (dag.max_active_runs, dag.catchup) == (3, True)
     assert "replace_committed" in dag.params and "max_records_per_partition" not in dag.params
     with pytest.raises(ConfigurationError, match=r"reads data intervals.*needs a schedule.*'@hourly'"):
-        pipeline_dag(CLICKSTREAM_HOURLY, warehouse="file:///w", schedule=None, dag_id="hourly_manual")
+        pipeline_dag(ORDERS_HOURLY, warehouse="file:///w", schedule=None, dag_id="hourly_manual")
 
 
 def test_an_offsets_pipeline_refuses_more_than_one_run_at_a_time_naming_interval_batches():
     with pytest.raises(ConfigurationError, match=r"max_active_runs=2 needs batches=.interval."):
-        pipeline_dag(CLICKSTREAM, warehouse="file:///w", dag_id="two_at_once", max_active_runs=2)
+        pipeline_dag(ORDERS, warehouse="file:///w", dag_id="two_at_once", max_active_runs=2)
 
 
 def test_the_input_schedule_from_the_environment_watches_the_dags_own_asset_with_a_trigger_that_survives_storage(monkeypatch):
@@ -164,7 +162,7 @@ def test_the_input_schedule_from_the_environment_watches_the_dags_own_asset_with
     import importlib
 
     monkeypatch.setenv("ONCEFLOW_SCHEDULE", "input: records=1000, max_age_s=30")
-    spec = replace(CLICKSTREAM, params={"api_token": "not-for-the-trigger-table"})
+    spec = replace(ORDERS, params={"api_token": "not-for-the-trigger-table"})
     dag = pipeline_dag(spec, warehouse="file:///w", dag_id="on_input_unit")
     [asset] = dag.timetable.asset_condition.objects
     assert asset.name == "onceflow.on_input_unit.input"
@@ -210,11 +208,11 @@ def test_a_transforms_run_parameters_are_declared_params_recorded_in_the_plan_an
     from onceflow.core.states import BatchState
     from tests.doubles.helpers import source
 
-    spec = replace(CLICKSTREAM, run_params={"top_n": {"default": 10, "type": "integer", "minimum": 1}})
+    spec = replace(ORDERS, run_params={"top_n": {"default": 10, "type": "integer", "minimum": 1}})
     dag = pipeline_dag(spec, warehouse="file:///w", dag_id="with_params")
     assert dag.params.get_param("top_n").value == 10 and "max_records_per_partition" in dag.params
     with pytest.raises(ConfigurationError, match="run_params name 'faults' is not valid: use a Python identifier other than"):
-        replace(CLICKSTREAM, run_params={"faults": {"default": None}})
+        replace(ORDERS, run_params={"faults": {"default": None}})
 
     config = PlanConfig(topics=("in",), sinks=(), transform_params={"top_n": 3})
     first = next_plan(pipeline="p", previous=None, previous_state=None, source=source(), config=config, now_ms=1)

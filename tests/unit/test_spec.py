@@ -8,26 +8,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onceflow_examples.clickstream import CLICKSTREAM
 from onceflow.config.settings import ConfigurationError
 from onceflow.pipeline.spec import PipelineSpec, SinkSpec
 from onceflow.sources.kafka.columns import INPUT_COLUMNS
 
+from tests.doubles.specs import ORDERS
+
 
 def test_input_columns_are_kept_in_input_order_and_survive_the_trip_to_spark():
-    spec = dataclasses.replace(CLICKSTREAM, input_columns=["offset", " value", "key"])
+    spec = dataclasses.replace(ORDERS, input_columns=["offset", " value", "key"])
     assert spec.input_columns == ("key", "value", "offset")
     assert PipelineSpec.from_json(spec.to_json()) == spec
-    everything = dataclasses.replace(CLICKSTREAM, input_columns=None)
+    everything = dataclasses.replace(ORDERS, input_columns=None)
     assert PipelineSpec.from_json(everything.to_json()).input_columns is None
 
 
 @pytest.mark.parametrize("columns, named", [(("value", "hedaers"), "['hedaers']"), ((), "[]")])
 def test_unknown_or_no_input_columns_fail_naming_the_setting_and_the_choices(columns, named):
     with pytest.raises(ConfigurationError) as error:
-        dataclasses.replace(CLICKSTREAM, input_columns=columns)
+        dataclasses.replace(ORDERS, input_columns=columns)
     assert str(error.value) == (
-        f"pipeline 'clickstream': input_columns: {named} is not valid: name one or more of {', '.join(INPUT_COLUMNS)}"
+        f"pipeline 'orders': input_columns: {named} is not valid: name one or more of {', '.join(INPUT_COLUMNS)}"
     )
 
 
@@ -62,8 +63,8 @@ def test_other_bad_names_are_refused_naming_the_rule(name):
 ])
 def test_how_runs_map_to_batches_is_checked_when_the_spec_is_written(field, value, named):
     with pytest.raises(ConfigurationError, match=named):
-        dataclasses.replace(CLICKSTREAM, **{field: value})
-    hourly = dataclasses.replace(CLICKSTREAM, batches="interval", max_records_per_partition=None)
+        dataclasses.replace(ORDERS, **{field: value})
+    hourly = dataclasses.replace(ORDERS, batches="interval", max_records_per_partition=None)
     assert PipelineSpec.from_json(hourly.to_json()).batches == "interval"
 
 

@@ -50,7 +50,7 @@ def test_a_difference_or_a_finding_fails_the_report():
 def test_batches_and_sample_together_are_refused(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("ONCEFLOW_WAREHOUSE", f"file://{tmp_path}")
     monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "127.0.0.1:1")
-    code = main(["audit", "--pipeline", "clickstream", "--spec", "onceflow_examples.clickstream:CLICKSTREAM",
+    code = main(["audit", "--pipeline", "orders", "--spec", "tests.doubles.specs:ORDERS",
                  "--batches", "1", "--sample", "2"])
     assert code == 2 and "give --batches or --sample, not both" in capsys.readouterr().err
 

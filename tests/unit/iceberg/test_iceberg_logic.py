@@ -93,7 +93,7 @@ def test_a_missing_catalog_names_the_connection_and_the_variable(monkeypatch):
 
 
 def test_the_spark_task_gets_each_catalog_as_a_template_of_its_connection():
-    spec = PipelineSpec("tables", ("t",), "onceflow_examples.clickstream:transform", (SinkSpec("a", ICEBERG, "ns.a", catalog="lake"),
+    spec = PipelineSpec("tables", ("t",), "tests.doubles.specs:transform", (SinkSpec("a", ICEBERG, "ns.a", catalog="lake"),
                                                      SinkSpec("b", ICEBERG, "ns.b", catalog="lake")))
     env = pipeline_dag(spec, warehouse="file:///w", dag_id="tables_unit").get_task("spark").env_vars
     assert env["ONCEFLOW_ICEBERG_CATALOGS"] == '{"lake": {{ conn.lake.extra }}}'
@@ -152,7 +152,7 @@ def test_a_catalog_that_hides_snapshots_is_refused_before_planning():
 def test_a_participant_without_its_catalog_is_built_and_fails_only_the_calls_that_need_it():
     from onceflow.core.participant import Outcome, Vote
 
-    spec = PipelineSpec("tables", ("t",), "onceflow_examples.clickstream:transform",
+    spec = PipelineSpec("tables", ("t",), "tests.doubles.specs:transform",
                         (SinkSpec("a", ICEBERG, "ns.a", catalog="lake"),))
     participant = sink_kind(ICEBERG).participant(spec, spec.sinks[0], Deployment("file:///w", KafkaCluster("b:9092")))
     verdict = participant.verify(Vote("a", 1, 1, {"table": "ns.a", "planned_at_ms": 1, "files": []}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from onceflow.airflow.operators.batch import CommitBatchOperator
-from onceflow_examples.clickstream import CLICKSTREAM
+from tests.doubles.specs import ORDERS
 
 
 class TaskInstance:
@@ -18,7 +18,7 @@ class TaskInstance:
 
 
 def operator():
-    return CommitBatchOperator(task_id="commit", pipeline=CLICKSTREAM, warehouse="file:///tmp/w")
+    return CommitBatchOperator(task_id="commit", pipeline=ORDERS, warehouse="file:///tmp/w")
 
 
 def test_a_commit_without_a_planned_batch_asks_to_clear_the_whole_run():

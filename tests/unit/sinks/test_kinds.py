@@ -23,14 +23,14 @@ def test_reprocessing_replaces_files_republishes_declared_kafka_outputs_and_refu
 
     from onceflow.core.intervals import ReprocessRefused
     from onceflow.sinks import reprocessing
-    from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
+    from tests.doubles.specs import ORDERS_HOURLY
 
-    assert reprocessing(CLICKSTREAM_HOURLY) == {
-        "page_minute_counts": "replaced", "page_minute_table": "replaced", "clicks_enriched": "republished",
-        "clicks_dead_letter": "republished"}
-    *tables, enriched, dead_letters = CLICKSTREAM_HOURLY.sinks
-    strict = dataclasses.replace(CLICKSTREAM_HOURLY, sinks=(
+    assert reprocessing(ORDERS_HOURLY) == {
+        "daily_revenue": "replaced", "revenue_table": "replaced", "orders_clean": "republished",
+        "orders_dead_letter": "republished"}
+    *tables, enriched, dead_letters = ORDERS_HOURLY.sinks
+    strict = dataclasses.replace(ORDERS_HOURLY, sinks=(
         *tables, enriched, dataclasses.replace(dead_letters, republish=False)))
-    with pytest.raises(ReprocessRefused, match=r"because clicks_dead_letter \(kafka: clicks_hourly_dead_letter\) cannot "
+    with pytest.raises(ReprocessRefused, match=r"because orders_dead_letter \(kafka: orders_hourly_dead_letter\) cannot "
                        r"take back .* SinkSpec\(republish=True\) .* Nothing was read"):
         reprocessing(strict)

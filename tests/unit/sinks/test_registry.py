@@ -62,7 +62,7 @@ def test_another_package_adds_a_kind_through_the_entry_point_group(tmp_path, mon
     with pytest.raises(ConfigurationError, match=r"option\(s\) mode are not options of a acme_tables sink"):
         SinkSpec("t", "acme_tables", "db.t", options={"mode": "upsert"})
     # Its data source runs on Spark's executors: the package goes there with onceflow and the transform's.
-    spec = PipelineSpec("p", ("clicks",), "onceflow_examples.clickstream:transform", (sink,))
+    spec = PipelineSpec("p", ("clicks",), "tests.doubles.specs:transform", (sink,))
     shipped = [zipfile.ZipFile(z).namelist() for z in shipped_code(spec)]
     assert [names for names in shipped if "acme_sink.py" in names], shipped
 

@@ -28,6 +28,7 @@ data is observed again after that fence, so a repair is published once.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import time
 from typing import Any, Iterable, Mapping, Sequence
@@ -65,6 +66,49 @@ AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit:
 # A transaction still open this many timeouts after its first write will not end by itself: Apache Kafka
 # aborts it within one timeout and a cleanup interval (10 s), a broker that never times out never will.
 OVERDUE_TIMEOUTS = 2
+
+
+class Read(enum.Enum):
+    """When, in a commit, a split's data was read: the commit reports what the read shows (``SETTLE``)."""
+
+    BEFORE_END_TXN = "read back, not open"            # a read showed it ended already: no EndTxn was sent
+    AFTER_END_TXN = "read back, after EndTxn"         # a read showed it open; this commit's EndTxn was accepted
+    DESCRIBED = "described, not ended here"           # its coordinator did not say Ongoing: no EndTxn was sent
+    DESCRIBED_ENDED_HERE = "described, ended here"    # its coordinator said Ongoing; this commit's EndTxn was accepted
+
+
+class Settled(enum.Enum):
+    """What a split's commit reports."""
+
+    COMMITTED = "committed"        # DONE: visible, ended by this commit
+    ALREADY = "already"            # ALREADY_DONE: visible (or repaired) before this commit ended anything
+    REPAIR = "repair"              # the broker aborted it: publish its staged copy once, under the repair id
+    STILL_OPEN = "still open"      # RETRY_LATER while a broker timeout can still end it, then FAILED
+    UNREADABLE = "unreadable"      # RETRY_LATER: the read did not reach the split's end in time
+    INCONSISTENT = "inconsistent"  # FAILED: partly visible; a human must look before anything is re-run
+
+
+# What a split's commit reports: what a read of its data shows, by when it was read. The broker profile
+# chooses the columns: where it ``describes_transactions`` (Apache Kafka) the coordinator's state decides
+# which splits get an EndTxn, and a split it reports CompleteCommit while a read shows it open is hanging
+# (its markers are written first: ``_finish_hanging``); elsewhere a read decides.
+_C, _A, _R, _O, _U, _I = (Settled.COMMITTED, Settled.ALREADY, Settled.REPAIR, Settled.STILL_OPEN, Settled.UNREADABLE,
+                          Settled.INCONSISTENT)
+_COLUMNS = (Read.BEFORE_END_TXN, Read.AFTER_END_TXN, Read.DESCRIBED, Read.DESCRIBED_ENDED_HERE)
+SETTLE: dict[tuple[State, Read], Settled] = {
+    (state, read): settled
+    for state, row in {
+        #                    read back:            described:
+        #                    not open  after EndTxn  not ended  ended here
+        State.COMMITTED:     (_A,      _C,           _A,        _C),
+        State.REPAIRED:      (_A,      _I,           _A,        _A),
+        State.ABORTED:       (_R,      _R,           _R,        _R),
+        State.OPEN:          (_O,      _O,           _O,        _O),
+        State.UNKNOWN:       (_U,      _U,           _U,        _U),
+        State.INCONSISTENT:  (_I,      _I,           _I,        _I),
+    }.items()
+    for read, settled in zip(_COLUMNS, row)
+}
 
 
 def vote_payload(handles: Iterable[TxnHandle]) -> dict[str, Any]:
@@ -234,7 +278,7 @@ class KafkaSinkParticipant(Participant):
         faults.fault_point(AFTER_END_TXN)
         ended = [i for i, reply in replies.items() if reply.action not in (Action.RETRY, Action.FAIL)]
         after = dict(zip(ended, confirm_aborted(obs, [handles[i] for i in ended], obs.settle([handles[i] for i in ended]))))
-        return [self._settle(obs, h, before[i], replies.get(i), after.get(i)) for i, h in enumerate(handles)]
+        return [self._settle_read_back(obs, h, before[i], replies.get(i), after.get(i)) for i, h in enumerate(handles)]
 
     def _commit_described(self, obs: Observer, handles: list[TxnHandle]) -> list[Result]:
         views = describe_transactions(self.config, [h.transactional_id for h in handles], self.timeout_s)
@@ -264,15 +308,14 @@ class KafkaSinkParticipant(Participant):
         for i, view in zip(to_read, read):
             h = handles[i]
             said = complete.get(h.transactional_id)
-            if view.state is State.COMMITTED and i in replies:
-                results[i] = Result(Outcome.DONE, f"{_where(h)}: committed ({said.value if said else '?'}), "
-                                    f"{h.records} records visible")
-            elif view.state is State.OPEN and said is TransactionState.COMPLETE_COMMIT:
+            if view.state is State.OPEN and said is TransactionState.COMPLETE_COMMIT:
                 hanging[i] = view
+            elif i in replies:
+                results[i] = self._settle(obs, h, view, Read.DESCRIBED_ENDED_HERE,
+                                          f"EndTxn(commit) answered {replies[i]}", said.value if said else "?")
             else:
-                cause = (f"EndTxn(commit) answered {replies[i]}" if i in replies
-                         else f"its coordinator shows {views.get(h.transactional_id, 'nothing')}")
-                results[i] = self._settle_read(obs, h, view, cause)
+                results[i] = self._settle(obs, h, view, Read.DESCRIBED,
+                                          f"its coordinator shows {views.get(h.transactional_id, 'nothing')}")
         results.update(self._finish_hanging(obs, [(i, handles[i], view) for i, view in hanging.items()], set(replies)))
         return [results[i] for i in range(len(handles))]
 
@@ -366,35 +409,30 @@ class KafkaSinkParticipant(Participant):
         self.storage.create_if_absent(target, data)  # a racing commit wrote the same bytes: either is fine
         return Result(Outcome.DONE, f"{where}: {h.withheld} records too large for the topic withheld to {target}")
 
-    def _settle_read(self, obs: Observer, h: TxnHandle, view: SplitView, cause: str) -> Result:
-        """What the data says of a split: ``cause`` is why it was read (the coordinator could not vouch
-        for it, or EndTxn's answer)."""
+    def _settle(self, obs: Observer, h: TxnHandle, view: SplitView, read: Read, cause: str, said: str = "") -> Result:
+        """What the split's commit reports, as ``SETTLE`` says for what ``view`` shows when it was ``read``;
+        ``cause`` is why it was read, ``said`` what ended it (EndTxn's or its coordinator's answer)."""
         where = _where(h)
-        if view.state in (State.COMMITTED, State.REPAIRED):
+        settled = SETTLE[view.state, read]
+        if settled is Settled.COMMITTED:
+            return Result(Outcome.DONE, f"{where}: committed ({said}), {h.records} records visible")
+        if settled is Settled.ALREADY:
             return Result(Outcome.ALREADY_DONE, f"{where}: {view.state.value}")
-        if view.state is State.UNKNOWN:
+        if settled is Settled.REPAIR:
+            return self._repair(obs, h, where)
+        if settled is Settled.STILL_OPEN:
+            return self._still_open(h, where, cause, view)
+        if settled is Settled.UNREADABLE:
             return self._unknown(where, view)
-        if view.state is State.INCONSISTENT:
-            return self._inconsistent(where, view)
-        if view.state is State.ABORTED:
-            return self._repair(obs, h, where)
-        return self._still_open(h, where, cause, view)
+        return self._inconsistent(where, view)
 
-    def _settle(self, obs: Observer, h: TxnHandle, before: SplitView, reply: EndTxnReply | None, after: SplitView | None) -> Result:
-        where = _where(h)
+    def _settle_read_back(self, obs: Observer, h: TxnHandle, before: SplitView, reply: EndTxnReply | None,
+                          after: SplitView | None) -> Result:
         if before.state is not State.OPEN:
-            return self._settle_read(obs, h, before, "read before EndTxn")
+            return self._settle(obs, h, before, Read.BEFORE_END_TXN, "read before EndTxn")
         if reply.action in (Action.RETRY, Action.FAIL):
-            return _end_txn_refused(where, reply)
-        if after.state is State.COMMITTED:
-            return Result(Outcome.DONE, f"{where}: committed ({reply.error_name}), {h.records} records visible")
-        if after.state is State.ABORTED:
-            return self._repair(obs, h, where)
-        if after.state is State.UNKNOWN:
-            return self._unknown(where, after)
-        if after.state is State.OPEN:
-            return self._still_open(h, where, f"EndTxn(commit) answered {reply}", after)
-        return self._inconsistent(where, after)
+            return _end_txn_refused(_where(h), reply)
+        return self._settle(obs, h, after, Read.AFTER_END_TXN, f"EndTxn(commit) answered {reply}", reply.error_name)
 
     def _still_open(self, h: TxnHandle, where: str, cause: str, after: SplitView) -> Result:
         age_ms = int(time.time() * 1000) - h.first_write_ms

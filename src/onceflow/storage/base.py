@@ -11,7 +11,10 @@ kind of storage, one code path each:
   ``file://`` on request): the JVM's ``org.apache.hadoop.fs`` API, the one
   Spark uses; create-if-absent by a non-overwriting rename; promotion renames.
 - ``s3``     (``s3://``, ``s3a://``): boto3; create-if-absent by
-  ``PutObject(If-None-Match: *)``; promotion is a server-side copy.
+  ``PutObject(If-None-Match: *)``; a file sink's files are written as pending
+  multipart uploads to their final names and completed at commit
+  (``PendingStorage``: no bytes copied); other staged files are promoted by a
+  server-side copy.
 
 Every method is idempotent or says what it does when repeated, because
 commit and abort may run any number of times after any crash.
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
-from typing import BinaryIO, ClassVar, Iterable
+from typing import Any, BinaryIO, ClassVar, Iterable, Iterator, Mapping
 
 # Names a storage writes before an atomic rename; listings never show them.
 TMP_PREFIX = ".tmp-"
@@ -103,6 +106,49 @@ class Storage(ABC):
     def explain(self, exc: BaseException) -> str:
         """What went wrong and what to check, for a message a user reads."""
         return f"{exc}. Check that the storage is reachable and writable by this user, then retry the task"
+
+
+class PendingWrite:
+    """A file being written that no reader will see until ``PendingStorage.complete_pending``:
+    a writable stream, then (once closed) ``token``, what completing or aborting it needs."""
+
+    token: Mapping[str, Any]
+
+    def write(self, data) -> int:
+        raise NotImplementedError
+
+
+class PendingStorage(Storage):
+    """A storage that can write a file whole at its final name yet keep it invisible until a
+    commit completes it (S3's multipart uploads, the idea of Hadoop's S3A magic committer): the
+    commit then costs a request per file, whatever the bytes, instead of a copy."""
+
+    @abstractmethod
+    def open_pending(self, path: str) -> AbstractContextManager[PendingWrite]:
+        """A pending file at ``path``: invisible, and nothing at ``path`` changes, until completed.
+        A writer that fails leaves nothing pending."""
+
+    @abstractmethod
+    def complete_pending(self, path: str, token: Mapping[str, Any]) -> bool:
+        """Make the pending file visible at ``path``; True if this call did. Idempotent: a file
+        completed before gives False; raises MissingStagedFile when it is neither pending nor there."""
+
+    @abstractmethod
+    def pending_alive(self, path: str, token: Mapping[str, Any]) -> bool:
+        """Is the pending file still there to complete (not aborted, not completed)?"""
+
+    @abstractmethod
+    def abort_upload(self, path: str, token: Mapping[str, Any]) -> None:
+        """Abort one pending file; nothing if it is gone already."""
+
+    @abstractmethod
+    def abort_pending(self, directory: str, keep: Iterable[str] = ()) -> int:
+        """Abort every pending file directly in ``directory`` whose name is not in ``keep``
+        (nothing of them stays stored or billed); how many were aborted."""
+
+    @abstractmethod
+    def pending_names(self, directory: str) -> Iterator[str]:
+        """Names of the pending files directly in ``directory``."""
 
 
 class RenamingStorage(Storage):

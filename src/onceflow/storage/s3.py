@@ -1,10 +1,13 @@
 """S3 storage (``s3://bucket/prefix``) against any S3 endpoint.
 
-No rename on S3: promotion is a server-side copy of each staged object (no
-bytes through this process); create-if-absent is ``PutObject`` with
-``If-None-Match: *`` (``onceflow.config.s3_connection.create_if_absent``). Writes
-stream through pyarrow's S3 output stream (multipart), everything else is
-boto3.
+No rename on S3. A file sink's files are written as multipart uploads to
+their final names and left pending (``open_pending``): no reader sees an
+upload until it is completed, and the commit completes each with one request,
+whatever its size (``complete_pending``); aborting them frees what they hold.
+Other staged objects are promoted by a server-side copy. Create-if-absent is
+``PutObject`` with ``If-None-Match: *``
+(``onceflow.config.s3_connection.create_if_absent``). Other writes stream
+through pyarrow's S3 output stream, everything else is boto3.
 
 The connection (endpoint, region, credentials or the default AWS chain) is
 an ``onceflow.config.s3_connection.S3Connection``; another process gets its
@@ -16,16 +19,19 @@ from __future__ import annotations
 import uuid
 from contextlib import contextmanager
 from functools import cached_property
-from typing import BinaryIO, Iterable, Iterator, Mapping
+from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 from urllib.parse import urlparse
 
 from onceflow.config.s3_connection import S3Connection, create_if_absent
-from onceflow.storage.base import MissingStagedFile, Storage, join
+from onceflow.storage.base import MissingStagedFile, PendingStorage, PendingWrite, join
 
 OPTION_KEYS = ("s3.endpoint_url", "s3.region")
 # (endpoint, bucket) pairs this process has seen honour If-None-Match.
 _CONDITIONAL_WRITES_OK: set[tuple[str | None, str]] = set()
 _NOT_FOUND = ("404", "NoSuchKey", "NotFound")
+_NO_UPLOAD = ("NoSuchUpload", "404")
+# A pending upload's parts: S3 wants at least 5 MiB in every part but the last.
+PART_BYTES = 8 << 20
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -39,7 +45,42 @@ def _code(exc) -> str:
     return exc.response.get("Error", {}).get("Code", "")
 
 
-class S3Storage(Storage):
+class _PendingUpload(PendingWrite):
+    """The parts of one multipart upload, sent as they fill; never completed here."""
+
+    def __init__(self, client, bucket: str, key: str):
+        self._client, self._bucket, self._key = client, bucket, key
+        self._upload_id = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        self._buffer = bytearray()
+        self._parts: list[list] = []
+
+    def write(self, data) -> int:
+        self._buffer += data
+        while len(self._buffer) >= PART_BYTES:
+            self._send(bytes(self._buffer[:PART_BYTES]))
+            del self._buffer[:PART_BYTES]
+        return len(data)
+
+    def flush(self) -> None:
+        pass  # parts go when full; the last one at finish()
+
+    def _send(self, body: bytes) -> None:
+        number = len(self._parts) + 1
+        etag = self._client.upload_part(Bucket=self._bucket, Key=self._key, UploadId=self._upload_id,
+                                        PartNumber=number, Body=body)["ETag"]
+        self._parts.append([number, etag])
+
+    def finish(self) -> None:
+        if self._buffer or not self._parts:
+            self._send(bytes(self._buffer))
+            self._buffer.clear()
+        self.token = {"upload_id": self._upload_id, "parts": self._parts}
+
+    def abort(self) -> None:
+        self._client.abort_multipart_upload(Bucket=self._bucket, Key=self._key, UploadId=self._upload_id)
+
+
+class S3Storage(PendingStorage):
     kind = "s3"
 
     def __init__(self, connection: S3Connection):
@@ -81,6 +122,71 @@ class S3Storage(Storage):
             # Closing the stream completed the upload even so: a failed writer leaves no partial object.
             self.client.delete_object(Bucket=bucket, Key=key)
             raise
+
+    @contextmanager
+    def open_pending(self, path: str) -> Iterator[PendingWrite]:
+        bucket, key = split_uri(path)
+        upload = _PendingUpload(self.client, bucket, key)
+        try:
+            yield upload
+            upload.finish()
+        except BaseException:
+            upload.abort()
+            raise
+
+    def complete_pending(self, path: str, token: Mapping[str, Any]) -> bool:
+        bucket, key = split_uri(path)
+        parts = [{"PartNumber": int(n), "ETag": etag} for n, etag in token["parts"]]
+        try:
+            self.client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=token["upload_id"],
+                                                  MultipartUpload={"Parts": parts})
+            return True
+        except self.client.exceptions.ClientError as exc:
+            # NoSuchUpload: completed or aborted before (some stores answer 500 for that: ask the upload)
+            if _code(exc) not in _NO_UPLOAD and self.pending_alive(path, token):
+                raise
+        if self.size(path) is None:  # neither pending nor completed: aborted behind the vote's back
+            raise MissingStagedFile(f"{path}: its pending upload is gone and the file is not there")
+        return False
+
+    def pending_alive(self, path: str, token: Mapping[str, Any]) -> bool:
+        bucket, key = split_uri(path)
+        try:
+            self.client.list_parts(Bucket=bucket, Key=key, UploadId=token["upload_id"], MaxParts=1)
+            return True
+        except self.client.exceptions.ClientError as exc:
+            if _code(exc) in _NO_UPLOAD:
+                return False
+            raise
+
+    def abort_upload(self, path: str, token: Mapping[str, Any]) -> None:
+        bucket, key = split_uri(path)
+        try:
+            self.client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=token["upload_id"])
+        except self.client.exceptions.ClientError as exc:
+            if _code(exc) not in _NO_UPLOAD:
+                raise
+
+    def _uploads(self, directory: str) -> Iterator[tuple[str, str]]:
+        bucket, key = split_uri(directory)
+        prefix = key.rstrip("/") + "/" if key else ""
+        for page in self.client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=prefix,
+                                                                                Delimiter="/"):
+            for upload in page.get("Uploads", ()):
+                yield upload["Key"], upload["UploadId"]
+
+    def pending_names(self, directory: str) -> Iterator[str]:
+        for key, _ in self._uploads(directory):
+            yield key.rsplit("/", 1)[-1]
+
+    def abort_pending(self, directory: str, keep: Iterable[str] = ()) -> int:
+        bucket, _ = split_uri(directory)
+        kept, aborted = set(keep), 0
+        for key, upload_id in list(self._uploads(directory)):
+            if key.rsplit("/", 1)[-1] not in kept:
+                self.abort_upload(f"s3://{bucket}/{key}", {"upload_id": upload_id})
+                aborted += 1
+        return aborted
 
     def read_bytes(self, path: str) -> bytes | None:
         bucket, key = split_uri(path)

@@ -12,7 +12,7 @@ import hashlib
 import pyarrow as pa
 import pytest
 
-from onceflow.sinks.files import FileSink, committed_files, committed_manifests, read_committed, write_staged_parquet
+from onceflow.sinks.files import FileEntry, FileSink, committed_files, committed_manifests, read_committed, write_staged_parquet
 from onceflow.core import faults
 from onceflow.sinks.files import layout
 from onceflow.core.participant import Outcome, Vote
@@ -26,8 +26,8 @@ def rows(split: int, n: int) -> pa.Table:
 
 
 def stage(sink: FileSink, attempt: int, split: int, n: int, task_attempt: int = 0):
-    return write_staged_parquet(rows(split, n), sink.staging_uri(SEQ, attempt), split, sink.storage,
-                                task_attempt=task_attempt)
+    """As the data source stages: on S3 a pending upload at the committed name, elsewhere a staged file."""
+    return sink.stage(rows(split, n), SEQ, attempt, split, task_attempt=task_attempt)
 
 
 def staged_vote(sink: FileSink, attempt: int = 1) -> tuple[Vote, list]:
@@ -73,7 +73,7 @@ def test_a_lost_staged_file_fails_verify_and_commit_loudly(sink_root):
     sink = FileSink("counts", uri, storage)
     vote, _ = staged_vote(sink)
     lost = vote.payload["files"][1]["path"]
-    storage.delete(lost)
+    sink.discard(FileEntry.from_dict(vote.payload["files"][1]))  # deleted, or on S3 its pending upload aborted
 
     verdict = sink.verify(vote)
     assert verdict.outcome is Outcome.FAILED

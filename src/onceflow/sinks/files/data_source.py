@@ -3,16 +3,17 @@
 Call sequence (Spark's DataSourceWriter contract)::
 
     OnceflowFilesDataSource.writer()   driver: options parsed and checked (fails fast)
-    StagedParquetWriter.write(batches) executor, once per task ATTEMPT: one new staged
-                                       Parquet file under <sink>/_staging/<batch>/<attempt>/,
+    StagedParquetWriter.write(batches) executor, once per task ATTEMPT: one new Parquet file,
+                                       staged under <sink>/_staging/<batch>/<attempt>/ or, on
+                                       S3, pending at <sink>/batch=<batch>/ (FileSink.stage),
                                        returns StagedFileMessage(entry)
     StagedParquetWriter.commit(msgs)   a Python worker (NOT the driver), once per job, with
                                        the message of exactly one successful attempt per
                                        partition: builds the Vote, calls record_vote()
-    StagedParquetWriter.abort(msgs)    a Python worker, when the job fails: deletes the files
+    StagedParquetWriter.abort(msgs)    a Python worker, when the job fails: removes the files
                                        the messages name; ``None`` messages (failed tasks)
-                                       are cleaned by FileSink.abort, which deletes all
-                                       staging of the batch
+                                       are cleaned by FileSink.abort, which removes all
+                                       staging and pending uploads of the batch
 
 Why no duplicates from Spark itself: every task attempt writes a file of its
 own (fresh name), and only the attempts Spark committed reach
@@ -43,7 +44,6 @@ from pyspark.sql.datasource import (
 from onceflow.storage import storage_for
 from onceflow.sinks.files.entries import FileEntry
 from onceflow.sinks.files.participant import FileSink
-from onceflow.sinks.files.staged_writer import write_staged_parquet
 from onceflow.sinks.files.kind import FORMAT  # the name this data source registers under
 from onceflow.sinks.votes import VOTE_PATH_OPTION, record_vote
 from onceflow.sinks.writer_options import FAULTS_OPTION, armed_as_job, checked_options, int_option
@@ -94,14 +94,8 @@ class StagedParquetWriter(DataSourceArrowWriter):
         from pyspark import TaskContext
 
         context = TaskContext.get()
-        sink = self.options.file_sink()
-        entry = write_staged_parquet(
-            iterator,
-            sink.staging_uri(self.options.batch_seq, self.options.attempt),
-            split=context.partitionId(),
-            storage=sink.storage,
-            task_attempt=context.attemptNumber(),
-        )
+        entry = self.options.file_sink().stage(iterator, self.options.batch_seq, self.options.attempt,
+                                               split=context.partitionId(), task_attempt=context.attemptNumber())
         return StagedFileMessage(entry)
 
     @armed_as_job
@@ -116,10 +110,10 @@ class StagedParquetWriter(DataSourceArrowWriter):
     def abort(self, messages: list[StagedFileMessage | None]) -> None:
         """Python worker, once per failed job: delete what the messages name.
         Failed tasks' files (``None`` messages) are left to FileSink.abort."""
-        storage = self.options.file_sink().storage
+        sink = self.options.file_sink()
         for message in messages:
             if message is not None and message.entry is not None:
-                storage.delete(message.entry.path)
+                sink.discard(message.entry)
 
 
 class OnceflowFilesDataSource(DataSource):

@@ -15,23 +15,28 @@ from typing import Any, Mapping, Sequence
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One staged Parquet file, as the task attempt that wrote it saw it."""
+    """One pre-committed Parquet file, as the task attempt that wrote it saw it."""
 
-    path: str          # full staged URI
+    path: str          # full URI: under the attempt's staging, or (pending) its committed name
     name: str          # base name; the promoted file keeps it
     size: int          # bytes
     rows: int
     sha256: str        # hex digest of the file's bytes
     split: int         # Spark partition id (input split)
     task_attempt: int  # Spark task attempt number that wrote it
+    # A pending file (``onceflow.storage.PendingStorage``, S3): what completes it at ``path``. None: staged.
+    upload: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        raw = asdict(self)
+        if self.upload is None:
+            del raw["upload"]  # a staged file's entry reads as it always did
+        return raw
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> "FileEntry":
         return cls(str(raw["path"]), str(raw["name"]), int(raw["size"]), int(raw["rows"]),
-                   str(raw["sha256"]), int(raw["split"]), int(raw["task_attempt"]))
+                   str(raw["sha256"]), int(raw["split"]), int(raw["task_attempt"]), raw.get("upload"))
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,18 @@
 
 Call sequence (see onceflow.core.participant)::
 
-    write_staged_parquet(...)  -> FileEntry   Spark executor, once per task attempt
+    stage(...)                 -> FileEntry   Spark executor, once per task attempt
     vote_for(batch, attempt, entries) -> Vote Spark data source commit (one per job)
     verify(vote)               -> Result      Airflow worker, before the decision
     commit(vote)               -> Result      Airflow worker, after COMMIT; any number of times
     abort(plan, votes)         -> Result      Airflow worker, after ABORT; any number of times
 
 Commit promotes exactly the files the vote names (layout.py has the paths):
-``publish`` (rename on local/Hadoop, server-side copy on S3), a size check of
-every promoted file, then the ``_SUCCESS`` manifest, created if absent and
-written LAST, then staging of every attempt of the batch is deleted. A crash
+``publish`` (rename on local/Hadoop), or on S3, where each file was written
+as a pending multipart upload to its committed name, one completion per file
+(no bytes copied, whatever the size); a size check of every promoted file,
+then the ``_SUCCESS`` manifest, created if absent and written LAST, then
+staging (and every pending upload) of every attempt of the batch is removed. A crash
 anywhere leaves either no manifest (the batch is invisible; the next commit
 resumes) or the manifest (the batch is committed; the next commit only
 cleans up). Files of task attempts the vote does not name are never promoted.
@@ -32,6 +34,7 @@ from onceflow.core.plan import Plan
 from onceflow.sinks.files import layout
 from onceflow.sinks.files.entries import FileEntry, Manifest
 from onceflow.storage import MissingStagedFile, Storage, storage_for
+from onceflow.storage.base import PendingStorage
 
 BEFORE_PUBLISH = faults.declare("files.commit.before_publish", "file sink commit: nothing promoted yet")
 AFTER_PUBLISH = faults.declare("files.commit.after_publish", "file sink commit: files promoted, no _SUCCESS manifest")
@@ -53,6 +56,22 @@ class FileSink(Participant):
     def staging_uri(self, batch_seq: int, attempt: int) -> str:
         return layout.attempt_staging(self.sink_uri, batch_seq, attempt)
 
+    def stage(self, data, batch_seq: int, attempt: int, split: int, task_attempt: int = 0) -> FileEntry | None:
+        """Executor: pre-commit one task attempt's rows as one Parquet file, pending at its committed
+        name where the storage keeps files pending (S3), else under the attempt's staging."""
+        from onceflow.sinks.files.staged_writer import write_staged_parquet  # pyarrow: not on the commit side
+
+        pending = layout.batch_dir(self.sink_uri, batch_seq) if isinstance(self.storage, PendingStorage) else None
+        return write_staged_parquet(data, self.staging_uri(batch_seq, attempt), split, self.storage,
+                                    task_attempt=task_attempt, pending_dir=pending)
+
+    def discard(self, entry: FileEntry) -> None:
+        """Remove what a failed job's task attempt pre-committed (FileSink.abort removes the rest)."""
+        if entry.upload is not None:
+            self.storage.abort_upload(entry.path, entry.upload)
+        else:
+            self.storage.delete(entry.path)
+
     def vote_for(self, batch_seq: int, attempt: int, entries: Iterable[FileEntry], replaces: int | None = None) -> Vote:
         """The vote for the task attempts whose files are ``entries`` (replacing
         committed batch ``replaces``, for a reprocessed interval).
@@ -66,11 +85,11 @@ class FileSink(Participant):
             dupes = sorted({s for s in splits if splits.count(s) > 1})
             raise ValueError(f"batch {layout.batch_id(batch_seq)} sink {self.name}: splits {dupes} "
                              "have files from more than one task attempt; refusing to vote for duplicates")
-        staging = self.staging_uri(batch_seq, attempt)
+        staging, target = self.staging_uri(batch_seq, attempt), layout.batch_dir(self.sink_uri, batch_seq)
         for entry in files:
-            if entry.path != layout.join(staging, entry.name):
-                raise ValueError(f"{entry.path} is not staged under {staging}: it cannot be part of "
-                                 f"batch {layout.batch_id(batch_seq)} attempt {attempt}")
+            if entry.path != layout.join(target if entry.upload is not None else staging, entry.name):
+                raise ValueError(f"{entry.path} is not staged under {staging} nor pending in {target}: it cannot "
+                                 f"be part of batch {layout.batch_id(batch_seq)} attempt {attempt}")
         payload = {"sink_uri": self.sink_uri, "files": [e.to_dict() for e in files]}
         return Vote(self.name, batch_seq, attempt, payload, records=sum(e.rows for e in files), replaces=replaces)
 
@@ -98,12 +117,20 @@ class FileSink(Participant):
                 return Result(Outcome.FAILED, f"{self._what(seq)} is committed "
                               f"({layout.manifest_path(self.sink_uri, seq)} exists); refusing to abort it. "
                               "Its decision is COMMIT: run the commit (recovery) instead")
-            removed = self.storage.delete_tree(layout.batch_staging(self.sink_uri, seq))
+            removed = self._remove_staging(seq)
         except Exception as exc:
             return self._error(seq, exc)
         return Result(Outcome.DONE if removed else Outcome.ALREADY_DONE)
 
     # -- internals -----------------------------------------------------------
+
+    def _remove_staging(self, seq: int) -> bool:
+        """Staging of every attempt of the batch, and every upload still pending in its directory
+        (attempts no vote names, voted ones of an aborted batch): nothing is left stored or billed."""
+        removed = self.storage.delete_tree(layout.batch_staging(self.sink_uri, seq))
+        if isinstance(self.storage, PendingStorage):
+            removed = self.storage.abort_pending(layout.batch_dir(self.sink_uri, seq)) > 0 or removed
+        return removed
 
     def _what(self, seq: int) -> str:
         return f"batch {layout.batch_id(seq)} of file sink {self.name} ({self.sink_uri})"
@@ -134,6 +161,8 @@ class FileSink(Participant):
         staged = self.storage.list_dir(self.staging_uri(seq, vote.attempt))
         for entry in entries:
             size = staged.get(entry.name, promoted.get(entry.name))
+            if entry.upload is not None and size is None and self.storage.pending_alive(entry.path, entry.upload):
+                continue  # pending, as it was written: its parts hold the bytes the vote recorded
             if size != entry.size:
                 found = "is missing" if size is None else f"has {size} bytes, the vote recorded {entry.size}"
                 return Result(Outcome.FAILED, f"{self._what(seq)} attempt {vote.attempt}: staged file {entry.path} "
@@ -150,8 +179,13 @@ class FileSink(Participant):
             if settled is not None:
                 return settled
         target = layout.batch_dir(self.sink_uri, seq)
+        staged = [e.name for e in entries if e.upload is None]
         faults.fault_point(BEFORE_PUBLISH)
-        self.storage.publish(self.staging_uri(seq, vote.attempt), target, [e.name for e in entries])
+        if staged or len(staged) == len(entries):  # an empty batch publishes its (empty) staging too
+            self.storage.publish(self.staging_uri(seq, vote.attempt), target, staged)
+        for entry in entries:
+            if entry.upload is not None:
+                self.storage.complete_pending(entry.path, entry.upload)
         faults.fault_point(AFTER_PUBLISH)
         promoted = self.storage.list_dir(target)
         for entry in entries:
@@ -164,7 +198,7 @@ class FileSink(Participant):
             if settled is not None:
                 return settled
         faults.fault_point(AFTER_MANIFEST)
-        self.storage.delete_tree(layout.batch_staging(self.sink_uri, seq))
+        self._remove_staging(seq)
         self._retract(manifest)
         replaced = f", replacing batch {layout.batch_id(manifest.replaces)}" if manifest.replaces is not None else ""
         return Result(Outcome.DONE, f"{len(entries)} files, {manifest.rows} rows promoted to {target}{replaced}")
@@ -182,7 +216,7 @@ class FileSink(Participant):
         """Judge an existing manifest: ALREADY_DONE when it is ours, FAILED when
         it names other files, None (carry on) when it is torn and was removed."""
         if existing == manifest.to_bytes():
-            self.storage.delete_tree(layout.batch_staging(self.sink_uri, seq))
+            self._remove_staging(seq)
             self._retract(manifest)
             return Result(Outcome.ALREADY_DONE, f"{self._what(seq)} was already committed")
         try:

@@ -80,7 +80,7 @@ RENAMED: dict[str, str] = {
     "onceflow.kafka.partitioners": "onceflow.sinks.kafka.partitioners",
     "onceflow.spark.kafka_sink": "onceflow.sinks.kafka.data_source",
     "onceflow.spark.writer_options": "onceflow.sinks.writer_options",
-    "onceflow.spark.committed_parquet": "onceflow.sinks.committed_parquet",
+    "onceflow.spark.committed_parquet": "onceflow.sinks.committed_reader",
     "onceflow.spec": "onceflow.pipeline.spec",
     "onceflow.runtime": "onceflow.pipeline.runtime",
     "onceflow.discovery": "onceflow.pipeline.discovery",

@@ -193,7 +193,7 @@ def refuse_options(sink: SinkSpec, takes: tuple[str, ...] = ()) -> None:
                                  f"{sink.kind} sink ({offer}): remove them")
 
 
-# The Spark data source that reads committed Parquet back for the audit (onceflow.sinks.committed_parquet).
+# The Spark data source that reads committed Parquet back for the audit (onceflow.sinks.committed_reader).
 COMMITTED_PARQUET = "onceflow_committed_parquet"
 
 

@@ -234,7 +234,7 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from onceflow.sinks import committed_parquet
+    from onceflow.sinks import committed_reader
     from onceflow.spark.batch_job import read_input, register_data_sources, release
 
     started = time.monotonic()
@@ -245,7 +245,7 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
     uncommitted = uncommitted_plans(runtime.coordinator) if weaker else {}
     chosen = select(committed, batches, sample, seed)
     register_data_sources(spark, spec)
-    committed_parquet.register(spark)
+    committed_reader.register(spark)
     # A reprocessed interval's commit removed the batch it replaces from outputs that replace.
     replaced, refused = replaced_batches(runtime.coordinator, committed)
     transform = spec.transform_function()

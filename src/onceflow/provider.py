@@ -1,5 +1,5 @@
 """What Airflow learns about onceflow from the ``apache_airflow_provider``
-entry point: the hooks, operators and connection types it ships.
+entry point: the hooks, operators, trigger, UI plugin and connection types it ships.
 
 Connection types are onceflow's own (``onceflow_kafka``, ``onceflow_s3``) so
 that the apache-kafka and Amazon providers keep theirs; the hooks also read
@@ -22,7 +22,10 @@ def get_provider_info() -> dict:
         "integrations": [{"integration-name": "onceflow", "tags": ["service"]}],
         "hooks": [{"integration-name": "onceflow", "python-modules": ["onceflow.airflow.hooks.kafka", "onceflow.airflow.hooks.s3",
                                                                    "onceflow.airflow.hooks.iceberg"]}],
-        "operators": [{"integration-name": "onceflow", "python-modules": ["onceflow.airflow.operators.batch"]}],
+        "operators": [{"integration-name": "onceflow", "python-modules": ["onceflow.airflow.operators.batch",
+                                                                       "onceflow.airflow.operators.spark"]}],
+        "triggers": [{"integration-name": "onceflow", "python-modules": ["onceflow.airflow.triggers.input_lag"]}],
+        "plugins": [{"name": "onceflow", "plugin-class": "onceflow.airflow.ui.plugin.OnceflowPlugin"}],
         "connection-types": [
             {"connection-type": "onceflow_kafka", "hook-class-name": "onceflow.airflow.hooks.kafka.KafkaConfigHook",
              "hook-name": "onceflow Kafka"},

@@ -79,15 +79,21 @@ def test_an_unknown_module_is_a_plain_module_not_found():
         __import__("onceflow.no_such_module")
 
 
-def test_airflow_finds_the_provider_its_hooks_and_connection_types():
+def test_airflow_finds_the_provider_its_hooks_connection_types_trigger_and_plugin():
     code = (
         "from airflow.providers_manager import ProvidersManager as M; m = M(); "
         "p = m.providers['onceflow']; h = m.hooks; "
-        "print(p.version, h['onceflow_kafka'].hook_class_name, h['onceflow_s3'].hook_class_name)"
+        "print('HOOKS', p.version, h['onceflow_kafka'].hook_class_name, h['onceflow_s3'].hook_class_name); "
+        "print('TRIGGERS', *sorted(t.trigger_class_name for t in m.trigger if t.package_name == 'onceflow')); "
+        "print('PLUGINS', *sorted(x.plugin_class for x in m.plugins if x.provider_name == 'onceflow'))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    version, kafka_hook, s3_hook = result.stdout.split()[-3:]
+    said = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()
+            if line.split()[:1] in (["HOOKS"], ["TRIGGERS"], ["PLUGINS"])}
+    assert said["TRIGGERS"] == ["onceflow.airflow.triggers.input_lag"]
+    assert said["PLUGINS"] == ["onceflow.airflow.ui.plugin.OnceflowPlugin"]
+    version, kafka_hook, s3_hook = said["HOOKS"]
     import onceflow
 
     assert version == onceflow.__version__

@@ -49,7 +49,8 @@ def test_the_wheel_holds_the_library_and_nothing_of_the_dev_kit(wheels):
     names = zipfile.ZipFile(wheels["library"]).namelist()
     assert all(n.startswith(("onceflow/", "onceflow-")) for n in names), sorted(names)[:20]
     assert not [n for n in names if any(part in n for part in DEV_KIT_PARTS)]
-    assert {"onceflow/spark/submit.py", "onceflow/dag_factory.py", "onceflow/provider.py", "onceflow/cli.py"} <= set(names)
+    assert {"onceflow/spark/submit.py", "onceflow/airflow/dag_factory.py", "onceflow/provider.py", "onceflow/ops/cli.py",
+            "onceflow/airflow/ui/templates/index.html"} <= set(names)
     entry_points = next(zipfile.ZipFile(wheels["library"]).read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "[apache_airflow_provider]" in entry_points and "onceflow.provider:get_provider_info" in entry_points
     metadata = next(zipfile.ZipFile(wheels["library"]).read(n).decode() for n in names if n.endswith("/METADATA"))

@@ -75,6 +75,10 @@ class Requests:
         self.sent[model.name] += 1
 
     def _copy(self, params, **_):
+        if "CopySourceRange" in params:  # one part of a multipart copy: "bytes=first-last"
+            first, last = params["CopySourceRange"].removeprefix("bytes=").split("-")
+            self.copied += int(last) - int(first) + 1
+            return
         source = params["CopySource"]
         key = source["Key"] if isinstance(source, dict) else source.split("/", 1)[1]
         self.copied += self.sizes.get(key, 0)

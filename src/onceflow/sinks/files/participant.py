@@ -180,12 +180,12 @@ class FileSink(Participant):
                 return settled
         target = layout.batch_dir(self.sink_uri, seq)
         staged = [e.name for e in entries if e.upload is None]
+        pending = [e for e in entries if e.upload is not None]
         faults.fault_point(BEFORE_PUBLISH)
-        if staged or len(staged) == len(entries):  # an empty batch publishes its (empty) staging too
+        if staged or not pending:  # an empty batch publishes its (empty) staging too
             self.storage.publish(self.staging_uri(seq, vote.attempt), target, staged)
-        for entry in entries:
-            if entry.upload is not None:
-                self.storage.complete_pending(entry.path, entry.upload)
+        for entry in pending:
+            self.storage.complete_pending(entry.path, entry.upload)
         faults.fault_point(AFTER_PUBLISH)
         promoted = self.storage.list_dir(target)
         for entry in entries:

@@ -20,6 +20,12 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+# Imported at collection, not in the test: pytest rewrites schemathesis (a pytest plugin) as it is
+# imported, and CPython 3.11.7's ast.parse fails ("AST constructor recursion depth mismatch") when that
+# happens deep in a test's stack after hypothesis has recursed.
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
 
 from onceflow_devkit.local_airflow.auth import auth_env
 from onceflow_devkit.local_airflow.rest import AirflowApi
@@ -339,10 +345,6 @@ def test_an_operator_splits_the_failing_batch_from_the_page(page_world):
 def test_the_pages_api_answers_any_input_without_a_server_error_and_leaves_committed_batches_as_they_are(page_world):
     """Every route of the page's API (its FastAPI schema, which the server does not publish) fuzzed
     by schemathesis against the real api-server, as a signed-in user who may split and skip."""
-    import schemathesis
-    from hypothesis import HealthCheck, given, settings
-    from schemathesis.checks import not_a_server_error
-
     from onceflow.airflow.ui.app import app
 
     world, _ = page_world

@@ -73,7 +73,7 @@ def keyed_partitions(config, topic: str) -> list[tuple[int, bytes]]:
     return seen
 
 
-@pytest.mark.parametrize("broker_name", ["apache", pytest.param("noida", marks=pytest.mark.slow),
+@pytest.mark.parametrize("broker_name", [pytest.param("apache", marks=pytest.mark.slow), pytest.param("noida", marks=pytest.mark.slow),
                                          pytest.param("tansu", marks=pytest.mark.slow)])
 def test_two_topics_a_release_between_batches_and_every_output_replays_equal(broker_name, _brokers, tmp_path,
                                                                            spark_connect_server, postgres_server,

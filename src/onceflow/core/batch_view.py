@@ -60,11 +60,11 @@ def describe_batch(ledger: BatchLedger, seq: int, configured: Sequence[str] = ()
     if seq == 0:
         return None
     plan = planned(ledger, seq)
-    attempt = ledger.latest_attempt(seq)
-    votes, missing, last_vote_ms = ledger.read_votes(seq, attempt, outputs_of(plan, configured))
+    attempt, outputs = ledger.latest_attempt(seq), outputs_of(plan, configured)
+    votes, missing, last_vote_ms = ledger.read_votes(seq, attempt, outputs)
     decision = ledger.read_decision(seq)
     done = {}
-    for effect in [*outputs_of(plan, configured), BATCH_EFFECT]:
+    for effect in [*outputs, BATCH_EFFECT]:
         marker = ledger.read_done(seq, effect) if decision else None
         if marker is not None:
             done[effect] = marker

@@ -1,7 +1,7 @@
 """Time from trigger to committed, through real Airflow, spark-submit mode beside Spark Connect mode.
 
     .venv/bin/python benchmarks/batch_latency.py [--records 1000 100000] [--repeat 3]
-        [--modes submit connect] [--scheduler-idle-sleep S]
+        [--modes submit connect] [--scheduler-idle-sleep S] [--plot benchmarks/batch_latency.png]
 
 Starts its own embedded stack (Kafka, S3), a Spark Connect server (local[2])
 and Airflow with its scheduler, api-server, dag-processor and triggerer (LocalExecutor),
@@ -18,7 +18,8 @@ database: waiting for the plan task (trigger to its start), plan, the gap to
 the spark task (scheduler), spark, the gap to commit, commit; "committed" is
 trigger to the commit task's end. One untimed run per mode comes first (DAG
 parse, the server's Python workers). Prints one line per run, then the medians
-as JSON. Runs on an idle machine: nothing else should run beside it.
+as JSON; ``--plot`` draws the median stages of each size and mode as stacked bars
+against the 4 s target. Runs on an idle machine: nothing else should run beside it.
 
 Freshness, with the input-driven schedule: a third DAG, ``latency_on_input``
 (Spark Connect, ``when_input(records=1000, max_age_s=5, poll_s=1)``), is never
@@ -57,6 +58,7 @@ for mode, conn_id, schedule in (("submit", "onceflow_spark", None), ("connect", 
     globals()[f"latency_{mode}"] = pipeline_dag(spec, dag_id=f"latency_{mode}", schedule=schedule, spark_conn_id=conn_id)
 '''
 MODES = ("submit", "connect")
+TARGET_S = 4.0  # a 1,000-record batch, Spark Connect, trigger to committed
 ON_INPUT = "on_input"
 
 
@@ -104,6 +106,7 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="the spark modes to time")
     parser.add_argument("--scheduler-idle-sleep", type=float, default=None, metavar="S",
                         help="Airflow's [scheduler] scheduler_idle_sleep_time (its default: 1 s)")
+    parser.add_argument("--plot", type=Path, default=None, help="draw the median stages into this PNG")
     args = parser.parse_args(argv)
     tuning = ({} if args.scheduler_idle_sleep is None
               else {"AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": str(args.scheduler_idle_sleep)})
@@ -191,6 +194,13 @@ def main(argv=None) -> int:
         summary.append({"records": records, "mode": "input-driven (Spark Connect)",
                         "produce_to_visible_s": round(statistics.median(seconds), 2)})
     print(json.dumps(summary, indent=1))
+    if args.plot:
+        from plots import draw_stages  # benchmarks/ is the script's directory
+
+        rows = {f"{s['records']:,} records, {s['mode']}": s for s in summary if s.get("mode") in MODES}
+        draw_stages(args.plot, "trigger to committed through Airflow's scheduler: median stages", rows, STAGES,
+                    target_s=TARGET_S)
+        print(f"plot: {args.plot}")
     return 0
 
 

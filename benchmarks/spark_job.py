@@ -1,6 +1,7 @@
 """What exactly-once costs the whole clickstream job: run_batch + commit vs the same job written plainly.
 
-    .venv/bin/python benchmarks/spark_job.py [--events 1000000] [--repeat 3] [--splits 4] [--master local[2] | --connect] [--plain-headers] [--plain-concurrent]
+    .venv/bin/python benchmarks/spark_job.py [--events 1000000] [--repeat 3] [--splits 4] [--master local[2] | --connect]
+        [--plain-headers] [--plain-concurrent] [--plain-connector]
 
 Uses the broker ONCEFLOW_KAFKA_BOOTSTRAP names (for the embedded one: ``onceflow
 services up``, then ``set -a; . .onceflow/stack.env; set +a``). ``--events`` click events (5%
@@ -17,7 +18,13 @@ partitions; then, in ONE Spark session, ``--repeat`` times, each side once
   names, same sizes), so the ratio prices staging and transactions alone.
   With ``--plain-concurrent`` it writes its outputs at once, one driver
   thread each: what that would save a job (onceflow's still writes them in
-  turn; benchmarks/README.md says why).
+  turn; benchmarks/README.md says why). With ``--plain-connector`` it is
+  the job a user would write with Spark's own connectors instead, at least
+  once: Spark's Kafka source reads the same ranges (exact
+  ``startingOffsets``/``endingOffsets``, ``kafka.isolation.level=read_committed``),
+  each Kafka output is written by Spark's Kafka sink (``format("kafka")``, its
+  defaults), the files by ``df.write.parquet`` (local sessions only: the
+  connector's jars, fetched by Maven, join the session's classpath).
 - onceflow: a fresh pipeline (own name, output topics, warehouse, hence a
   fresh ledger) planned over all events, ``run_batch`` (staged files, open
   transactions, votes; one output after another) then
@@ -133,11 +140,27 @@ def plain_producer(config: dict, topic: str, headers_of: tuple[str, str] | None 
     return produce_partition
 
 
+def spark_kafka_read(spark, ranges, config: dict, columns):
+    """Exactly ``ranges`` through Spark's own Kafka source, read_committed, only ``columns`` (driver)."""
+    start: dict[str, dict[str, int]] = {}
+    end: dict[str, dict[str, int]] = {}
+    for r in ranges:
+        start.setdefault(r.topic, {})[str(r.partition)] = r.start
+        end.setdefault(r.topic, {})[str(r.partition)] = r.end
+    reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", config["bootstrap.servers"])
+              .option("assign", json.dumps({t: [int(p) for p in parts] for t, parts in start.items()}))
+              .option("startingOffsets", json.dumps(start)).option("endingOffsets", json.dumps(end))
+              .option("kafka.isolation.level", "read_committed").option("includeHeaders", str("headers" in columns).lower()))
+    return reader.load().select(*columns)
+
+
 def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: int,
-              with_headers: bool = False, concurrent: bool = False) -> tuple[int, dict[str, float]]:
+              with_headers: bool = False, concurrent: bool = False,
+              connector: bool = False) -> tuple[int, dict[str, float]]:
     """The same read and transform as run_batch, written with no staging and no transactions (driver);
     ``with_headers``: Kafka records carry onceflow's headers all the same; ``concurrent``: the outputs
-    are written at once, one driver thread each (otherwise one after another, as run_batch writes them).
+    are written at once, one driver thread each (otherwise one after another, as run_batch writes them);
+    ``connector``: read and write Kafka with Spark's own connector instead.
 
     Returns the records read and the seconds of each stage, named as run_batch's ``JobResult.seconds``.
     """
@@ -146,7 +169,10 @@ def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: 
 
     started = time.perf_counter()
     # The deployment only tells the reader where the broker is; nothing is written to its warehouse.
-    records = read_input(spark, spec, ranges, Deployment(f"file://{out_dir}", broker).to_option()).cache()
+    if connector:
+        records = spark_kafka_read(spark, ranges, config, spec.input_columns).cache()
+    else:
+        records = read_input(spark, spec, ranges, Deployment(f"file://{out_dir}", broker).to_option()).cache()
     count = records.count()
     seconds = {"read": time.perf_counter() - started}
     outputs = spec.transform_function()(records, "0000000001")
@@ -156,6 +182,9 @@ def run_plain(spark, spec, broker, ranges, config: dict, out_dir: Path, splits: 
         frame = outputs[sink.name].repartition(splits)
         if sink.kind == "files":
             frame.write.parquet(str(out_dir / sink.name))
+        elif connector:
+            (frame.select("key", "value").write.format("kafka")
+             .option("kafka.bootstrap.servers", config["bootstrap.servers"]).option("topic", sink.target).save())
         else:
             produce = plain_producer(config, sink.target, (spec.name, sink.name) if with_headers else None)
             sent = frame.select("key", "value").mapInArrow(produce, "sent long")
@@ -221,6 +250,33 @@ def drop(config: dict, topics: list[str]) -> None:
     topics.clear()
 
 
+def open_session(spec, work: Path, connect: bool, master: str = "local[2]", jars: list[Path] = ()):
+    """The benchmark's Spark session, with every data source ``spec`` writes registered: a local one on
+    ``master`` (with ``jars`` on its classpath), or (``connect``) a client of a Spark Connect server
+    (local[2]) started under ``work``. Returns (session, the server's process or None); stop both when done."""
+    from onceflow.spark.batch_job import register_data_sources
+
+    if connect:
+        from onceflow.spark.shipping import shipped_code
+        from onceflow.spark.connect import CONNECT_MODE_VAR, join_session
+        from onceflow_devkit.services.process import ManagedProcess
+        from onceflow_devkit.services.spark_connect import start_connect_server
+
+        server_process = ManagedProcess("spark-connect", work / "spark-connect")
+        server = start_connect_server(server_process, die_with_parent=True)
+        spark = join_session(server.url, shipped_code(spec))
+        os.environ[CONNECT_MODE_VAR] = "1"  # this process talks to the server only (connect.connect_mode)
+    else:
+        from onceflow.spark.local_session import local_spark
+
+        server_process = None
+        spark = local_spark("onceflow-bench-job", master=master, **{"spark.ui.showConsoleProgress": "false"},
+                            **({"spark.jars": ",".join(map(str, jars))} if jars else {}))
+        spark.sparkContext.setLogLevel("ERROR")
+    register_data_sources(spark, spec)
+    return spark, server_process
+
+
 def commit_with_retries(coordinator, seq: int, deadline_s: float = 60.0):
     """coordinator.commit, retried on RetryLater as the Airflow commit task is (the retries are timed)."""
     from onceflow.core.errors import RetryLater
@@ -247,11 +303,18 @@ def main(argv=None) -> int:
                         help="the plain side's Kafka records carry onceflow's headers too: prices them apart")
     parser.add_argument("--plain-concurrent", action="store_true",
                         help="the plain side writes its outputs at once, one driver thread each")
+    parser.add_argument("--plain-connector", action="store_true",
+                        help="the plain side reads and writes Kafka with Spark's own connector (local sessions)")
     args = parser.parse_args(argv)
+    if args.plain_connector and args.connect:
+        parser.error("--plain-connector runs in a local session (the connector's jars join its classpath): drop --connect")
+    jars = []
+    if args.plain_connector:
+        from onceflow_devkit.services.spark_kafka import connector_jars
+
+        jars = connector_jars()
 
     from onceflow.kafka.admin import ensure_topics
-    from onceflow.spark.batch_job import register_data_sources
-    from onceflow.spark.local_session import local_spark
 
     from onceflow_devkit.services.stack import environment_broker
 
@@ -266,21 +329,8 @@ def main(argv=None) -> int:
           flush=True)
 
     work = Path(tempfile.mkdtemp(prefix="onceflow-bench-job-"))
-    if args.connect:
-        from onceflow.spark.shipping import shipped_code
-        from onceflow.spark.connect import CONNECT_MODE_VAR, join_session
-        from onceflow_devkit.services.process import ManagedProcess
-        from onceflow_devkit.services.spark_connect import start_connect_server
-
-        server_process = ManagedProcess("spark-connect", work / "spark-connect")
-        server = start_connect_server(server_process, die_with_parent=True)
-        spark = join_session(server.url, shipped_code(job_spec("registration", input_topic, args.splits)))
-        os.environ[CONNECT_MODE_VAR] = "1"  # this process talks to the server only (connect.connect_mode)
-    else:
-        server_process = None
-        spark = local_spark("onceflow-bench-job", master=args.master, **{"spark.ui.showConsoleProgress": "false"})
-        spark.sparkContext.setLogLevel("ERROR")
-    register_data_sources(spark, job_spec("registration", input_topic, args.splits))  # every sink kind the job writes
+    spark, server_process = open_session(job_spec("registration", input_topic, args.splits), work, args.connect, args.master,
+                                         jars)
     made: list[str] = []  # output topics, dropped after each repeat
     cpu: list[tuple[CpuMeter, CpuMeter]] = []  # (plain, onceflow) per repeat
     plain_s, once_s = [], []
@@ -297,7 +347,7 @@ def main(argv=None) -> int:
         spec = fresh("warm-p")
         ranges = plan_ranges(spec, broker, work / "warm-p")
         run_plain(spark, spec, broker, [dataclasses.replace(r, end=min(r.end, r.start + warm)) for r in ranges],
-                  config, work / "warm-p-out", args.splits)
+                  config, work / "warm-p-out", args.splits, connector=args.plain_connector)
         run_onceflow(spark, dataclasses.replace(fresh("warm-o"), max_records_per_partition=warm), broker, work / "warm-o", CpuMeter())
         drop(config, made)
 
@@ -312,7 +362,8 @@ def main(argv=None) -> int:
                     with plain_cpu:
                         t0 = time.perf_counter()
                         count, plain_stages = run_plain(spark, spec, broker, ranges, config, work / f"plain-out-{i}",
-                                                        args.splits, args.plain_headers, args.plain_concurrent)
+                                                        args.splits, args.plain_headers, args.plain_concurrent,
+                                                        args.plain_connector)
                         plain_s.append(time.perf_counter() - t0)
                     if count != args.events:
                         raise RuntimeError(f"plain run {i} read {count} events, expected {args.events}")
@@ -338,7 +389,7 @@ def main(argv=None) -> int:
     p, o = statistics.median(plain_s), statistics.median(once_s)
     paired = statistics.median(x / y for x, y in zip(once_s, plain_s))
     print(json.dumps({
-        "events": args.events, "spark": "connect" if args.connect else args.master, "plain_headers": args.plain_headers, "plain_concurrent": args.plain_concurrent, "splits": args.splits, "partitions": args.partitions, "broker": broker.name,
+        "events": args.events, "spark": "connect" if args.connect else args.master, "plain_headers": args.plain_headers, "plain_concurrent": args.plain_concurrent, "plain_connector": args.plain_connector, "splits": args.splits, "partitions": args.partitions, "broker": broker.name,
         "plain_s": round(p, 2), "onceflow_s": round(o, 2),
         "plain_events_per_s": round(args.events / p), "onceflow_events_per_s": round(args.events / o),
         "ratio": round(o / p, 3), "median_repeat_ratio": round(paired, 3), "target_met": max(o / p, paired) <= 1.15,

@@ -28,7 +28,7 @@ import time
 import uuid
 
 from quiet import wait_for_quiet  # noqa: E402 (benchmarks/ is the script's directory)
-from spark_job import produce_events  # noqa: E402
+from spark_job import produce_events, spark_kafka_read  # noqa: E402
 
 COLUMNS = ("key", "value", "timestamp")
 
@@ -36,17 +36,6 @@ COLUMNS = ("key", "value", "timestamp")
 def onceflow_read(spark, ranges, deployment: str, columns):
     return (spark.read.format("onceflow_kafka_range").option("ranges", json.dumps([r.to_dict() for r in ranges]))
             .option("deployment", deployment).option("columns", ",".join(columns)).load())
-
-
-def spark_read(spark, ranges, config: dict, columns):
-    topic = ranges[0].topic
-    start = {topic: {str(r.partition): r.start for r in ranges}}
-    end = {topic: {str(r.partition): r.end for r in ranges}}
-    reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", config["bootstrap.servers"])
-              .option("assign", json.dumps({topic: [r.partition for r in ranges]}))
-              .option("startingOffsets", json.dumps(start)).option("endingOffsets", json.dumps(end))
-              .option("kafka.isolation.level", "read_committed").option("includeHeaders", str("headers" in columns).lower()))
-    return reader.load().select(*columns)
 
 
 def timed(frame) -> float:
@@ -92,14 +81,14 @@ def main(argv=None) -> int:
         for columns in (COLUMNS, (*COLUMNS, "headers")):
             warm = [OffsetRange(r.topic, r.partition, 0, min(r.end, 5_000)) for r in ranges]
             timed(onceflow_read(spark, warm, deployment, columns))
-            timed(spark_read(spark, warm, config, columns))
+            timed(spark_kafka_read(spark, warm, config, columns))
             sides = {"onceflow": [], "spark": []}
             for i in range(args.repeat):
                 order = ("onceflow", "spark") if i % 2 == 0 else ("spark", "onceflow")
                 for side in order:
                     wait_for_quiet()
                     frame = onceflow_read(spark, ranges, deployment, columns) if side == "onceflow" \
-                        else spark_read(spark, ranges, config, columns)
+                        else spark_kafka_read(spark, ranges, config, columns)
                     sides[side].append(timed(frame))
                 print(f"repeat {i + 1} ({', '.join(columns)}): onceflow {sides['onceflow'][-1]:.2f} s, "
                       f"spark {sides['spark'][-1]:.2f} s", flush=True)

@@ -35,7 +35,7 @@ def growth_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 def draw_stages(path: Path, title: str, rows: Mapping[str, Mapping[str, float]], stages: Sequence[str],
                 target_s: float | None = None) -> None:
     """One horizontal bar per row, its stages stacked left to right in seconds; ``target_s`` as a line."""
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.6 * len(rows)))
+    fig, ax = plt.subplots(figsize=(10, 1.9 + 0.5 * len(rows)))
     labels = list(rows)
     left = [0.0] * len(labels)
     colours = plt.get_cmap("tab10").colors
@@ -43,17 +43,15 @@ def draw_stages(path: Path, title: str, rows: Mapping[str, Mapping[str, float]],
         widths = [rows[label].get(stage, 0.0) for label in labels]
         ax.barh(labels, widths, left=left, color=colours[i % len(colours)], label=stage)
         for y, (x0, w) in enumerate(zip(left, widths)):
-            if w >= 0.35:
+            if w >= 0.3:
                 ax.text(x0 + w / 2, y, f"{w:.1f}", ha="center", va="center", fontsize=8, color="white")
         left = [a + b for a, b in zip(left, widths)]
     if target_s is not None:
-        ax.axvline(target_s, color="black", linestyle="--", linewidth=1)
-        ax.text(target_s, len(labels) - 0.45, f" target {target_s:g} s", fontsize=8, va="bottom")
+        ax.axvline(target_s, color="black", linestyle="--", linewidth=1, label=f"target {target_s:g} s")
     ax.set_xlabel("seconds")
     ax.set_title(title, fontsize=10)
     ax.invert_yaxis()
-    ax.legend(ncol=len(stages), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35 - 0.1 / len(rows)),
-              frameon=False)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -9,8 +9,10 @@ database SQLAlchemy can reach works, not only SQLite.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -64,6 +66,18 @@ class MetadataDb:
             dag_id=dag_id, run_id=run_id,
         )
         return {task: (_utc(start), _utc(end)) for task, start, end in rows}
+
+    def returned(self, dag_id: str, run_id: str, task_id: str) -> Any:
+        """What the task's latest try returned (its ``return_value`` XCom, JSON), or None."""
+        rows = self._query(
+            "SELECT value FROM xcom WHERE dag_id = :dag_id AND run_id = :run_id AND task_id = :task_id "
+            "AND key = 'return_value' AND map_index < 0",
+            dag_id=dag_id, run_id=run_id, task_id=task_id,
+        )
+        if not rows or rows[0][0] is None:
+            return None
+        value = rows[0][0]
+        return json.loads(value) if isinstance(value, (str, bytes)) else value
 
     def task_seconds(self, dag_id: str, run_id: str) -> dict[str, float]:
         """task_id -> seconds its latest try ran, in the order the tasks started."""

@@ -22,9 +22,9 @@ an idle machine. Three series:
   (``batch_page``) read from that ledger.
 
 Prints each point as it goes, then each series' medians as a table with how
-each stage grows from the first point to the last (the slope of log(seconds)
-against log(x): flat, sublinear, linear or worse), and draws the three series
-as log-log panels into ``--plot``.
+each stage grows at the top of its range (the slope of log(seconds) against
+log(x) over the last step: flat, sublinear, linear or worse), and draws the
+three series as log-log panels into ``--plot``.
 """
 
 from __future__ import annotations

@@ -16,19 +16,23 @@ import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
 
 
 def growth_shape(xs: Sequence[float], ys: Sequence[float]) -> str:
-    """How ``ys`` grows with ``xs``, from the slope of log(y) against log(x) between the two ends:
-    flat (< 0.2: the cost does not depend on x), sublinear, linear (0.8-1.2) or worse."""
-    slope = growth_slope(xs, ys)
+    """How ``ys`` grows with ``xs`` at the top of the range: the slope of log(y) against log(x) over
+    the last step (at the small end a fixed cost hides the growth). Flat below 0.2 (the cost does not
+    depend on x), sublinear, linear from 0.8 to 1.2, else worse."""
+    slope = growth_slope(xs[-2:], ys[-2:])
     if slope < 0.2:
-        return f"flat (slope {slope:.2f})"
-    if slope < 0.8:
-        return f"sublinear (slope {slope:.2f})"
-    if slope <= 1.2:
-        return f"linear (slope {slope:.2f})"
-    return f"worse than linear (slope {slope:.2f})"
+        shape = "flat"
+    elif slope < 0.8:
+        shape = "sublinear"
+    elif slope <= 1.2:
+        shape = "linear"
+    else:
+        shape = "worse than linear"
+    return f"{shape} ({slope:.2f})"
 
 
 def growth_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """The slope of log(y) against log(x) from the first point to the last."""
     return math.log(max(ys[-1], 1e-9) / max(ys[0], 1e-9)) / math.log(xs[-1] / xs[0])
 
 

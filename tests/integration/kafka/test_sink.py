@@ -394,3 +394,79 @@ def test_a_fenced_attempts_successor_commits_though_the_scan_starts_past_the_abo
     assert result.outcome is Outcome.DONE, result.detail
     values = _audit(kafka_broker, topic)
     assert sorted(values) == sorted([f"other-{i}".encode() for i in range(10)] + [f"winner-{i}".encode() for i in range(20)])
+
+
+def test_a_committed_split_partly_deleted_before_a_commit_retry_fails_instead_of_repairing(
+    kafka_broker, topic, pipeline, tmp_path, precommit_in_child
+):
+    # The settle table's INCONSISTENT row, produced by the broker: retention (here DeleteRecords) took one
+    # partition's share of a committed split before a retried commit task looked again. A repair would
+    # publish the surviving partitions' records a second time: the commit must stop and say so.
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    config = kafka_broker.config()
+    handle = precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0), 60, pipeline=pipeline)
+    assert len(handle.partitions) >= 2, handle.partitions  # keys k0..k59 spread over the partitions
+    participant = _participant(kafka_broker, pipeline, tmp_path, timeout_s=5)
+    vote = _vote(handle)
+    assert participant.commit(vote).outcome is Outcome.DONE
+    partition, gone = sorted(handle.partitions.items())[0]
+    admin = AdminClient(dict(config))
+    end = gone.last_offset + 2  # past the commit marker
+    for future in admin.delete_records([TopicPartition(topic, partition, end)]).values():
+        future.result(30)
+    survivors = Counter(v for _, v, _ in read_committed(config, topic, PARTITIONS))
+
+    result = participant.commit(vote)
+
+    assert result.outcome is Outcome.FAILED, result.detail
+    assert "partly visible" in result.detail and "Inspect the topic" in result.detail, result.detail
+    assert Counter(v for _, v, _ in read_committed(config, topic, PARTITIONS)) == survivors  # nothing re-published
+    assert sum(survivors.values()) == 60 - gone.count
+
+
+def test_a_commit_whose_read_cannot_reach_the_splits_end_answers_retry_later_and_guesses_nothing(
+    one_kafka_broker, pipeline, tmp_path, precommit_in_child, pause_one_broker, monkeypatch
+):
+    # The settle table's UNREADABLE row, produced by the broker: it stops answering (SIGSTOP) after the
+    # commit's EndTxn step, while the commit reads the split. Neither done nor a repair: retry later.
+    import threading
+
+    from onceflow.core import faults
+    from onceflow.sinks.kafka.participant import AFTER_END_TXN
+
+    config = one_kafka_broker.config()
+    topic = create_topic(config, partitions=PARTITIONS, prefix="out")
+    handle = precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0), 30, pipeline=pipeline)
+    participant = KafkaSinkParticipant("out", pipeline, config, staging_root=str(tmp_path), broker=one_kafka_broker.broker,
+                                       timeout_s=3)
+    vote = _vote(handle)
+    assert participant.commit(vote).outcome is Outcome.DONE
+    fired = tmp_path / "fired"
+    monkeypatch.setenv(faults.FIRED_LOG_VAR, str(fired))
+    monkeypatch.setattr(faults, "HOLD_S", 1.0)  # the step held while the broker is paused
+    faults.arm(AFTER_END_TXN, "hold")
+    commit_returned = threading.Event()
+
+    def pause_once_held() -> None:
+        while not fired.exists() and not commit_returned.is_set():
+            time.sleep(0.02)
+        with pause_one_broker():
+            commit_returned.wait(60)
+
+    pauser = threading.Thread(target=pause_once_held)
+    pauser.start()
+    try:
+        result = participant.commit(vote)
+    finally:
+        commit_returned.set()
+        pauser.join(60)
+        faults.disarm()
+
+    assert result.outcome is Outcome.RETRY_LATER, result.detail
+    assert "could not read the output to its end" in result.detail and "commit again once the broker answers" in result.detail
+    again = participant.commit(vote)  # the broker answers again
+    assert again.outcome is Outcome.ALREADY_DONE, again.detail
+    assert Counter(v for _, v, _ in read_committed(config, topic, PARTITIONS)) == Counter(_expected(0, 30))

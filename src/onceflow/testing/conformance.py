@@ -16,7 +16,9 @@ what the participant answers alone: commit twice, abort an attempt that never
 voted, a commit interrupted at each of its fault points and finished by a new
 participant, a zombie attempt that writes after a newer one, a vote older than
 the kind's lifetime, batches committed out of order, and reprocessing as the
-kind declares it.
+kind declares it. A kind that also offers the weaker delivery guarantees runs
+``AtLeastOnceConformance`` and ``NoGuaranteeConformance`` the same way, each on
+a SinkSpec of that guarantee.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import pytest
 from onceflow.core import faults
 from onceflow.core.batch_id import BatchId
 from onceflow.core.participant import Outcome, Participant, Vote
-from onceflow.core.plan import Plan, SinkPlan
+from onceflow.core.plan import AT_LEAST_ONCE, NO_GUARANTEE, Plan, SinkPlan
 from onceflow.sinks import sink_kind
 from onceflow.pipeline.spec import SinkSpec
 
@@ -71,9 +73,7 @@ def seen(rows: Sequence[Row], batch_seq: int) -> Counter:
     return Counter((str(BatchId(batch_seq)), str(r["key"]), int(r["value"])) for r in rows)
 
 
-class SinkConformance:
-    """Subclass it and give it the fixture ``sink_harness``."""
-
+class _Kit:
     def plan(self, harness: SinkHarness, batch_seq: int) -> Plan:
         sink = harness.sink
         ids = sink_kind(sink.kind).transactional_ids(harness.pipeline, SinkPlan(sink.name, sink.kind, sink.splits), batch_seq)
@@ -82,6 +82,10 @@ class SinkConformance:
     def of_batch(self, harness: SinkHarness, batch_seq: int) -> Counter:
         batch_id = str(BatchId(batch_seq))
         return Counter(row for row in harness.visible() if row[0] == batch_id)
+
+
+class SinkConformance(_Kit):
+    """Subclass it and give it the fixture ``sink_harness``."""
 
     def test_nothing_is_visible_before_the_commit_and_all_of_it_once_after(self, sink_harness):
         rows = rows_of(1, 1)
@@ -194,3 +198,50 @@ class SinkConformance:
         assert sink_harness.participant().commit(again).ok
         assert self.of_batch(sink_harness, 8) == seen(rows_of(8, 1), 8)
         assert self.of_batch(sink_harness, 7) == (Counter() if how == "replaced" else seen(rows_of(7, 1), 7))
+
+
+class _VisibleWrites(_Kit):
+    """What a kind promises for an output whose guarantee is not exactly_once: its Spark side writes
+    visibly, and its participant has nothing to commit or take back."""
+
+    guarantee: str
+
+    def test_the_kind_offers_the_guarantee_the_harness_writes(self, sink_harness):
+        assert sink_harness.sink.guarantee == self.guarantee, "give the harness's SinkSpec this guarantee"
+        assert self.guarantee in sink_kind(sink_harness.sink.kind).guarantees
+
+    def test_rows_are_visible_once_written_and_commits_add_nothing(self, sink_harness):
+        rows = rows_of(21, 1)
+        vote = sink_harness.pre_commit(21, 1, rows)
+        assert vote.records == len(rows)
+        assert self.of_batch(sink_harness, 21) == seen(rows, 21)  # no transaction: visible at once
+        for _ in range(2):  # the commit task, then a retry of it from a new process
+            result = sink_harness.participant().commit(vote)
+            assert result.outcome in (Outcome.DONE, Outcome.ALREADY_DONE), result.detail
+        assert self.of_batch(sink_harness, 21) == seen(rows, 21)
+
+
+class AtLeastOnceConformance(_VisibleWrites):
+    """For a kind's ``at_least_once`` outputs: subclass it and give it ``sink_harness`` on a SinkSpec
+    with ``guarantee="at_least_once"``. A replay may repeat rows; it may never lose one."""
+
+    guarantee = AT_LEAST_ONCE
+
+    def test_a_failed_attempt_stays_visible_and_its_replay_loses_nothing(self, sink_harness):
+        first = rows_of(22, 1)
+        sink_harness.pre_commit(22, 1, first)  # the job died after writing: nothing can take it back
+        participant = sink_harness.participant()
+        assert participant.abort(self.plan(sink_harness, 22), []).ok
+        replayed = rows_of(22, 2)
+        vote = sink_harness.pre_commit(22, 2, replayed)
+        assert participant.commit(vote).ok
+        visible = self.of_batch(sink_harness, 22)
+        assert visible == seen(first, 22) + seen(replayed, 22), "every row of both attempts, each once per write"
+
+
+class NoGuaranteeConformance(_VisibleWrites):
+    """For a kind's ``none`` outputs (written once, never replayed into: ``run_batch`` records an empty
+    vote for a retried attempt or a replay): subclass it and give it ``sink_harness`` on a SinkSpec with
+    ``guarantee="none"``."""
+
+    guarantee = NO_GUARANTEE

@@ -18,7 +18,8 @@ from onceflow.sinks import sink_kind
 from onceflow.core.participant import Vote
 from onceflow.pipeline.spec import FILES, ICEBERG, KAFKA, PipelineSpec, SinkSpec
 from onceflow.storage import storage_for
-from onceflow.testing.conformance import SinkConformance
+from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE, NO_GUARANTEE
+from onceflow.testing.conformance import AtLeastOnceConformance, NoGuaranteeConformance, SinkConformance
 
 SCHEMA = pa.schema([("key", pa.string()), ("value", pa.int64())])
 
@@ -79,13 +80,13 @@ class KafkaHarness:
 
     PARTITIONS = 3
 
-    def __init__(self, broker, warehouse: str):
+    def __init__(self, broker, warehouse: str, guarantee: str = EXACTLY_ONCE):
         from tests.integration.kafka.helpers import create_topic
 
         self.broker, self.warehouse = broker, warehouse
         self.pipeline = f"p{uuid.uuid4().hex[:8]}"
         self.topic = create_topic(broker.config(), partitions=self.PARTITIONS, prefix="kit")
-        self.sink = SinkSpec("out", KAFKA, self.topic, splits=2)
+        self.sink = SinkSpec("out", KAFKA, self.topic, splits=2, guarantee=guarantee)
         self.spec = PipelineSpec(self.pipeline, ("t",), "m:f", (self.sink,))
 
     def participant(self):
@@ -96,18 +97,21 @@ class KafkaHarness:
     def pre_commit(self, batch_seq, attempt, rows, replaces=None):
         from onceflow.sinks.kafka.fencing import fence_transactional_ids
         from onceflow.sinks.kafka.participant import vote_payload
-        from onceflow.sinks.kafka.writer import TransactionalSplitWriter, staged_uri
+        from onceflow.sinks.kafka.writer import DirectSplitWriter, TransactionalSplitWriter, staged_uri
         from onceflow.core.plan import SinkPlan
 
         batch_id = layout.batch_id(batch_seq)
-        if attempt > 1:
+        transactional = self.sink.guarantee == EXACTLY_ONCE
+        if attempt > 1 and transactional:
             ids = sink_kind(KAFKA).transactional_ids(self.pipeline, SinkPlan("out", KAFKA, self.sink.splits), batch_seq)
             fence_transactional_ids(self.broker.config(), ids)
         handles = []
         for split in range(self.sink.splits):
             part = list(rows[split::self.sink.splits])
-            writer = TransactionalSplitWriter(self.broker.config(), self.pipeline, "out", batch_id, split, self.topic,
-                                              staged_uri(self.warehouse, self.pipeline, "out", batch_id, split, attempt))
+            where = (self.broker.config(), self.pipeline, "out", batch_id, split, self.topic,
+                     staged_uri(self.warehouse, self.pipeline, "out", batch_id, split, attempt))
+            writer = (TransactionalSplitWriter(*where) if transactional
+                      else DirectSplitWriter(*where, guarantee=self.sink.guarantee))
             writer.begin()
             writer.write_batch(pa.RecordBatch.from_pydict({
                 "key": pa.array([str(r["key"]).encode() for r in part], pa.binary()),
@@ -143,6 +147,18 @@ class TestKafkaSinkConformance(SinkConformance):
     @pytest.fixture
     def sink_harness(self, one_kafka_broker, tmp_path):
         return KafkaHarness(one_kafka_broker, f"file://{tmp_path}/warehouse")
+
+
+class TestKafkaSinkAtLeastOnce(AtLeastOnceConformance):
+    @pytest.fixture
+    def sink_harness(self, one_kafka_broker, tmp_path):
+        return KafkaHarness(one_kafka_broker, f"file://{tmp_path}/warehouse", guarantee=AT_LEAST_ONCE)
+
+
+class TestKafkaSinkNoGuarantee(NoGuaranteeConformance):
+    @pytest.fixture
+    def sink_harness(self, one_kafka_broker, tmp_path):
+        return KafkaHarness(one_kafka_broker, f"file://{tmp_path}/warehouse", guarantee=NO_GUARANTEE)
 
 
 def test_a_kafka_commit_held_back_by_an_earlier_batchs_open_transaction_says_so_and_finishes_once_it_ends(

@@ -43,8 +43,8 @@ from types import SimpleNamespace
 
 from plots import draw_growth, growth_shape  # noqa: E402 (benchmarks/ is the script's directory)
 from quiet import wait_for_quiet  # noqa: E402
-from spark_job import (commit_with_retries, job_spec, kafka_targets, open_session, plan_ranges,  # noqa: E402
-                       produce_events, run_plain)
+from spark_job import (job_spec, kafka_targets, open_session, plan_ranges, produce_events,  # noqa: E402
+                       run_and_commit, run_plain)
 
 STAGES = ("plan", "job", "commit")
 OUTPUT_PARTITIONS = 4
@@ -55,21 +55,14 @@ PARTITIONS_BATCH = 100_000
 
 def timed_batch(spark, runtime) -> tuple[dict[str, float], object]:
     """Plan, run and commit the pipeline's next batch (driver); the seconds of each stage and the plan."""
-    from onceflow.spark.batch_job import run_batch
-
     wait_for_quiet()
     t0 = time.perf_counter()
     with runtime.offset_source() as source:
         plan = runtime.coordinator.plan_next(source, runtime.plan_config(), run_id=f"growth-{uuid.uuid4().hex[:8]}")
-    t1 = time.perf_counter()
-    run_batch(spark, runtime, plan.batch_seq)
-    t2 = time.perf_counter()
-    status = commit_with_retries(runtime.coordinator, plan.batch_seq)
-    t3 = time.perf_counter()
-    if status.state.value != "committed":
-        raise RuntimeError(f"batch {plan.batch_id} of {runtime.spec.name}: commit ended {status.state.value}")
+    plan_s = time.perf_counter() - t0
+    _, job_s, commit_s = run_and_commit(spark, runtime, plan)
     runtime.after_commit(plan)
-    return {"plan": t1 - t0, "job": t2 - t1, "commit": t3 - t2, "total": t3 - t0}, plan
+    return {"plan": plan_s, "job": job_s, "commit": commit_s, "total": plan_s + job_s + commit_s}, plan
 
 
 def fill_ledger(ledger, template, upto: int) -> None:

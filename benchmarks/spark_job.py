@@ -221,23 +221,30 @@ def plan_ranges(spec, broker, warehouse: Path):
 def run_onceflow(spark, spec, broker, warehouse: Path, meter: CpuMeter, expected: int | None = None) -> dict[str, float]:
     """Plan, run_batch, commit (driver); returns the seconds of the job's stages (``JobResult.seconds``),
     of the whole job ("job") and of the commit ("commit")."""
-    from onceflow.spark.batch_job import run_batch
-
     runtime, plan = planned(spec, broker, warehouse, "once")
     if expected is not None and plan.records != expected:
         raise RuntimeError(f"onceflow plan {plan.batch_id} covers {plan.records} events, expected {expected}")
     if expected is not None:
         wait_for_quiet()
     with meter:
-        t0 = time.perf_counter()
-        result = run_batch(spark, runtime, plan.batch_seq)
-        t1 = time.perf_counter()
-        status = commit_with_retries(runtime.coordinator, plan.batch_seq)
-        t2 = time.perf_counter()
+        result, job_s, commit_s = run_and_commit(spark, runtime, plan)
+    runtime.after_commit(plan)  # mirror offsets, drop staged copies: outside a batch's latency
+    return {**result.seconds, "job": job_s, "commit": commit_s}
+
+
+def run_and_commit(spark, runtime, plan):
+    """run_batch then coordinator.commit of a planned batch (driver); (JobResult, job s, commit s).
+    The caller runs the clean-up after it (``runtime.after_commit``), untimed."""
+    from onceflow.spark.batch_job import run_batch
+
+    t0 = time.perf_counter()
+    result = run_batch(spark, runtime, plan.batch_seq)
+    t1 = time.perf_counter()
+    status = commit_with_retries(runtime.coordinator, plan.batch_seq)
+    t2 = time.perf_counter()
     if status.state.value != "committed":
-        raise RuntimeError(f"batch {plan.batch_id} of {spec.name}: commit ended {status.state.value}")
-    runtime.after_commit(plan)
-    return {**result.seconds, "job": t1 - t0, "commit": t2 - t1}
+        raise RuntimeError(f"batch {plan.batch_id} of {runtime.spec.name}: commit ended {status.state.value}")
+    return result, t1 - t0, t2 - t1
 
 
 def drop(config: dict, topics: list[str]) -> None:

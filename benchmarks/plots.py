@@ -19,6 +19,8 @@ def growth_shape(xs: Sequence[float], ys: Sequence[float]) -> str:
     """How ``ys`` grows with ``xs`` at the top of the range: the slope of log(y) against log(x) over
     the last step (at the small end a fixed cost hides the growth). Flat below 0.2 (the cost does not
     depend on x), sublinear, linear from 0.8 to 1.2, else worse."""
+    if len(xs) < 2:
+        return "one point"
     slope = growth_slope(xs[-2:], ys[-2:])
     if slope < 0.2:
         shape = "flat"

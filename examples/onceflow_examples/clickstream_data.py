@@ -116,20 +116,37 @@ def produce(config: dict, topic: str, records: list[ClickRecord], partitions: in
     ``partition``, with a plain producer: the demo's, tests' and benchmarks'
     upstream; record i is stamped ``timestamps[i]`` (epoch ms) when given, else
     now. Returns the count; raises if any record is still unsent after
-    ``flush_timeout_s``."""
+    ``flush_timeout_s``, and raises ``NotDelivered`` (with the count delivered) if the broker
+    refused any: a record is counted only once its delivery report says it is in the topic."""
     from confluent_kafka import Producer
 
     producer = Producer(dict(config))
+    errors: list = []
+
+    def delivered(error, _message) -> None:
+        if error is not None:
+            errors.append(error)
+
     for i, r in enumerate(records):
         stamp = {"timestamp": timestamps[i]} if timestamps is not None else {}
         while True:
             try:
                 producer.produce(topic, key=r.key, value=r.value, partition=i % partitions if partition is None else partition,
-                                 **stamp)
+                                 on_delivery=delivered, **stamp)
                 break
             except BufferError:  # local queue full: let deliveries drain
                 producer.poll(0.1)
     unsent = producer.flush(flush_timeout_s)
     if unsent:
         raise RuntimeError(f"{topic}: {unsent} records still unsent after {flush_timeout_s:.0f} s")
+    if errors:
+        raise NotDelivered(topic, len(records) - len(errors), len(errors), errors[0])
     return len(records)
+
+
+class NotDelivered(RuntimeError):
+    """The broker refused some records (their delivery reports carry an error); ``delivered`` are in the topic."""
+
+    def __init__(self, topic: str, delivered: int, failed: int, first_error):
+        super().__init__(f"{topic}: {failed} record(s) not delivered ({first_error}); {delivered} delivered")
+        self.delivered = delivered

@@ -122,3 +122,17 @@ def test_arbitrary_payloads_are_never_dropped_nor_fail_the_job(spark, values):
     offsets += [json.loads(r.value)["offset"] for r in out["clicks_dead_letter"]]
     assert sorted(offsets) == list(range(len(values)))
     assert sum(r.views for r in out["page_minute_counts"]) == len(out["clicks_enriched"])
+
+
+def test_produce_counts_only_what_the_broker_took(one_kafka_broker):
+    # The upstream of the demo, the tests and the chaos runs: a record the broker refused (here a partition
+    # the topic does not have) once counted as produced, and a chaos run reported it "missing".
+    from onceflow_examples.clickstream_data import NotDelivered, produce
+    from tests.integration.kafka.helpers import create_topic
+
+    config = {**one_kafka_broker.config(), "message.timeout.ms": 5000}
+    topic = create_topic(config, partitions=2, prefix="upstream")
+    assert produce(config, topic, generate(10, seed=1)) == 10
+    with pytest.raises(NotDelivered, match="3 record\\(s\\) not delivered") as refused:
+        produce(config, topic, generate(3, seed=2), partition=7)
+    assert refused.value.delivered == 0

@@ -38,7 +38,7 @@ def build(root: str, batches: int) -> Coordinator:
 
     def committed(seq: int) -> None:
         plan = Plan(SPEC.name, seq, (OffsetRange("in", 0, (seq - 1) * 100, seq * 100),), (SinkPlan("out", "files", 1),),
-                    params={"run_id": f"scheduled__{seq}"})
+                    run_id=f"scheduled__{seq}")
         ledger.create_plan(plan)
         ledger.claim_attempt(seq, "bench", seq * 1000)
         vote = Vote("out", seq, 1, {}, 100)

@@ -440,8 +440,7 @@ def test_a_commit_whose_read_cannot_reach_the_splits_end_answers_retry_later_and
     config = one_kafka_broker.config()
     topic = create_topic(config, partitions=PARTITIONS, prefix="out")
     handle = precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0), 30, pipeline=pipeline)
-    participant = KafkaSinkParticipant("out", pipeline, config, staging_root=str(tmp_path), broker=one_kafka_broker.broker,
-                                       timeout_s=3)
+    participant = _participant(one_kafka_broker, pipeline, tmp_path, timeout_s=3)
     vote = _vote(handle)
     assert participant.commit(vote).outcome is Outcome.DONE
     fired = tmp_path / "fired"

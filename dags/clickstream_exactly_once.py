@@ -18,5 +18,10 @@ from onceflow_examples import clickstream
 TIMEOUT_MS = os.environ.get("CLICKSTREAM_TRANSACTION_TIMEOUT_MS")
 SPEC = clickstream.CLICKSTREAM if not TIMEOUT_MS else replace(clickstream.CLICKSTREAM, sinks=tuple(
     replace(s, transaction_timeout_ms=int(TIMEOUT_MS)) if s.kind == "kafka" else s for s in clickstream.CLICKSTREAM.sinks))
+# The chaos run's --postgres adds a PostgreSQL table output (the onceflow-postgres-sink package's kind)
+# through this Airflow connection.
+TABLE_CONNECTION = os.environ.get("CLICKSTREAM_TABLE_CONNECTION")
+if TABLE_CONNECTION:
+    SPEC = clickstream.with_table(SPEC, TABLE_CONNECTION)
 
 dag = pipeline_dag(SPEC, dag_id="clickstream_exactly_once")

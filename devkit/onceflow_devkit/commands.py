@@ -92,7 +92,7 @@ def _chaos(args: argparse.Namespace) -> int:
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (lambda text: print(text, flush=True))
     results = run_matrix(args.batches, args.seed, brokers, warehouses, say=say,
                          records_per_partition=args.records_per_partition, mode=args.mode, spark=args.spark,
-                         executor=args.executor, kinds=args.kinds)
+                         executor=args.executor, kinds=args.kinds, postgres=args.postgres)
     total = combined(results)
     if args.json:
         print(json.dumps(total, indent=2))
@@ -160,6 +160,9 @@ def add_commands(sub) -> None:
                        "server, which the run also kills and restarts")
     chaos.add_argument("--executor", choices=["local", "celery"], default="local",
                        help="Airflow's executor: local (LocalExecutor), or celery (two Celery workers, a Redis broker)")
+    chaos.add_argument("--postgres", action="store_true",
+                       help="the pipeline also writes each valid event as a row of a PostgreSQL table (the kind of "
+                       "examples/postgres_sink), on a server of its own that the PostgreSQL fault kinds crash")
     chaos.add_argument("--kinds", type=_kinds, help="only these fault kinds, comma-separated (default: every kind the "
                        f"options allow): {', '.join(ALL_KINDS)}")
     chaos.add_argument("--json", action="store_true", help="figures as JSON on stdout (progress on stderr)")

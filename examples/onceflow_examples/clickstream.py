@@ -16,6 +16,9 @@ value a JSON event ``{"event_id", "user_id", "page": str, "ts": epoch ms int,
   ``window_start`` (epoch ms), ``batch_id`` and its ``source`` offset.
 - ``clicks_dead_letter`` (Kafka): key the record's key; value ``reason``, the
   original payload (text and base64), source topic/partition/offset, batch id.
+- ``clicks_table`` (PostgreSQL, only in ``with_table``'s variant: the kind of
+  the separate package ``onceflow-postgres-sink``): one row per valid event,
+  its fields and its source topic/partition/offset.
 
 Every input record lands in exactly one of ``clicks_enriched`` and
 ``clicks_dead_letter``: nothing is dropped. A record is malformed when its
@@ -91,6 +94,15 @@ CLICKSTREAM_HOURLY = replace(
 )
 
 
+def with_table(spec: PipelineSpec, connection: str, target: str = "public.clicks") -> PipelineSpec:
+    """``spec`` with one more output, ``clicks_table``: each valid event as a row of a PostgreSQL
+    table, through the sink kind ``postgres`` (examples/postgres_sink), whose Airflow connection
+    is ``connection``. A function, not a constant: the kind is another package's, which a user of
+    this example may not have installed."""
+    table = SinkSpec("clicks_table", "postgres", target, splits=2, options={"connection": connection})
+    return replace(spec, transform="onceflow_examples.clickstream:transform_with_table", sinks=(*spec.sinks, table))
+
+
 def _json_type(name: str) -> Column:
     """schema_of_variant of the field: NULL if absent, 'VOID' if JSON null."""
     from pyspark.sql import functions as F
@@ -138,10 +150,12 @@ def _events(classified: DataFrame, batch_id: str) -> DataFrame:
 
 def transform(records: DataFrame, batch_id: str) -> dict[str, DataFrame]:
     """The outputs of one batch, keyed by output name."""
-    from pyspark.sql import functions as F
-
     classified = classify(records)
-    events = _events(classified, batch_id)
+    return _outputs(classified, _events(classified, batch_id), batch_id)
+
+
+def _outputs(classified: DataFrame, events: DataFrame, batch_id: str) -> dict[str, DataFrame]:
+    from pyspark.sql import functions as F
 
     counts = (
         events.groupBy("page", F.expr("timestamp_millis(window_start_ms)").alias("window_start"))
@@ -176,3 +190,10 @@ def transform(records: DataFrame, batch_id: str) -> dict[str, DataFrame]:
         ).cast("binary").alias("value"),
     )
     return {"page_minute_counts": counts, "page_minute_table": counts, "clicks_enriched": enriched, "clicks_dead_letter": dead}
+
+
+def transform_with_table(records: DataFrame, batch_id: str) -> dict[str, DataFrame]:
+    """``transform``'s outputs and ``clicks_table``: the valid events as rows, with their source."""
+    classified = classify(records)
+    events = _events(classified, batch_id)
+    return {**_outputs(classified, events, batch_id), "clicks_table": events.select(*FIELDS, "topic", "partition", "offset")}

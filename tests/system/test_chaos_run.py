@@ -3,8 +3,8 @@ the real outputs (every input record exactly once in every output).
 
 The bounded Spark Connect run (two faulted batches, about 90 s) is in the
 default suite; the
-bounded spark-submit run (about 3 minutes), the runs on Tansu
-and on the S3 warehouse behind the fault proxy are slow. The long run is
+bounded spark-submit run (about 3 minutes), the runs on Tansu, on the S3
+warehouse behind the fault proxy and with a PostgreSQL table are slow. The long run is
 `make chaos` (docs/chaos.md has its figures)."""
 
 from __future__ import annotations
@@ -67,6 +67,19 @@ def test_a_bounded_chaos_run_in_spark_connect_mode_loses_and_duplicates_nothing(
                                      records_per_partition=50, home=chaos_home()))
     _assert_exactly_once(figures, min_faulted=1)
     assert schedule.RESTART_CONNECT_SERVER in figures.injected_by_kind, figures.summary()
+
+
+@pytest.mark.chaos
+@pytest.mark.slow  # 3 min
+@pytest.mark.timeout(1800)
+def test_a_bounded_chaos_run_with_a_postgresql_table_loses_and_duplicates_nothing():
+    # The table's server crashes as the commit runs; its connections are cut from the batch's first
+    # PREPARE or from the commit task's start. The audit reads the table with plain SQL, and the run
+    # fails if a prepared transaction of the pipeline is left on the server.
+    figures = run_chaos(ChaosOptions(4, seed=11, broker="apache", warehouse="file", kinds=schedule.POSTGRES_KINDS,
+                                     spark="connect", postgres=True, records_per_partition=50, home=chaos_home()))
+    _assert_exactly_once(figures, min_faulted=2)
+    assert figures.records_out["clicks_table"] == figures.records_out["clicks_enriched"], figures.summary()
 
 
 @pytest.mark.chaos

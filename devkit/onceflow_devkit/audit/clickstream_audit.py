@@ -10,17 +10,20 @@ demo). It reads:
   with an independent Python oracle, not with the Spark transform;
 - the committed Parquet of ``page_minute_counts`` (only batches whose
   ``_SUCCESS`` manifest exists), the Iceberg table of ``page_minute_table``
-  through its catalog (the current snapshot, as any engine reads it), and
+  through its catalog (the current snapshot, as any engine reads it),
   the whole of ``clicks_enriched`` and ``clicks_dead_letter`` as a
-  read_committed consumer sees them.
+  read_committed consumer sees them, and the PostgreSQL table of
+  ``clicks_table`` (when the pipeline has it) with plain SQL, as any reader
+  sees it.
 
 Then: per page and minute window the sum of ``views`` equals the number of
 valid input events, in the Parquet output and in the table; the table has
 one snapshot per committed batch and none of any other, and its current
 files are all of committed batches not since replaced; every valid input record appears exactly once in
 ``clicks_enriched`` and every malformed one exactly once in
-``clicks_dead_letter`` (matched by source topic/partition/offset); nothing
-else is visible. On a broker that shows aborted records to read_committed
+``clicks_dead_letter`` (matched by source topic/partition/offset), and
+every valid one exactly once in ``clicks_table``; nothing else is visible.
+On a broker that shows aborted records to read_committed
 consumers (Tansu), output records are first restricted to those the
 committed transactions wrote (by offset range and split headers), and the
 report says so.
@@ -211,6 +214,11 @@ def _audit_topic(
     for path, value in withheld:
         out.withheld += 1
         count(value, f"a withheld record in {path}")
+    _tally(out, seen, expected)
+
+
+def _tally(out: OutputAudit, seen: Counter[Source], expected: Mapping[Source, int]) -> None:
+    """Each source seen ``seen[source]`` times against the ``expected[source]`` times."""
     for source, count in seen.items():
         if source not in expected:
             out.unexpected += count
@@ -294,7 +302,24 @@ def _audit_table(runtime, sink, expected_views: Counter, committed: list, replac
     return out
 
 
-def audit_clickstream(runtime, hides_aborted: bool = True) -> AuditReport:
+def audit_table_rows(name: str, server, target: str, expected: Mapping[Source, int]) -> OutputAudit:
+    """A PostgreSQL table output, read with plain SQL on ``server`` (services.postgres.PostgresServer):
+    each row's source topic/partition/offset, counted against ``expected``."""
+    from psycopg import sql
+
+    out = OutputAudit(name)
+    schema, _, table = target.rpartition(".")
+    with server.connect(autocommit=True) as conn:
+        rows = conn.execute(sql.SQL('SELECT topic, "partition", "offset" FROM {}').format(
+            sql.Identifier(schema or "public", table))).fetchall()
+    out.records = len(rows)
+    _tally(out, Counter((str(t), int(p), int(o)) for t, p, o in rows), expected)
+    return out
+
+
+def audit_clickstream(runtime, hides_aborted: bool = True, tables: Mapping[str, Any] | None = None) -> AuditReport:
+    """``tables``: the PostgreSQL server (services.postgres.PostgresServer) of each table output's
+    connection id, read directly (``with_table``'s variant of the pipeline)."""
     spec = runtime.spec
     config = runtime.deployment.kafka.config()
     committed = committed_plans(runtime.coordinator)
@@ -342,6 +367,10 @@ def audit_clickstream(runtime, hides_aborted: bool = True) -> AuditReport:
         _audit_topic(audit, config, spec.sink(sink_name).target, expected, nested, committed,
                      _withheld_values(runtime, sink_name))
         outputs[sink_name] = audit
+    for sink in spec.sinks:
+        if sink.kind == "postgres":
+            outputs[sink.name] = audit_table_rows(sink.name, (tables or {})[sink.options["connection"]], sink.target,
+                                             {source: 1 for source in valid})
 
     return AuditReport(
         pipeline=spec.name,

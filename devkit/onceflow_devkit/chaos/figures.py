@@ -58,6 +58,7 @@ class ChaosFigures:
     executor: str = "local"  # "celery": Airflow's Celery executor, two workers
     kinds: tuple[str, ...] | None = None  # the kinds asked for with --kinds (None: every kind the options allow)
     commit: str = "unknown"  # the code the run ran on (runner.code_commit)
+    postgres: bool = False  # a PostgreSQL table among the outputs (--postgres)
     runs: list[BatchRun] = field(default_factory=list)
     drain_runs: int = 0
     ledger: LedgerFigures = field(default_factory=LedgerFigures)
@@ -102,6 +103,7 @@ class ChaosFigures:
             f"--warehouse {self.warehouse}" + (f" --mode {self.mode}" if self.mode != "offsets" else "")
             + (f" --spark {self.spark}" if self.spark != "submit" else "")
             + (f" --executor {self.executor}" if self.executor != "local" else "")
+            + (" --postgres" if self.postgres else "")
             + (f" --kinds {','.join(self.kinds)}" if self.kinds else "")
         )
 
@@ -114,6 +116,7 @@ class ChaosFigures:
             "mode": self.mode,
             "spark": self.spark,
             "executor": self.executor,
+            "postgres": self.postgres,
             "seed": self.seed,
             "batches_run": len(self.runs),
             "faulted_batches": self.faulted_batches,
@@ -146,7 +149,8 @@ class ChaosFigures:
 
     def summary(self) -> str:
         lines = [
-            f"chaos {self.broker} / {self.warehouse} / {self.mode} / spark {self.spark} / {self.executor} executor (seed {self.seed}, code {self.commit}): "
+            f"chaos {self.broker} / {self.warehouse} / {self.mode} / spark {self.spark} / {self.executor} executor"
+            f"{' / a PostgreSQL table' if self.postgres else ''} (seed {self.seed}, code {self.commit}): "
             f"{'OK' if self.ok else 'FAILED'} in {self.wall_time_s:.0f} s",
             f"  batches run {len(self.runs)}, faulted {self.faulted_batches}; drain runs {self.drain_runs}",
             f"  faults injected {self.injected_by_kind}",

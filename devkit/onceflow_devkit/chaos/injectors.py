@@ -60,6 +60,7 @@ class RunTarget:
     run_finished: threading.Event
     started: float = field(default_factory=time.monotonic)
     spark_server: Any | None = None  # services.spark_connect.RestartableConnectServer in Spark Connect mode
+    table_server: Any | None = None  # services.postgres.RestartablePostgres of the table output (--postgres)
     task_of: dict[str, str | None] = field(default_factory=dict)  # task instance id -> task id
     conf: dict[str, Any] = field(default_factory=dict)  # the run's conf
     vote_age_guard_s: float = 0.0  # how old a Kafka vote may be at commit (half the sinks' transaction timeout)
@@ -512,6 +513,58 @@ def _timeout_after_decision(target: RunTarget, fault: schedule.Fault) -> Injecti
                      f"the transactions of batch {status.batch_id} after its COMMIT decision (the retry must repair them)", at)
 
 
+def _crash_table_server(target: RunTarget, fault: schedule.Fault) -> Injection:
+    """The table's PostgreSQL crashes ``after_s`` into the commit task, and is down ``down_s``."""
+    if _wait_for(target, lambda: _task_process(target, "commit")) is None:
+        return Injection(fault.kind, False, "the commit task never ran")
+    if not target.wait(fault.detail["after_s"]):
+        return Injection(fault.kind, False, f"the run ended within {fault.detail['after_s']} s of the commit task starting")
+    at = target.elapsed()
+    if not target.table_server.crash_and_restart(fault.detail["down_s"]):
+        return Injection(fault.kind, False, "the table's PostgreSQL was not running (started again)", at)
+    return Injection(fault.kind, True, f"the table's PostgreSQL crashed (every process SIGKILLed) {fault.detail['after_s']} s "
+                     f"into the commit task, started again {fault.detail['down_s']} s later", at)
+
+
+def _table_prepared(target: RunTarget) -> bool:
+    """A transaction of the run's batch is PREPAREd on the table's server."""
+    from onceflow_postgres_sink import ids
+
+    status = _this_runs_batch(target)
+    if status is None:
+        return False
+    prefix = ids.batch_prefix(target.runtime.spec.name, "clicks_table", status.plan.batch_seq)
+    with target.table_server.server.connect(autocommit=True, connect_timeout=5) as conn:
+        return any(x.gtrid.startswith(prefix) for x in conn.tpc_recover())
+
+
+def _kill_table_connections(target: RunTarget, fault: schedule.Fault) -> Injection:
+    """Terminate every other connection to the table's server in a tight loop for ``for_s``, from the
+    batch's first PREPARE on (``at`` prepare: a split still writing or preparing loses its transaction,
+    or the answer whether it was prepared) or from the commit task's start (``at`` commit: the commit's
+    connections). A commit's connection lives milliseconds: a pause between rounds would let it through."""
+    if fault.detail["at"] == "prepare":
+        began = _wait_for(target, lambda: _table_prepared(target))
+    else:
+        began = _wait_for(target, lambda: _task_process(target, "commit"))
+    if began is None:
+        return Injection(fault.kind, False, f"the run ended before its first {fault.detail['at']}")
+    at = target.elapsed()
+    killed = 0
+    deadline = time.monotonic() + fault.detail["for_s"]
+    with target.table_server.server.connect(autocommit=True, connect_timeout=5) as conn:
+        while time.monotonic() < deadline:
+            killed += sum(ok for (ok,) in conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"))
+    when = "the batch's first PREPARE" if fault.detail["at"] == "prepare" else "the commit task's start"
+    if not killed:
+        return Injection(fault.kind, False, f"no connection to the table's server was open in the {fault.detail['for_s']} s "
+                         f"after {when}", at)
+    return Injection(fault.kind, True, f"{killed} connection(s) to the table's server terminated in the "
+                     f"{fault.detail['for_s']} s after {when}", at, counts={"connections_terminated": killed})
+
+
 def _s3_faults(target: RunTarget, fault: schedule.Fault) -> Injection:
     from onceflow_devkit.chaos.s3_proxy import S3_FAULT_KINDS, S3FaultRates
 
@@ -596,6 +649,8 @@ INJECTORS: dict[str, Callable[[RunTarget, schedule.Fault], Injection]] = {
     schedule.COORDINATOR_KILLED: _kill_coordinator,
     schedule.TIMEOUT_BEFORE_DECISION: _timeout_before_decision,
     schedule.TIMEOUT_AFTER_DECISION: _timeout_after_decision,
+    schedule.POSTGRES_CRASHED: _crash_table_server,
+    schedule.POSTGRES_CONNECTIONS_KILLED: _kill_table_connections,
 }
 
 

@@ -56,6 +56,8 @@ S3_BUCKET = "chaos-{broker}-warehouse"
 MALFORMED_RATIO = 0.1
 DRAIN_RECORDS_PER_PARTITION = 1_000_000
 MAX_DRAIN_RUNS = 4
+# The Airflow connection of --postgres's table (dags/clickstream_exactly_once.py reads its id).
+TABLE_CONN_ID = "clickstream_table"
 # The Kafka outputs' transaction timeout in a chaos run (dags/clickstream_exactly_once.py reads it): a
 # commit_delayed fault holds the commit past half of it, the votes' age guard.
 TRANSACTION_TIMEOUT_MS = 120_000
@@ -77,13 +79,15 @@ class ChaosOptions:
     mode: str = "offsets"              # or "backfill" (see the module doc)
     spark: str = "submit"              # or "connect": the spark tasks are clients of one Spark Connect server
     executor: str = "local"            # or "celery": two Celery workers, Redis their broker
+    postgres: bool = False             # a PostgreSQL table among the outputs, on a server of its own
 
     def possible_kinds(self, warehouse_on_s3: bool) -> tuple[str, ...]:
         from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, CAPABILITIES, TXN_TIMEOUT_ABORTS
 
         capabilities = CAPABILITIES[self.broker]
         return schedule.kinds_for(warehouse_on_s3, self.spark, self.mode, ADDS_PARTITIONS in capabilities,
-                                  cluster=self.broker == CLUSTER, times_out=TXN_TIMEOUT_ABORTS in capabilities)
+                                  cluster=self.broker == CLUSTER, times_out=TXN_TIMEOUT_ABORTS in capabilities,
+                                  postgres=self.postgres)
 
     @property
     def transaction_timeout_ms(self) -> int:
@@ -117,6 +121,8 @@ class ChaosOptions:
             raise ConfigurationError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(schedule.ALL_KINDS)}")
         if self.warehouse == "file" and schedule.S3_FAULTS in (self.kinds or ()):
             raise ConfigurationError("fault kind s3_faults needs --warehouse s3")
+        if self.postgres and self.mode != "offsets":
+            raise ConfigurationError("--postgres adds its table to the clickstream DAG of --mode offsets only")
 
 
 # What a chaos run runs, below the repository: a change elsewhere (docs, tests) does not change what it proved.
@@ -184,6 +190,7 @@ class _Run:
         self.airflow = None
         self.spark_server = None
         self.redis = None  # the Celery broker's process (--executor celery)
+        self.table_server = None  # services.postgres.RestartablePostgres of the table output (--postgres)
         self._home_lock = None
         self.oversized_at: dict[int, tuple[int, int]] = {}  # faulted run n -> where its oversized record is
         self.backfill = options.mode == "backfill"
@@ -223,6 +230,9 @@ class _Run:
         forget_embedded_catalogs(self.warehouse)
         # The harness reads S3 directly: audits must not depend on the proxy's luck.
         spec = CLICKSTREAM_HOURLY if self.backfill else CLICKSTREAM
+        table_env: dict[str, str] = {}
+        if options.postgres:
+            spec, table_env = self._start_table_server(spec)
         direct_s3 = info.s3 if clients_s3 else None
         self.runtime = PipelineRuntime(spec, Deployment(self.warehouse, info.kafka, direct_s3, embedded_catalogs(self.warehouse, direct_s3)))
         # On the cluster every topic has the brokers' replication (3, min.insync.replicas 2): with one
@@ -238,17 +248,31 @@ class _Run:
             # Its Python workers get the S3 keys (as a deployment sets them where its server runs) and
             # may be armed with a run's faults, which reach them as a writer option.
             self.spark_server = RestartableConnectServer(ManagedProcess("spark-connect", self.home / "spark-connect"),
-                                                         env={**info.s3.credentials_env(), **injection})
+                                                         env={**info.s3.credentials_env(), **injection, **table_env})
             self.spark_server.start()
         self.airflow = onceflow_airflow(
             self.home / "airflow", info.kafka, self.warehouse, clients_s3,
             extra_env={"ONCEFLOW_SCHEDULE": "none", "CLICKSTREAM_TRANSACTION_TIMEOUT_MS": str(options.transaction_timeout_ms),
-                       **injection},
+                       **({"CLICKSTREAM_TABLE_CONNECTION": TABLE_CONN_ID} if options.postgres else {}), **injection},
             spark_connect=self.spark_server.server if self.spark_server else None, postgres=info.postgres,
             celery=self._start_celery_broker(),
         )
+        if self.table_server is not None:
+            self.airflow.set_connection(TABLE_CONN_ID, self.table_server.server.connection())
         self.airflow.migrate()
         self.airflow.start(timeout=300)
+
+    def _start_table_server(self, spec):
+        """The table output's PostgreSQL, a server of its own (the one holding Airflow's database must
+        not crash with it): ``spec`` with the table, and what the Spark Connect server's Python workers
+        need to reach it."""
+        from onceflow_examples.clickstream import with_table
+        from onceflow_devkit.services.postgres import RestartablePostgres
+        from onceflow_devkit.services.process import ManagedProcess
+
+        self.table_server = RestartablePostgres(ManagedProcess("postgres-table", self.home / "postgres-table"))
+        server = self.table_server.start()
+        return with_table(spec, TABLE_CONN_ID), {f"AIRFLOW_CONN_{TABLE_CONN_ID.upper()}": server.uri()}
 
     def produce_input(self, sequence: Sequence[schedule.Fault]) -> int:
         from onceflow_examples.clickstream_data import OVERSIZED_PRODUCER, generate, oversized, produce
@@ -312,11 +336,21 @@ class _Run:
         self.redis = ManagedProcess("redis", self.home / "redis").reset()
         return start_redis(self.redis, port=pick_port(None))  # runs side by side: never the usual port
 
+    def lingering_prepared(self) -> list[str]:
+        """Prepared transactions of the pipeline still on the table's server: each holds its locks and
+        a slot of max_prepared_transactions, and would block vacuum."""
+        if self.table_server is None:
+            return []
+        with self.table_server.server.connect(autocommit=True) as conn:
+            return sorted(x.gtrid for x in conn.tpc_recover() if x.gtrid.startswith(f"onceflow:{self.runtime.spec.name}:"))
+
     def down(self) -> None:
         if self.airflow is not None:
             self.airflow.stop()
         if self.redis is not None:
             self.redis.stop(grace=5)
+        if self.table_server is not None:
+            self.table_server.stop()
         if self.spark_server is not None:
             self.spark_server.stop()
         if self.proxy is not None:
@@ -337,7 +371,7 @@ class _Run:
         thread = None
         if fault is not None:
             target = RunTarget(api, self.dag_id, run_id, self.airflow, self.stack, self.runtime, self.proxy, self.fired_log,
-                               finished, started, spark_server=self.spark_server, conf=conf,
+                               finished, started, spark_server=self.spark_server, table_server=self.table_server, conf=conf,
                                vote_age_guard_s=self.options.transaction_timeout_ms * DEFAULT_SAFETY_FRACTION / 1000)
 
             def work() -> None:
@@ -375,12 +409,13 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
     kinds = options.kinds or options.possible_kinds(options.warehouse == "s3")
     sequence = schedule.fault_sequence(options.seed, options.batches, kinds)
     figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark,
-                           executor=options.executor, kinds=options.kinds, commit=code_commit())
+                           executor=options.executor, kinds=options.kinds, commit=code_commit(), postgres=options.postgres)
     world = _Run(options, say)
     try:
         world.up()
         figures.records_in = world.produce_input(sequence)
-        say(f"[chaos]   {options.broker} / {world.warehouse} / spark {options.spark} / {options.executor} executor: "
+        say(f"[chaos]   {options.broker} / {world.warehouse} / spark {options.spark} / {options.executor} executor"
+            f"{' / a PostgreSQL table' if options.postgres else ''}: "
             f"{figures.records_in} input records, "
             f"{options.batches} faulted batches, seed {options.seed}; state in {world.home}")
         with world.airflow.api() as api:
@@ -417,7 +452,8 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
                 run.injection = oversized_outcome(world.runtime.coordinator, run.fault, *world.oversized_at[run.n])
                 say(run.line())
         figures.ledger = _ledger_figures(world.runtime.coordinator)
-        report = audit_clickstream(world.runtime, hides_aborted=HIDES_ABORTED_RECORDS in world.info.kafka.capabilities)
+        report = audit_clickstream(world.runtime, hides_aborted=HIDES_ABORTED_RECORDS in world.info.kafka.capabilities,
+                                   tables={TABLE_CONN_ID: world.table_server.server} if world.table_server else {})
         figures.audit_summary = report.summary()
         figures.records_committed_in = report.input_records
         figures.records_out = {name: o.records for name, o in report.outputs.items()}
@@ -429,6 +465,7 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
             figures.failures += [f"contiguity: {e}" for e in report.contiguity_errors]
         if figures.ledger.unfinished:
             figures.failures.append(f"{figures.ledger.unfinished} batches left unfinished after the drain")
+        figures.failures += [f"left prepared on the table's server: {gid}" for gid in world.lingering_prepared()]
         say(report.summary())
     except Exception as exc:  # reported with the seed and sequence, like any failure
         import traceback

@@ -49,6 +49,11 @@ COORDINATOR_KILLED = "coordinator_killed"  # the node coordinating the batch's K
 # batch is aborted and replayed) or after it (its retry repairs them from the staged copies).
 TIMEOUT_BEFORE_DECISION = "timeout_before_decision"
 TIMEOUT_AFTER_DECISION = "timeout_after_decision"
+# With a PostgreSQL table among the outputs (--postgres; the table has a server of its own):
+POSTGRES_CRASHED = "postgres_crashed"  # the table's server crashes (every process SIGKILLed) as the commit runs, up again seconds later
+# Every connection to the table's server terminated (pg_terminate_backend) again and again for a while,
+# from the batch's first PREPARE (writers of other splits) or from the commit task's start (the commit's).
+POSTGRES_CONNECTIONS_KILLED = "postgres_connections_killed"
 
 PROCESS_KINDS = (KILL_SPARK_SUBMIT, KILL_PYTHON_WORKER, KILL_TASK_PROCESS, LOSE_WORKER)
 BROKER_KINDS = (BROKER_RESTART, BROKER_UNREACHABLE, BROKER_FENCE, BROKER_ABORT_AFTER_COMMIT)
@@ -58,8 +63,9 @@ INPUT_KINDS = (PARTITION_ADDED, OVERSIZED_RECORD)  # offsets mode: a backfill's 
 RUN_KINDS = (TWO_RUNS_AT_ONCE, COMMIT_DELAYED)
 CLUSTER_KINDS = (NODE_KILLED, CONTROLLER_KILLED, COORDINATOR_KILLED)
 TIMEOUT_KINDS = (TIMEOUT_BEFORE_DECISION, TIMEOUT_AFTER_DECISION)
+POSTGRES_KINDS = (POSTGRES_CRASHED, POSTGRES_CONNECTIONS_KILLED)
 ALL_KINDS = (POINT_CRASH, POINT_RAISE, *PROCESS_KINDS, *BROKER_KINDS, S3_FAULTS, *CONNECT_KINDS, *INPUT_KINDS, *RUN_KINDS,
-             *CLUSTER_KINDS, *TIMEOUT_KINDS)
+             *CLUSTER_KINDS, *TIMEOUT_KINDS, *POSTGRES_KINDS)
 # How the spark task runs its job: spark-submit (a driver JVM per batch) or Spark Connect.
 SPARK_MODES = ("submit", "connect")
 
@@ -70,16 +76,18 @@ _ANY_MAX_HITS = 12  # '*' fires at the n-th step reached; a run takes roughly 20
 
 
 def kinds_for(warehouse_on_s3: bool, spark: str = "submit", mode: str = "offsets",
-              adds_partitions: bool = True, cluster: bool = False, times_out: bool = False) -> tuple[str, ...]:
+              adds_partitions: bool = True, cluster: bool = False, times_out: bool = False,
+              postgres: bool = False) -> tuple[str, ...]:
     """The kinds that can happen: S3 faults need an S3 warehouse, a spark-submit JVM exists only
     in submit mode, a Spark Connect client and server only in connect mode; the input kinds
     change the input of an offsets pipeline only, and a partition is added only on a broker
     that can (``adds_partitions``). Nodes die only in a ``cluster``; a transaction times out
-    only on a broker that ``times_out``, and is waited for in offsets mode only."""
+    only on a broker that ``times_out``, and is waited for in offsets mode only. The
+    PostgreSQL kinds need a table among the outputs (``postgres``)."""
     absent = {*(() if warehouse_on_s3 else (S3_FAULTS,)), *(CONNECT_KINDS if spark == "submit" else (KILL_SPARK_SUBMIT,)),
               *(() if mode == "offsets" else (*INPUT_KINDS, *RUN_KINDS, *TIMEOUT_KINDS)),
               *(() if adds_partitions else (PARTITION_ADDED,)), *(() if cluster else CLUSTER_KINDS),
-              *(() if times_out else TIMEOUT_KINDS)}
+              *(() if times_out else TIMEOUT_KINDS), *(() if postgres else POSTGRES_KINDS)}
     return tuple(k for k in ALL_KINDS if k not in absent)
 
 
@@ -154,6 +162,10 @@ def draw(rng: random.Random, kind: str, points: Sequence[str]) -> Fault:
         return Fault(kind, {})
     if kind == TIMEOUT_AFTER_DECISION:
         return Fault(kind, {"faults": "ledger.decision.after_write=crash"})
+    if kind == POSTGRES_CRASHED:  # seconds after the commit task starts, and how long the server stays down
+        return Fault(kind, {"after_s": round(rng.uniform(0.0, 1.5), 2), "down_s": round(rng.uniform(1.0, 8.0), 2)})
+    if kind == POSTGRES_CONNECTIONS_KILLED:  # from the batch's first PREPARE or the commit task's start, for how long
+        return Fault(kind, {"at": rng.choice(("prepare", "commit")), "for_s": round(rng.uniform(1.0, 6.0), 2)})
     if kind == S3_FAULTS:
         # Shares of S3 requests to fail in this batch, by S3 fault kind.
         return Fault(kind, {"error_share": round(rng.uniform(0.03, 0.12), 3)})

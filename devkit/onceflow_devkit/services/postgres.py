@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,6 +137,30 @@ def start_postgres(proc: ManagedProcess, die_with_parent: bool = False, port: in
         port=port, ready=ready, timeout=60, die_with_parent=die_with_parent,
     )
     return server
+
+
+@dataclass
+class RestartablePostgres:
+    """A PostgreSQL server of its own that a chaos run crashes and starts again on the same port:
+    every process of it SIGKILLed at once, as a machine's OOM killer or a power cut would (with
+    ``fsync=off``, what the OS had is kept; prepared transactions are recovered from the WAL)."""
+
+    process: ManagedProcess
+    server: PostgresServer | None = None
+
+    def start(self) -> PostgresServer:
+        self.server = start_postgres(self.process, port=self.server.port if self.server else pick_port(None))
+        return self.server
+
+    def crash_and_restart(self, down_s: float) -> bool:
+        """False when it was not running (it is started anyway)."""
+        crashed = self.process.kill()
+        time.sleep(down_s)
+        self.start()
+        return crashed
+
+    def stop(self) -> None:
+        self.process.stop(grace=5)
 
 
 if __name__ == "__main__":  # python -m onceflow_devkit.services.postgres: is the server installed?

@@ -58,6 +58,20 @@ def test_each_bar_counts_only_the_runs_on_its_brokers():
     assert set(schedule.CLUSTER_KINDS) | set(schedule.TIMEOUT_KINDS) <= set(report.APACHE_CLUSTER.kinds)
 
 
+def test_the_postgresql_bar_counts_only_the_cluster_runs_with_a_table_and_their_server_faults():
+    mixed = [*schedule.POSTGRES_KINDS, schedule.POINT_CRASH]
+    with_table = [run("apache-cluster", w, per_kind=5, kinds=mixed, postgres=True) for w in ("file", "s3")]
+    without = [run("apache-cluster", w, per_kind=20, kinds=mixed) for w in ("file", "s3")]
+
+    assert report.check(with_table, report.POSTGRES_TABLE).met  # 2 x 3 x 5 = 30 faulted, 10 per PostgreSQL kind
+    assert report.check(without, report.POSTGRES_TABLE).shortfalls[0] == "0 faulted batches, the bar is 30"
+    short = report.check(with_table[:1], report.POSTGRES_TABLE).shortfalls
+    assert short == ("15 faulted batches, the bar is 30", "no run on a s3 warehouse",
+                     "postgres_crashed injected 5 times, the bar is 10",
+                     "postgres_connections_killed injected 5 times, the bar is 10")
+    assert not set(schedule.POSTGRES_KINDS) & (set(report.EMBEDDED.kinds) | set(report.APACHE_CLUSTER.kinds))
+
+
 def test_the_figures_show_each_run_with_the_code_it_ran_on_under_its_broker():
     runs = [run("noida", "file", per_kind=1), run("apache-cluster", "s3", per_kind=1, commit="604fc3258043")]
 

@@ -53,7 +53,8 @@ def test_each_mode_draws_only_the_kinds_that_can_happen_in_it():
     assert set(schedule.INPUT_KINDS) <= set(submit)
     assert not set(schedule.INPUT_KINDS) & set(schedule.kinds_for(True, "submit", mode="backfill"))
     assert set(schedule.RUN_KINDS) <= set(connect) and not set(schedule.RUN_KINDS) & set(schedule.kinds_for(True, "connect", mode="backfill"))
-    assert set(submit) | set(connect) == set(schedule.ALL_KINDS) - {*schedule.CLUSTER_KINDS, *schedule.TIMEOUT_KINDS}
+    assert set(submit) | set(connect) == set(schedule.ALL_KINDS) - {*schedule.CLUSTER_KINDS, *schedule.TIMEOUT_KINDS,
+                                                                     *schedule.POSTGRES_KINDS}
     # The repair path: the commit task crashes right after COMMIT (the injector then aborts at the broker).
     [fault] = schedule.fault_sequence(1, 1, (schedule.BROKER_ABORT_AFTER_COMMIT,))
     assert faults.parse(fault.run_param) == {"ledger.decision.after_write": ("crash", 1)}
@@ -70,3 +71,11 @@ def test_nodes_die_only_in_a_cluster_and_transactions_time_out_only_where_the_br
     assert faults.parse(fault.run_param) == {"ledger.decision.after_write": ("crash", 1)}
     node = schedule.fault_sequence(5, 30, (schedule.NODE_KILLED,))
     assert {f.detail["node"] for f in node} == {1, 2, 3} and all(1 <= f.detail["down_s"] <= 10 for f in node)
+
+
+def test_the_postgresql_kinds_are_drawn_only_with_a_table_among_the_outputs():
+    assert not set(schedule.POSTGRES_KINDS) & set(schedule.kinds_for(True, "connect", cluster=True, times_out=True))
+    with_table = schedule.kinds_for(True, "connect", postgres=True)
+    assert set(with_table) == set(schedule.kinds_for(True, "connect")) | set(schedule.POSTGRES_KINDS)
+    crashes = schedule.fault_sequence(3, 20, (schedule.POSTGRES_CRASHED,))
+    assert all(0 <= f.detail["after_s"] <= 1.5 and 1 <= f.detail["down_s"] <= 8 for f in crashes)

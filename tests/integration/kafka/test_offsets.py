@@ -2,7 +2,7 @@
 new partitions are picked up. The last stable offset comes from a
 read_committed fetch, so these run on Tansu too (its ListOffsets is wrong).
 The planning rules themselves (one planner, protocol.planning) are
-unit-tested in tests/unit/protocol/test_planning.py."""
+unit-tested in tests/unit/core/test_planning.py."""
 
 from __future__ import annotations
 

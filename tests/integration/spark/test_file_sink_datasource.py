@@ -20,7 +20,7 @@ from onceflow.sinks.votes import read_recorded_vote
 from tests.support import ROOT
 
 
-# HDFS in the slow set (5 to 10 s on 2 busy cores); its promotion is in make test (tests/integration/files).
+# HDFS in the slow set (5 to 10 s on 2 busy cores); its promotion is in make test (tests/integration/sinks/files).
 @pytest.fixture(params=["local", "hadoop", pytest.param("hdfs", marks=pytest.mark.slow), "s3"])
 def target(request, tmp_path, spark) -> tuple[str, dict[str, str], Storage]:
     """(sink URI, writer options for its storage, the storage as this process reads it).

@@ -205,7 +205,7 @@ class ContainerRole:
         self.server.shutdown()
 
 
-# Two spark-submits, 30 s: slow, so make test stays under 20 minutes; tests/unit/test_settings.py
+# Two spark-submits, 30 s: slow, so make test stays under 20 minutes; tests/unit/config/test_settings.py
 # checks the same settings fail fast, naming the fix, without a process.
 @pytest.mark.slow
 def test_a_driver_without_aws_settings_fails_naming_them_and_with_a_role_it_commits(

@@ -7,7 +7,7 @@ batch", whatever the run's logical date: a backfill run would not process its
 interval, and backfill runs bypass the DAG's max_active_runs. About 2 minutes:
 in the slow set, as make test's backfills through the scheduler are the interval
 pipeline's (test_interval_backfill.py); the refusal itself is unit-tested
-(tests/unit/operators).
+(tests/unit/airflow/operators).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.system.e2e.conftest import broker_with_topics, make_world, refused_runs
-from tests.unit.protocol.test_run_inputs import PLAN_PARAMS_KEYS, VALUES
+from tests.unit.core.test_run_inputs import PLAN_PARAMS_KEYS, VALUES
 
 pytestmark = pytest.mark.slow
 DAG_ID = "clickstream_exactly_once"

@@ -3,7 +3,7 @@
 ``kafka_broker.CAPABILITIES`` is a claim about each broker; a test that relies on a behaviour
 names it with ``tests.support.require(broker, CAPABILITY)``. A capability no test of the
 default run requires would be a claim nothing checks (several were, until the tests of
-tests/integration/kafka/test_broker_capabilities.py). Read from the tests' source: a test
+tests/integration/sinks/kafka/test_broker_capabilities.py). Read from the tests' source: a test
 counts when neither it nor its module is marked slow (any slow mark among its decorators,
 even on some parameters only, leaves it out).
 """
@@ -76,6 +76,6 @@ def test_the_reader_of_the_tests_finds_a_require_call_where_there_is_one():
     # The scan above must not pass by finding nothing: the capability tests are among its finds.
     required = _required_read_in_a_fresh_interpreter()
 
-    assert "tests/integration/kafka/test_broker_capabilities.py::test_end_txn_with_a_stale_epoch_is_refused_as_fenced" \
+    assert "tests/integration/sinks/kafka/test_broker_capabilities.py::test_end_txn_with_a_stale_epoch_is_refused_as_fenced" \
         in required["STALE_EPOCH_ERRORS"]
     assert not any("test_run_batch_killed.py" in test for tests in required.values() for test in tests)  # slow ones are left out

@@ -1,7 +1,7 @@
 """Interval batches on a local ledger, over a stand-in log with explicit
 record timestamps: boundaries, closing, tiling (I8), late records, replays,
 slots of transactional ids and the committed prefix. The same rules against
-a real broker, planned from concurrent threads: tests/integration/protocol/
+a real broker, planned from concurrent threads: tests/integration/core/
 test_interval_planning.py; through Airflow's backfill: tests/system/e2e/
 test_interval_backfill.py."""
 

@@ -1,16 +1,16 @@
-"""The protocol runs on every ledger backend: the same fixtures as tests/integration/ledger."""
+"""The protocol runs on every ledger backend: the same fixtures as tests/integration/core/ledger."""
 
 import json
 
 import pytest
 
-from tests.integration.ledger.backends import backend_params, storage_factory
-from tests.integration.ledger.conftest import storage  # noqa: F401  (a pytest fixture)
+from tests.integration.core.ledger.backends import backend_params, storage_factory
+from tests.integration.core.ledger.conftest import storage  # noqa: F401  (a pytest fixture)
 
 
 @pytest.fixture(params=backend_params(slow=("hdfs",)))
 def new_storage(request, tmp_path):
-    """tests/integration/ledger's, with HDFS in the slow set: a random run makes thousands of
+    """tests/integration/core/ledger's, with HDFS in the slow set: a random run makes thousands of
     records, a NameNode round trip or more each (about a minute)."""
     return storage_factory(request, request.param, tmp_path)
 

@@ -15,6 +15,7 @@ from onceflow.airflow.dag_factory import pipeline_dag
 from onceflow.spark.shipping import SUBMIT_APPLICATION, code_zip, shipped_code
 from onceflow.config.settings import ConfigurationError
 from tests.doubles.specs import ORDERS, ORDERS_HOURLY
+from tests.support import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +190,7 @@ CLIENT_LIBRARIES = {"confluent_kafka", "kafka", "pyarrow", "pyiceberg", "pyspark
 
 def test_parsing_the_dag_files_imports_no_client_library(tmp_path):
     # Every task parses its DAG file first, and the DAG processor every file again and again.
-    dags = sorted(str(p) for p in (Path(__file__).parents[2] / "dags").glob("*.py"))
+    dags = sorted(str(p) for p in (ROOT / "dags").glob("*.py"))
     env = {"PATH": "", "ONCEFLOW_WAREHOUSE": f"file://{tmp_path}", "AIRFLOW_HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", PARSE_PROBE, *dags], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -223,7 +224,7 @@ def test_a_transforms_run_parameters_are_declared_params_recorded_in_the_plan_an
     assert Plan.from_dict(replay.to_dict()).transform_params == {"top_n": 3}
 
     seen = []
-    spec_with = replace(spec, transform="tests.unit.test_dag_factory:_transform_with_params")
+    spec_with = replace(spec, transform="tests.unit.airflow.test_dag_factory:_transform_with_params")
     globals()["_transform_with_params"] = lambda records, batch_id, params: seen.append((batch_id, params)) or {}
     spec_with.apply_transform("records", replay)
     assert seen == [(replay.batch_id, {"top_n": 3})]

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.integration.ledger.backends import backend_params, storage_factory
+from tests.integration.core.ledger.backends import backend_params, storage_factory
 
 
 @pytest.fixture(params=backend_params())

@@ -88,7 +88,7 @@ def test_commit_task_killed_at_a_fault_point_is_finished_by_recovery(tmp_path, p
     prepare_all(coord, parts, plan)
     env = {**os.environ, "ONCEFLOW_FAULTS": f"{point}=crash"}
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.integration.protocol.workers", str(ledger_dir), str(effects), str(plan.batch_seq)],
+        [sys.executable, "-m", "tests.integration.core.workers", str(ledger_dir), str(effects), str(plan.batch_seq)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 137, proc.stderr

@@ -45,7 +45,7 @@ def race_worker(role: str, storage_spec, effects_root: str, conn, barrier) -> No
 
 
 if __name__ == "__main__":
-    # python -m tests.integration.protocol.workers <ledger dir> <effects dir> <seq>: the commit task
+    # python -m tests.integration.core.workers <ledger dir> <effects dir> <seq>: the commit task
     # (ONCEFLOW_FAULTS decides where it dies).
     ledger_dir, effects_root, seq = sys.argv[1], sys.argv[2], int(sys.argv[3])
     Coordinator(open_ledger_storage(str(ledger_dir)), "crash", participants("dir", effects_root)).commit(seq)

@@ -4,7 +4,7 @@ moment from six threads (each with its own Kafka client and ledger handle,
 as six plan tasks would be), then a late record. Audited by reading the
 planned ranges back from Kafka: each interval holds exactly the records
 stamped in it, neighbours share their boundary, the late record lands in
-exactly one interval. The rules themselves: tests/unit/protocol/test_intervals.py."""
+exactly one interval. The rules themselves: tests/unit/core/test_intervals.py."""
 
 from __future__ import annotations
 

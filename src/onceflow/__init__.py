@@ -27,7 +27,7 @@ pipelines are packages of their own; nothing here imports them.
 
 import sys
 
-from onceflow._moved import MovedModuleFinder, RenamedModuleFinder
+from onceflow.compat.moved_modules import MovedModuleFinder, RenamedModuleFinder
 
 __version__ = "0.3.0"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from onceflow._moved import renamed
+from onceflow.compat.moved_modules import renamed
 from tests.support import ROOT
 
 
@@ -22,6 +22,13 @@ def test_the_import_contracts_hold():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "6 kept, 0 broken" in result.stdout, result.stdout[-2000:]
+
+
+def test_every_module_of_the_library_lives_in_a_layer_but_the_package_face_and_the_provider_entry_point():
+    import onceflow
+
+    top = sorted(p.name for p in Path(onceflow.__file__).parent.glob("*.py"))
+    assert top == ["__init__.py", "provider.py"], top
 
 
 @pytest.mark.parametrize(

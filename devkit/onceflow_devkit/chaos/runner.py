@@ -399,6 +399,17 @@ class _Run:
         return run_id, state, (result[0] if result else None), time.monotonic() - started
 
 
+def _fault_points(options: ChaosOptions) -> list[str]:
+    """Every declared fault point but those of sink kinds the run's pipeline has no output of (a kind's
+    points start with its name): they could never fire."""
+    from onceflow.sinks import kinds as sink_kinds
+    from onceflow_examples.clickstream import CLICKSTREAM
+
+    used = {s.kind for s in CLICKSTREAM.sinks} | ({"postgres"} if options.postgres else set())
+    unused = set(sink_kinds()) - used
+    return [point for point in faults.declare_all() if point.split(".", 1)[0] not in unused]
+
+
 def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> ChaosFigures:
     """Run ``options.batches`` faulted batches, drain, audit; return the figures."""
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
@@ -407,7 +418,7 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
     options.check()
     began = time.monotonic()
     kinds = options.kinds or options.possible_kinds(options.warehouse == "s3")
-    sequence = schedule.fault_sequence(options.seed, options.batches, kinds)
+    sequence = schedule.fault_sequence(options.seed, options.batches, kinds, _fault_points(options))
     figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark,
                            executor=options.executor, kinds=options.kinds, commit=code_commit(), postgres=options.postgres)
     world = _Run(options, say)

@@ -26,8 +26,10 @@ seventh step reached, whichever it is, which spreads chaos runs evenly over
 the steps an operation really takes.
 
 Every point is declared with ``declare()`` at import time by the module that
-uses it, so ``ALL_POINTS`` lists them for chaos tooling that picks at random,
-and a misspelt name fails fast instead of silently never firing.
+uses it, and that module is listed in its package's ``onceflow.fault_points``
+entry point group (a sink kind's package lists its own), so ``ALL_POINTS``
+lists them for chaos tooling that picks at random, and a misspelt name fails
+fast instead of silently never firing. A kind's points start with its name.
 """
 
 from __future__ import annotations
@@ -56,28 +58,20 @@ ANY = "*"
 
 # name -> one-line description; filled by declare() at import time.
 ALL_POINTS: dict[str, str] = {}
-# Every module that declares points. ONCEFLOW_FAULTS reaches processes that
-# import different parts of onceflow (an Airflow task, the Spark driver, a
-# Spark Python worker), so names are checked against all of them, not only
-# against what this process happens to have imported.
-DECLARING_MODULES = (
-    "onceflow.core.ledger.ledger",
-    "onceflow.core.coordinator",
-    "onceflow.sinks.files.participant",
-    "onceflow.sinks.iceberg.participant",
-    "onceflow.spark.batch_job",
-    "onceflow.sinks.kafka.participant",
-    "onceflow.sinks.kafka.writer",
-    "onceflow.sinks.kafka.kind",
-)
+# Every module that declares points, as its package lists it in this entry point group (onceflow's
+# own and a sink kind's). ONCEFLOW_FAULTS reaches processes that import different parts of onceflow
+# (an Airflow task, the Spark driver, a Spark Python worker), so names are checked against all of
+# them, not only against what this process happens to have imported.
+ENTRY_POINT_GROUP = "onceflow.fault_points"
 
 
 def declare_all() -> dict[str, str]:
-    """Import every declaring module; returns ALL_POINTS (for chaos tooling)."""
+    """Import every declaring module of the installed packages; returns ALL_POINTS (for chaos tooling)."""
     import importlib
+    from importlib.metadata import entry_points
 
-    for module in DECLARING_MODULES:
-        importlib.import_module(module)
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        importlib.import_module(entry.value)
     return ALL_POINTS
 
 

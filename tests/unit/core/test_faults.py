@@ -124,6 +124,19 @@ def test_a_point_armed_by_environment_may_be_declared_by_a_module_this_process_n
     assert bad.returncode != 0 and "unknown fault point 'job.after_vots'" in bad.stderr
 
 
+def test_a_sink_kinds_own_package_declares_its_points_through_its_entry_point():
+    """A point of a kind installed from a package of its own (examples/postgres_sink, in the dev
+    environment) may be armed by name in a process that never imported that package."""
+    code = (
+        "from onceflow.core import faults\n"
+        "faults.arm('postgres.commit.between_splits', 'raise')\n"
+        "print(sorted(p for p in faults.ALL_POINTS if p.startswith('postgres.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['postgres.commit.between_splits', 'postgres.precommit.after_prepare']"
+
+
 def test_a_run_param_arms_faults_only_where_the_workers_opted_in(monkeypatch):
     monkeypatch.delenv(faults.RUN_PARAM_GUARD, raising=False)
     with pytest.raises(ConfigurationError, match=f"{faults.RUN_PARAM_GUARD}={faults.RUN_PARAM_GUARD_VALUE}"):

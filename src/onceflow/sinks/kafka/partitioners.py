@@ -17,25 +17,33 @@ from typing import Callable
 
 from onceflow.config.settings import ConfigurationError
 
+KeyHash = Callable[[bytes], int]  # key -> a non-negative hash; its partition is the hash modulo the count
 PartitionOf = Callable[[bytes, int], int]  # (key, partition count) -> partition
 
 
-def _crc32() -> PartitionOf:
-    return lambda key, count: zlib.crc32(key) % count
+def _crc32() -> KeyHash:
+    return zlib.crc32
 
 
-def _murmur2() -> PartitionOf:
+def _murmur2() -> KeyHash:
     from kafka.partitioner.default import murmur2  # kafka-python's port of Java's Utils.murmur2
 
-    return lambda key, count: (murmur2(key) & 0x7FFFFFFF) % count
+    return lambda key: murmur2(key) & 0x7FFFFFFF
 
 
-PARTITIONERS: dict[str, Callable[[], PartitionOf]] = {"crc32": _crc32, "murmur2": _murmur2}
+PARTITIONERS: dict[str, Callable[[], KeyHash]] = {"crc32": _crc32, "murmur2": _murmur2}
 DEFAULT = "crc32"
 
 
-def partition_function(name: str, what: str = "partitioner") -> PartitionOf:
+def key_hash(name: str, what: str = "partitioner") -> KeyHash:
+    """The partitioner's hash: the writer maps a batch's keys through it at once (``map``), with no
+    Python call per key for crc32."""
     if name not in PARTITIONERS:
         raise ConfigurationError(f"{what} {name!r} is not known: use one of {', '.join(sorted(PARTITIONERS))} "
                                  "(murmur2: as Java producers place keyed records)")
     return PARTITIONERS[name]()
+
+
+def partition_function(name: str, what: str = "partitioner") -> PartitionOf:
+    hash_of = key_hash(name, what)
+    return lambda key, count: hash_of(key) % count

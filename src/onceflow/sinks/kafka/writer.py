@@ -40,6 +40,7 @@ import time
 from collections import Counter
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, fields
+from itertools import islice
 from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
@@ -55,7 +56,7 @@ from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE
 from onceflow.kafka.config import direct_producer_config, producer_config
 from onceflow.kafka.ids import transactional_id
 from onceflow.kafka.lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
-from onceflow.sinks.kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, partition_function
+from onceflow.sinks.kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, key_hash
 from onceflow.sinks.kafka.headers import CURRENT_FORMAT, REPAIR, record_headers
 from onceflow.kafka.reader import HEADERS_TYPE
 
@@ -243,7 +244,7 @@ class TransactionalSplitWriter:
         self._storage = storage or storage_for(staged_uri)
         self._stats: list[str] = []
         overrides = {
-            "statistics.interval.ms": 50,
+            "statistics.interval.ms": 10,  # the producer id and epoch come from the first sample after the flush
             "stats_cb": self._stats.append,
             **THROUGHPUT_SETTINGS,
             "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -259,7 +260,7 @@ class TransactionalSplitWriter:
         self._last: dict[int, int] = {}
         self._counts: dict[int, int] = {}
         self._partition_count = 0
-        self._partition_of = partition_function(partitioner, f"sink {sink!r}: partitioner")
+        self._key_hash = key_hash(partitioner, f"sink {sink!r}: partitioner")
         self._round_robin = 0
         self._first_write_ms = 0
         self._rows: dict[str, list] = {name: [] for name in STAGED_SCHEMA.names}  # of write() calls, not produced yet
@@ -360,7 +361,7 @@ class TransactionalSplitWriter:
         start = 0
         for cut in sorted(reported):
             self._produce_rows(values, keys, partitions, headers, start, cut)
-            self._produce_rows(values, keys, partitions, headers, cut, cut + 1, self._on_delivery)
+            self._produce_reported(values[cut], keys[cut], partitions[cut], headers[cut])
             start = cut + 1
         self._produce_rows(values, keys, partitions, headers, start, n)
 
@@ -401,22 +402,34 @@ class TransactionalSplitWriter:
         self._withheld += n
         return batch.filter(pc.invert(over))
 
-    def _produce_rows(self, values, keys, partitions, headers, start: int, stop: int, on_delivery=None) -> None:
+    def _produce_rows(self, values, keys, partitions, headers, start: int, stop: int) -> None:
+        """Rows [start, stop), none with a delivery report: the loop that costs per record, so it
+        walks the columns together and passes no keyword it does not need."""
         produce, topic = self._producer.produce, self.topic
-        extra = {"on_delivery": on_delivery} if on_delivery else {}
         i = start
         while i < stop:
+            rows = zip(range(i, stop), islice(values, i, stop), islice(keys, i, stop), islice(partitions, i, stop),
+                       islice(headers, i, stop))
             try:
-                for i in range(i, stop):
-                    produce(topic, values[i], keys[i], partitions[i], headers=headers[i], **extra)
+                for i, value, key, partition, row_headers in rows:
+                    produce(topic, value, key, partition, headers=row_headers)
                 i = stop
             except BufferError:  # queue full: serve delivery reports, then retry row i
                 self._producer.poll(0.05)
 
+    def _produce_reported(self, value, key, partition: int, row_headers) -> None:
+        """One row whose delivery report says its offset: a partition's first or last of the split."""
+        while True:
+            try:
+                self._producer.produce(self.topic, value, key, partition, headers=row_headers, on_delivery=self._on_delivery)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
     def _partitions_for(self, keys: list) -> list[int]:
-        n, partition_of = self._partition_count, self._partition_of
+        n = self._partition_count
         if None not in keys:
-            return [partition_of(k, n) for k in keys]
+            return [h % n for h in map(self._key_hash, keys)]
         return [self._partition_for(k) for k in keys]
 
     def _stage_rows(self, partitions: list, batch, keys: list, n: int) -> None:
@@ -499,7 +512,7 @@ class TransactionalSplitWriter:
 
     def _partition_for(self, key: bytes | None) -> int:
         if key is not None:
-            return self._partition_of(key, self._partition_count)
+            return self._key_hash(key) % self._partition_count
         self._round_robin = (self._round_robin + 1) % self._partition_count
         return self._round_robin
 

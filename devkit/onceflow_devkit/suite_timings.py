@@ -6,7 +6,7 @@ end of a ``make test`` on a clean clone (``.ci/run``), its slowest tests
 the commit. README's total and docs/testing.md's table of the slowest tests
 are checked against it (``tests/unit/devkit/test_suite_timings.py``), so each
 figure has that one source; after a new clean-clone run, save its tail there
-and regenerate the table (``markdown``).
+and regenerate the table: ``python -m onceflow_devkit.suite_timings``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 SOURCE = Path("docs") / "measurements" / "make-test.log"
 _SUMMARY = re.compile(r"=+ (?P<passed>\d+) passed(?:, (?P<skipped>\d+) skipped)?.*? in (?P<seconds>[\d.]+)s ")
-_DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<phase>call|setup|teardown)\s+(?P<test>\S+)$")
+_DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<phase>call|setup|teardown)\s+(?P<test>.+?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -64,3 +64,18 @@ def markdown(run: SuiteRun) -> str:
         setup = " (the setup of its fixtures)" if slow.phase == "setup" else ""
         lines.append(f"| `{path}` `{name}`{setup} | {slow.seconds:.0f} |")
     return "\n".join(lines)
+
+
+TABLE = (Path("docs") / "testing.md", "<!-- make-test-timings begin -->\n", "<!-- make-test-timings end -->")
+
+
+def regenerate(root: Path) -> None:
+    """docs/testing.md's table, made again from the saved log."""
+    page, begin, end = TABLE
+    text = (root / page).read_text()
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    (root / page).write_text(text[:start] + markdown(parse((root / SOURCE).read_text())) + "\n" + text[stop:])
+
+
+if __name__ == "__main__":  # python -m onceflow_devkit.suite_timings, in the repository's root
+    regenerate(Path.cwd())

@@ -70,15 +70,16 @@ def test_a_bounded_chaos_run_in_spark_connect_mode_loses_and_duplicates_nothing(
 
 
 @pytest.mark.chaos
-@pytest.mark.slow  # 3 min
+@pytest.mark.slow  # 4 min
 @pytest.mark.timeout(1800)
 def test_a_bounded_chaos_run_with_a_postgresql_table_loses_and_duplicates_nothing():
     # The table's server crashes as the commit runs; its connections are cut from the batch's first
     # PREPARE or from the commit task's start. The audit reads the table with plain SQL, and the run
     # fails if a prepared transaction of the pipeline is left on the server.
-    figures = run_chaos(ChaosOptions(4, seed=11, broker="apache", warehouse="file", kinds=schedule.POSTGRES_KINDS,
+    figures = run_chaos(ChaosOptions(6, seed=11, broker="apache", warehouse="file", kinds=schedule.POSTGRES_KINDS,
                                      spark="connect", postgres=True, records_per_partition=50, home=chaos_home()))
     _assert_exactly_once(figures, min_faulted=2)
+    assert set(figures.injected_by_kind) == set(schedule.POSTGRES_KINDS), figures.summary()
     assert figures.records_out["clicks_table"] == figures.records_out["clicks_enriched"], figures.summary()
 
 

@@ -25,10 +25,18 @@ def test_the_import_contracts_hold():
 
 
 def test_every_module_of_the_library_lives_in_a_layer_but_the_package_face_and_the_provider_entry_point():
+    import tomllib
+
     import onceflow
 
-    top = sorted(p.name for p in Path(onceflow.__file__).parent.glob("*.py"))
+    package = Path(onceflow.__file__).parent
+    top = sorted(p.name for p in package.glob("*.py"))
     assert top == ["__init__.py", "provider.py"], top
+    [contract] = [c for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+                  if c["type"] == "layers"]
+    layers = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    folders = {p.parent.name for p in package.glob("*/__init__.py")}
+    assert folders == layers, f"folders outside the layers contract: {folders - layers}; layers without a folder: {layers - folders}"
 
 
 @pytest.mark.parametrize(

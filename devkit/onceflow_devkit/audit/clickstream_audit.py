@@ -369,8 +369,8 @@ def audit_clickstream(runtime, hides_aborted: bool = True, tables: Mapping[str, 
         outputs[sink_name] = audit
     for sink in spec.sinks:
         if sink.kind == "postgres":
-            outputs[sink.name] = audit_table_rows(sink.name, (tables or {})[sink.options["connection"]], sink.target,
-                                             {source: 1 for source in valid})
+            server = (tables or {})[sink.options["connection"]]
+            outputs[sink.name] = audit_table_rows(sink.name, server, sink.target, {source: 1 for source in valid})
 
     return AuditReport(
         pipeline=spec.name,

@@ -513,36 +513,61 @@ def _timeout_after_decision(target: RunTarget, fault: schedule.Fault) -> Injecti
                      f"the transactions of batch {status.batch_id} after its COMMIT decision (the retry must repair them)", at)
 
 
+def _table_sinks(target: RunTarget) -> list:
+    return [sink for sink in target.runtime.spec.sinks if sink.kind == "postgres"]
+
+
+def _tables_done(target: RunTarget) -> bool:
+    """Every table output of the run's batch is committed (its done record written)."""
+    status = _this_runs_batch(target)
+    return status is not None and all(sink.name in status.done for sink in _table_sinks(target))
+
+
 def _crash_table_server(target: RunTarget, fault: schedule.Fault) -> Injection:
-    """The table's PostgreSQL crashes ``after_s`` into the commit task, and is down ``down_s``."""
+    """The table's PostgreSQL crashes ``after_s`` into the commit task, before the table's commit is
+    done (else the crash is missed: it met no commit), and is down ``down_s``."""
+    from onceflow_devkit.services.process import ServiceError
+
     if _wait_for(target, lambda: _task_process(target, "commit")) is None:
         return Injection(fault.kind, False, "the commit task never ran")
     if not target.wait(fault.detail["after_s"]):
         return Injection(fault.kind, False, f"the run ended within {fault.detail['after_s']} s of the commit task starting")
+    if _tables_done(target):
+        return Injection(fault.kind, False, f"the table's commit was done {fault.detail['after_s']} s into the commit task")
     at = target.elapsed()
-    if not target.table_server.crash_and_restart(fault.detail["down_s"]):
-        return Injection(fault.kind, False, "the table's PostgreSQL was not running (started again)", at)
-    return Injection(fault.kind, True, f"the table's PostgreSQL crashed (every process SIGKILLed) {fault.detail['after_s']} s "
-                     f"into the commit task, started again {fault.detail['down_s']} s later", at)
+    if not target.table_server.crash():
+        return Injection(fault.kind, False, "the table's PostgreSQL was not running", at)
+    if _tables_done(target):  # done between the look and the kill: the crash may have come after it
+        return Injection(fault.kind, False, "the table's commit was done as its server went down", at)
+    what = (f"the table's PostgreSQL crashed (every process SIGKILLed) {fault.detail['after_s']} s into the commit task, "
+            "before the table's commit was done")
+    time.sleep(fault.detail["down_s"])
+    try:
+        target.table_server.start()
+    except ServiceError as exc:  # the runner starts it again after the run
+        return Injection(fault.kind, True, f"{what}; starting it again failed: {exc}", at)
+    return Injection(fault.kind, True, f"{what}, started again {fault.detail['down_s']} s later", at)
 
 
 def _table_prepared(target: RunTarget) -> bool:
     """A transaction of the run's batch is PREPAREd on the table's server."""
     from onceflow_postgres_sink import ids
+    from onceflow_postgres_sink.tables import prepared
 
     status = _this_runs_batch(target)
     if status is None:
         return False
-    prefix = ids.batch_prefix(target.runtime.spec.name, "clicks_table", status.plan.batch_seq)
     with target.table_server.server.connect(autocommit=True, connect_timeout=5) as conn:
-        return any(x.gtrid.startswith(prefix) for x in conn.tpc_recover())
+        return any(prepared(conn, ids.batch_prefix(target.runtime.spec.name, sink.name, status.plan.batch_seq))
+                   for sink in _table_sinks(target))
 
 
 def _kill_table_connections(target: RunTarget, fault: schedule.Fault) -> Injection:
     """Terminate every other connection to the table's server in a tight loop for ``for_s``, from the
     batch's first PREPARE on (``at`` prepare: a split still writing or preparing loses its transaction,
     or the answer whether it was prepared) or from the commit task's start (``at`` commit: the commit's
-    connections). A commit's connection lives milliseconds: a pause between rounds would let it through."""
+    connections). A commit's connection lives milliseconds: a pause between rounds would let it through.
+    Counted by backend: a terminated one stays listed until it has exited."""
     if fault.detail["at"] == "prepare":
         began = _wait_for(target, lambda: _table_prepared(target))
     else:
@@ -550,19 +575,19 @@ def _kill_table_connections(target: RunTarget, fault: schedule.Fault) -> Injecti
     if began is None:
         return Injection(fault.kind, False, f"the run ended before its first {fault.detail['at']}")
     at = target.elapsed()
-    killed = 0
+    killed: set[int] = set()
     deadline = time.monotonic() + fault.detail["for_s"]
     with target.table_server.server.connect(autocommit=True, connect_timeout=5) as conn:
         while time.monotonic() < deadline:
-            killed += sum(ok for (ok,) in conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"))
+            killed.update(pid for (pid,) in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() "
+                "AND pg_terminate_backend(pid)"))
     when = "the batch's first PREPARE" if fault.detail["at"] == "prepare" else "the commit task's start"
     if not killed:
         return Injection(fault.kind, False, f"no connection to the table's server was open in the {fault.detail['for_s']} s "
                          f"after {when}", at)
-    return Injection(fault.kind, True, f"{killed} connection(s) to the table's server terminated in the "
-                     f"{fault.detail['for_s']} s after {when}", at, counts={"connections_terminated": killed})
+    return Injection(fault.kind, True, f"{len(killed)} connection(s) to the table's server terminated in the "
+                     f"{fault.detail['for_s']} s after {when}", at, counts={"connections_terminated": len(killed)})
 
 
 def _s3_faults(target: RunTarget, fault: schedule.Fault) -> Injection:

@@ -39,7 +39,7 @@ class Bar:
     kinds: tuple[str, ...]  # each injected at least MIN_PER_KIND times
     with_table: bool = False  # only the runs with a PostgreSQL table among their outputs (--postgres)
 
-    def counts(self, run: dict[str, Any]) -> bool:
+    def includes(self, run: dict[str, Any]) -> bool:
         return run["broker"] in self.brokers and (run.get("postgres", False) or not self.with_table)
 
 
@@ -77,7 +77,7 @@ class Verdict:
 
 def check(runs: Sequence[dict[str, Any]], bar: Bar) -> Verdict:
     """What the saved runs on ``bar``'s brokers still lack against it (nothing: the bar is met)."""
-    runs = [run for run in runs if bar.counts(run)]
+    runs = [run for run in runs if bar.includes(run)]
     total = totals(runs)
     short = [f"run {run['reproduce']} ({run['file']}) is not OK: {run['failures'] or 'duplicates or missing records'}"
              for run in runs if not run["ok"]]
@@ -100,7 +100,7 @@ def _per_faulted(figures: dict[str, Any]) -> str:
 def markdown(runs: Sequence[dict[str, Any]]) -> str:
     """The figures, a section per bar (and one for runs on brokers no bar names): a row per run with
     the commit it ran on, then the totals and the faults by kind."""
-    groups = [(bar.name, [r for r in runs if bar.counts(r)], bar.kinds) for bar in BARS]
+    groups = [(bar.name, [r for r in runs if bar.includes(r)], bar.kinds) for bar in BARS]
     named = {b for bar in BARS for b in bar.brokers}
     others = [r for r in runs if r["broker"] not in named]
     if others:
@@ -132,5 +132,5 @@ def _table(runs: Sequence[dict[str, Any]], kinds: Sequence[str]) -> list[str]:
     lines += ["", "| fault kind | batches injected |", "| --- | --- |"]
     lines += [f"| `{kind}` | {total['faults_injected'].get(kind, 0)} |" for kind in kinds]
     details = ", ".join(f"`{name}` {count}" for name, count in total["fault_details"].items())
-    lines += ["", f"In detail (fault points fired, S3 answers faulted): {details}."]
+    lines += ["", f"In detail (fault points fired, S3 answers faulted, connections to the table's server terminated): {details}."]
     return lines

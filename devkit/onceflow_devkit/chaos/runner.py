@@ -113,7 +113,8 @@ class ChaosOptions:
         impossible = set(self.kinds or ()) - set(self.possible_kinds(True))
         if impossible:
             raise ConfigurationError(f"fault kinds {sorted(impossible)} cannot happen with --broker {self.broker} "
-                                     f"--spark {self.spark} --mode {self.mode}")
+                                     f"--spark {self.spark} --mode {self.mode}"
+                                     + ("" if self.postgres else " without --postgres"))
         if self.warehouse not in WAREHOUSES:
             raise ConfigurationError(f"--warehouse {self.warehouse!r}: choose one of {', '.join(WAREHOUSES)}")
         unknown = set(self.kinds or ()) - set(schedule.ALL_KINDS)
@@ -213,6 +214,7 @@ class _Run:
         # ends. A killed harness leaves the stack up; the next run's down() stops it.
         self.stack = EmbeddedStack(self.home / "stack", usual_ports=False)  # runs side by side restart brokers
         self.stack.down()
+        self._stop_leftovers()
         shutil.rmtree(self.home, ignore_errors=True)  # every chaos run starts from nothing
         info = self.stack.up(broker=options.broker)
         self.info = info
@@ -316,6 +318,13 @@ class _Run:
         states = Counter(run["state"] for run in api.runs(self.dag_id, run_type="backfill"))
         return ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
 
+    def _stop_leftovers(self) -> None:
+        """What a killed run of this home left running besides its stack: its pid files go with the home."""
+        from onceflow_devkit.services.process import ManagedProcess
+
+        for name in ("spark-connect", "redis", "postgres-table"):
+            ManagedProcess(name, self.home / name).stop(grace=5)
+
     def _hold_home(self) -> None:
         """Fail fast if another chaos run uses this home: this one would stop its stack and delete its state.
         The lock (beside the home, which is deleted) is the open file's, released when this process ends."""
@@ -337,12 +346,17 @@ class _Run:
         return start_redis(self.redis, port=pick_port(None))  # runs side by side: never the usual port
 
     def lingering_prepared(self) -> list[str]:
-        """Prepared transactions of the pipeline still on the table's server: each holds its locks and
-        a slot of max_prepared_transactions, and would block vacuum."""
+        """Prepared transactions of the pipeline's tables still on the table's server: each holds its
+        locks and a slot of max_prepared_transactions, and would block vacuum."""
+        from onceflow_postgres_sink import ids
+        from onceflow_postgres_sink.tables import prepared
+
         if self.table_server is None:
             return []
+        spec = self.runtime.spec
         with self.table_server.server.connect(autocommit=True) as conn:
-            return sorted(x.gtrid for x in conn.tpc_recover() if x.gtrid.startswith(f"onceflow:{self.runtime.spec.name}:"))
+            return [gid for sink in spec.sinks if sink.kind == "postgres"
+                    for gid in prepared(conn, f"{ids.owner(spec.name, sink.name)}:")]
 
     def down(self) -> None:
         if self.airflow is not None:
@@ -396,6 +410,9 @@ class _Run:
         if self.spark_server is not None and self.spark_server.process.running_pid() is None:
             self.say(f"[chaos]   the Spark Connect server was down after run {run_id}: starting it again")
             self.spark_server.start()
+        if self.table_server is not None and self.table_server.process.running_pid() is None:
+            self.say(f"[chaos]   the table's PostgreSQL was down after run {run_id}: starting it again")
+            self.table_server.start()
         return run_id, state, (result[0] if result else None), time.monotonic() - started
 
 

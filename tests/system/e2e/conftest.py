@@ -94,6 +94,18 @@ def refused_runs(api, dag_id: str, confs: list[dict], timeout: float = 300.0) ->
     return logs
 
 
+HOUR_MS = 3_600_000
+
+
+def hour_with_room(seconds: float) -> int:
+    """The start of the current hour (epoch ms), once at least ``seconds`` of it are left: a test that
+    stamps its input by the hour must not see the hour turn, or the scheduler starts one more run."""
+    left = HOUR_MS - time.time() * 1000 % HOUR_MS
+    if left < seconds * 1000:
+        time.sleep(left / 1000 + 1)
+    return int(time.time() * 1000) // HOUR_MS * HOUR_MS
+
+
 @contextmanager
 def broker_with_topics():
     """A fresh broker with the clickstream pipelines' topics, stopped on exit."""

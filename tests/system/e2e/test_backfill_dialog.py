@@ -18,7 +18,6 @@ finds every input record once. About 3 minutes: slow.
 from __future__ import annotations
 
 import re
-import time
 from datetime import datetime, timezone
 from urllib.parse import quote
 
@@ -34,7 +33,7 @@ from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
 from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
 from tests.support import ROOT
-from tests.system.e2e.conftest import broker_with_topics, make_world
+from tests.system.e2e.conftest import broker_with_topics, hour_with_room, make_world
 from tests.system.e2e.test_interval_backfill import wait_until_finished
 from tests.system.e2e.test_onceflow_page import _chromium
 
@@ -62,7 +61,7 @@ def test_an_operator_backfills_three_hours_from_the_trigger_dialog(tmp_path, spa
     chromium = _chromium()
     from playwright.sync_api import expect, sync_playwright
 
-    now_hour = int(time.time() * 1000) // H * H
+    now_hour = hour_with_room(360)  # about the test's length, with room to spare
     t0 = now_hour - 3 * H
     with broker_with_topics() as broker:
         world = make_world(broker, tmp_path, postgres_server, auth_env(tmp_path / "auth", USERS), spark_connect_server)

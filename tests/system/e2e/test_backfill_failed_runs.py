@@ -9,7 +9,6 @@ hours once. (Reprocessing none and completed: test_interval_backfill.py.) About 
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -21,7 +20,7 @@ from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
 from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
-from tests.system.e2e.conftest import broker_with_topics, make_world
+from tests.system.e2e.conftest import broker_with_topics, hour_with_room, make_world
 from tests.system.e2e.test_interval_backfill import DAG_ID, H, iso, wait_until_finished
 
 PER_HOUR = 40
@@ -30,7 +29,7 @@ PER_HOUR = 40
 @pytest.mark.slow
 def test_a_backfill_that_reprocesses_failed_runs_replays_their_aborted_batches_once(tmp_path, spark_connect_server,
                                                                                      postgres_server):
-    now_hour = int(time.time() * 1000) // H * H
+    now_hour = hour_with_room(240)  # about the test's length, with room to spare
     t0 = now_hour - 3 * H
     with broker_with_topics() as broker:
         world = make_world(broker, tmp_path, postgres_server, {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE},

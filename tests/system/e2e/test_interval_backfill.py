@@ -39,7 +39,7 @@ from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, table_of
 from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
-from tests.system.e2e.conftest import broker_with_topics, make_world
+from tests.system.e2e.conftest import broker_with_topics, hour_with_room, make_world
 
 DAG_ID = "clickstream_hourly"
 H = 3_600_000
@@ -69,7 +69,7 @@ def max_overlap(runs: list[dict]) -> int:
 
 
 def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_and_the_scheduled_one(tmp_path, spark_connect_server, postgres_server):
-    now_hour = int(time.time() * 1000) // H * H
+    now_hour = hour_with_room(300)  # about the test's length, with room to spare
     t0 = now_hour - 7 * H
     with broker_with_topics() as broker:
         # Spark Connect mode: three batches at once share the server's session (spark-submit mode: the wheel test).

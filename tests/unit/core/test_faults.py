@@ -10,7 +10,7 @@ import pytest
 from onceflow.core import faults
 from onceflow.config.settings import ConfigurationError
 
-POINT = faults.declare("test.point", "used by tests/test_faults.py only")
+POINT = faults.declare("test.point", "used by this module only")
 
 
 @pytest.fixture(autouse=True)
@@ -20,7 +20,7 @@ def clean():
     faults.disarm()
 
 
-OTHER = faults.declare("test.other_point", "used by tests/test_faults.py only")
+OTHER = faults.declare("test.other_point", "used by this module only")
 
 
 def test_a_point_fires_only_where_it_is_armed(tmp_path, monkeypatch):
@@ -47,7 +47,7 @@ def test_raise_fires_once_on_the_chosen_hit():
 
 
 def test_any_point_fires_on_the_nth_step_reached():
-    other = faults.declare("test.other", "used by tests/test_faults.py only")
+    other = faults.declare("test.other", "used by this module only")
     faults.arm(faults.ANY, "raise", hits=3)
     faults.fault_point(POINT)
     faults.fault_point(other)
@@ -124,6 +124,13 @@ def test_a_point_armed_by_environment_may_be_declared_by_a_module_this_process_n
     assert bad.returncode != 0 and "unknown fault point 'job.after_vots'" in bad.stderr
 
 
+def _fresh_python(code: str) -> str:
+    """What ``code`` prints in a process of its own (nothing imported yet)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
 def test_a_sink_kinds_own_package_declares_its_points_through_its_entry_point():
     """A point of a kind installed from a package of its own (examples/postgres_sink, in the dev
     environment) may be armed by name in a process that never imported that package."""
@@ -132,9 +139,24 @@ def test_a_sink_kinds_own_package_declares_its_points_through_its_entry_point():
         "faults.arm('postgres.commit.between_splits', 'raise')\n"
         "print(sorted(p for p in faults.ALL_POINTS if p.startswith('postgres.')))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['postgres.commit.between_splits', 'postgres.precommit.after_prepare']"
+    assert _fresh_python(code) == "['postgres.commit.between_splits', 'postgres.precommit.after_prepare']"
+
+
+def test_code_shipped_without_its_metadata_takes_the_names_it_is_armed_with():
+    """A Spark executor given onceflow as a zip has no entry points to list the declaring modules: a
+    name checked where the run was armed still arms there, and fires once its module is imported."""
+    code = (
+        "import importlib.metadata\n"
+        "importlib.metadata.entry_points = lambda **selection: []\n"
+        "from onceflow.core import faults\n"
+        "faults.arm('kafka.commit.after_end_txn', 'raise')\n"
+        "from onceflow.sinks.kafka import participant\n"
+        "try:\n"
+        "    faults.fault_point(participant.AFTER_END_TXN)\n"
+        "except faults.InjectedFault:\n"
+        "    print('fired')\n"
+    )
+    assert _fresh_python(code) == "fired"
 
 
 def test_a_run_param_arms_faults_only_where_the_workers_opted_in(monkeypatch):
@@ -215,3 +237,22 @@ def test_a_spark_connect_jobs_faults_reach_the_servers_workers_as_a_writer_optio
     monkeypatch.delenv(faults.RUN_PARAM_GUARD)  # a server that does not allow injection refuses the job
     with pytest.raises(ConfigurationError, match="ONCEFLOW_FAULT_INJECTION"):
         Writer(options[FAULTS_OPTION]).write()
+
+
+def test_every_module_that_declares_a_point_is_listed_in_its_packages_entry_points():
+    """A module missing from the list would arm nowhere but where it happens to be imported."""
+    import ast
+    import tomllib
+
+    from tests.support import ROOT
+
+    for project, sources in ((ROOT, ROOT / "src"), (ROOT / "examples" / "postgres_sink", ROOT / "examples" / "postgres_sink")):
+        listed = set(tomllib.loads((project / "pyproject.toml").read_text())["project"]["entry-points"]
+                     .get(faults.ENTRY_POINT_GROUP, {}).values())
+        declaring = set()
+        for path in sources.rglob("*.py"):
+            calls = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
+                     and getattr(n.func, "attr", getattr(n.func, "id", None)) == "declare"]
+            if calls and path.name != "faults.py":
+                declaring.add(".".join(path.relative_to(sources).with_suffix("").parts))
+        assert declaring == listed, f"{project.name}: declaring {sorted(declaring)}, listed {sorted(listed)}"

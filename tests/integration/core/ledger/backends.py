@@ -1,5 +1,5 @@
-"""Fresh ledger storages on each backend, for fixtures in tests/ledger and
-tests/protocol: a local directory, Hadoop's FileSystem API on file:// and on
+"""Fresh ledger storages on each backend, for fixtures in tests/integration/core/ledger
+and tests/integration/core: a local directory, Hadoop's FileSystem API on file:// and on
 HDFS (a real NameNode), S3 (moto over HTTP). Each call gives an empty root, so
 hypothesis examples and repeated runs never see each other's records."""
 

@@ -24,6 +24,7 @@ each input record in each.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import shutil
 import subprocess
 import threading
@@ -49,10 +50,11 @@ MODES = ("offsets", "backfill")
 EXECUTORS = ("local", "celery")
 HOUR_MS = 3_600_000
 WAREHOUSES = ("file", "s3")
-# A bucket per broker: an S3 warehouse's embedded Iceberg catalog is found by the warehouse's URI
-# (services/iceberg_catalog.py), and a noida and a Tansu run side by side once shared one, each run's
-# start dropping the other's catalog (seed 4704's table audit then found its batches missing).
-S3_BUCKET = "chaos-{broker}-warehouse"
+# A bucket per run home: an S3 warehouse's embedded Iceberg catalog is found by the warehouse's URI
+# (services/iceberg_catalog.py), and two runs side by side that share one drop each other's catalog at
+# their start. It happened to a noida and a Tansu run (seed 4704), so the bucket named the broker; then
+# to two cluster runs from two checkouts (seed 5502: every batch of it failed), so it names the home.
+S3_BUCKET = "chaos-{broker}-{home}"
 MALFORMED_RATIO = 0.1
 DRAIN_RECORDS_PER_PARTITION = 1_000_000
 MAX_DRAIN_RUNS = 4
@@ -220,7 +222,7 @@ class _Run:
         self.info = info
         clients_s3 = None
         if options.warehouse == "s3":
-            bucket = S3_BUCKET.format(broker=options.broker)
+            bucket = S3_BUCKET.format(broker=options.broker, home=hashlib.sha256(str(self.home).encode()).hexdigest()[:8])
             info.s3.client().create_bucket(Bucket=bucket)
             self.warehouse = f"s3://{bucket}/warehouse"
             from onceflow_devkit.chaos.s3_proxy import S3FaultProxy

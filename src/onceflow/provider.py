@@ -16,8 +16,8 @@ def get_provider_info() -> dict:
     return {
         "package-name": "onceflow",
         "name": "onceflow",
-        "description": "Exactly-once micro-batch pipelines from Kafka through Spark to files and Kafka, "
-        "with a two-phase commit driven by Airflow tasks.",
+        "description": "Exactly-once micro-batch pipelines from Kafka through Spark to files, Iceberg tables, "
+        "Kafka and the sink kinds of other packages, with a two-phase commit driven by Airflow tasks.",
         "versions": [__version__],
         "integrations": [{"integration-name": "onceflow", "tags": ["service"]}],
         "hooks": [{"integration-name": "onceflow", "python-modules": ["onceflow.airflow.hooks.kafka", "onceflow.airflow.hooks.s3",

@@ -562,6 +562,15 @@ def _table_prepared(target: RunTarget) -> bool:
                    for sink in _table_sinks(target))
 
 
+def terminate_other_clients(conn) -> set[int]:
+    """Terminate every client connection to ``conn``'s server but ``conn``; the backends terminated.
+    The call sits in the select list, which only the rows the WHERE kept reach: in the WHERE clause,
+    PostgreSQL may call it before it has compared the pid with our own (a run terminated itself so)."""
+    return {pid for pid, terminated in conn.execute(
+        "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()") if terminated}
+
+
 def _kill_table_connections(target: RunTarget, fault: schedule.Fault) -> Injection:
     """Terminate every other connection to the table's server in a tight loop for ``for_s``, from the
     batch's first PREPARE on (``at`` prepare: a split still writing or preparing loses its transaction,
@@ -579,9 +588,7 @@ def _kill_table_connections(target: RunTarget, fault: schedule.Fault) -> Injecti
     deadline = time.monotonic() + fault.detail["for_s"]
     with target.table_server.server.connect(autocommit=True, connect_timeout=5) as conn:
         while time.monotonic() < deadline:
-            killed.update(pid for (pid,) in conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() "
-                "AND pg_terminate_backend(pid)"))
+            killed |= terminate_other_clients(conn)
     when = "the batch's first PREPARE" if fault.detail["at"] == "prepare" else "the commit task's start"
     if not killed:
         return Injection(fault.kind, False, f"no connection to the table's server was open in the {fault.detail['for_s']} s "

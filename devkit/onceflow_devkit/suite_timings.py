@@ -69,12 +69,17 @@ def markdown(run: SuiteRun) -> str:
 TABLE = (Path("docs") / "testing.md", "<!-- make-test-timings begin -->\n", "<!-- make-test-timings end -->")
 
 
+def replace_between(page: Path, begin: str, end: str, text: str) -> None:
+    """``page`` with ``text`` between its markers ``begin`` and ``end``."""
+    old = page.read_text()
+    start, stop = old.index(begin) + len(begin), old.index(end)
+    page.write_text(old[:start] + text + "\n" + old[stop:])
+
+
 def regenerate(root: Path) -> None:
     """docs/testing.md's table, made again from the saved log."""
     page, begin, end = TABLE
-    text = (root / page).read_text()
-    start, stop = text.index(begin) + len(begin), text.index(end)
-    (root / page).write_text(text[:start] + markdown(parse((root / SOURCE).read_text())) + "\n" + text[stop:])
+    replace_between(root / page, begin, end, markdown(parse((root / SOURCE).read_text())))
 
 
 if __name__ == "__main__":  # python -m onceflow_devkit.suite_timings, in the repository's root

@@ -141,6 +141,16 @@ def _process_environ(pid: int) -> bytes | None:
         return None
 
 
+def _reap(pid: int) -> None:
+    """Wait for ``pid`` if it is this process's child: a killed child stays a zombie until its parent
+    waits, and a zombie's pid counts as alive (PostgreSQL refused to start again over a lock file
+    naming one)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # another process's child: its parent reaps it
+        pass
+
+
 @dataclass
 class ManagedProcess:
     name: str
@@ -282,6 +292,7 @@ class ManagedProcess:
             if time.monotonic() > deadline:
                 raise ServiceError(f"{self.name} (pid {pid}) still holds port {port} {timeout:.0f} s after SIGKILL")
             time.sleep(0.1)
+        _reap(pid)
         self.pid_file.unlink(missing_ok=True)
         return True
 
@@ -303,5 +314,6 @@ class ManagedProcess:
                 time.sleep(0.1)
             if _process_environ(pid) is None:
                 break
+        _reap(pid)
         self.pid_file.unlink(missing_ok=True)
         return True

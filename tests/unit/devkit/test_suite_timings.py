@@ -44,3 +44,4 @@ def test_readme_and_docs_testing_show_the_saved_run():
     assert block, "docs/testing.md lost the markers around the slowest tests"
     assert block.group(1).strip() == suite_timings.markdown(run), (
         f"docs/testing.md's slowest tests differ from {suite_timings.SOURCE}: regenerate them with suite_timings.markdown")
+

@@ -1,0 +1,18 @@
+"""A killed or stopped service started by this process leaves no zombie behind: a zombie's pid counts
+as alive, and PostgreSQL refused to start again over a lock file naming one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onceflow_devkit.services.process import ManagedProcess
+
+
+@pytest.mark.parametrize("end", ["kill", "stop"])
+def test_a_service_ended_by_its_starter_is_reaped(tmp_path, end):
+    proc = ManagedProcess("sleeper", tmp_path / "sleeper")
+    pid = proc.start(["sleep", "60"], port=0, ready=lambda: True)
+    assert getattr(proc, end)()
+    assert not Path(f"/proc/{pid}").exists(), "the ended service is still a zombie of this process"

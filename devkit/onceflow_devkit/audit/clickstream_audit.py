@@ -305,13 +305,12 @@ def _audit_table(runtime, sink, expected_views: Counter, committed: list, replac
 def audit_table_rows(name: str, server, target: str, expected: Mapping[Source, int]) -> OutputAudit:
     """A PostgreSQL table output, read with plain SQL on ``server`` (services.postgres.PostgresServer):
     each row's source topic/partition/offset, counted against ``expected``."""
+    from onceflow_postgres_sink.tables import table_sql
     from psycopg import sql
 
     out = OutputAudit(name)
-    schema, _, table = target.rpartition(".")
     with server.connect(autocommit=True) as conn:
-        rows = conn.execute(sql.SQL('SELECT topic, "partition", "offset" FROM {}').format(
-            sql.Identifier(schema or "public", table))).fetchall()
+        rows = conn.execute(sql.SQL('SELECT topic, "partition", "offset" FROM {}').format(table_sql(target))).fetchall()
     out.records = len(rows)
     _tally(out, Counter((str(t), int(p), int(o)) for t, p, o in rows), expected)
     return out

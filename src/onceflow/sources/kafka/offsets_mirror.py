@@ -8,17 +8,41 @@ starts; the group copy exists so that standard lag tools
 Forward-only: a partition whose committed offset is already at or past the
 batch's end is left alone, so a late retry of an older batch never moves lag
 backwards. Idempotent. Verified by reading the committed offsets back.
+
+A group's coordinator may be moving or still loading its offsets (a fresh
+cluster, a broker restart): the broker answers NOT_COORDINATOR or
+COORDINATOR_LOAD_IN_PROGRESS, errors Kafka marks retriable. Those are retried
+here until ``timeout_s``; only what outlasts it fails the task.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import time
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from onceflow.core.participant import Outcome, Result
 from onceflow.core.plan import OffsetRange
 from onceflow.kafka.config import consumer_config
+
+T = TypeVar("T")
+RETRY_PAUSE_S = 0.2
+# Retriable in Kafka's protocol, though librdkafka does not flag them so when committed() meets them.
+COORDINATOR_MOVING = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                KafkaError.COORDINATOR_NOT_AVAILABLE})
+
+
+def _retrying(call: Callable[[], T], deadline: float) -> T:
+    """``call()``, again while it fails with an error Kafka marks retriable and ``deadline`` is ahead."""
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not (error.retriable() or error.code() in COORDINATOR_MOVING) or time.monotonic() + RETRY_PAUSE_S > deadline:
+                raise
+        time.sleep(RETRY_PAUSE_S)
 
 
 def mirror_offsets(config: Mapping[str, Any], group_id: str, ranges: Sequence[OffsetRange], timeout_s: float = 30.0) -> Result:
@@ -26,9 +50,15 @@ def mirror_offsets(config: Mapping[str, Any], group_id: str, ranges: Sequence[Of
     if not ranges:
         return Result(Outcome.ALREADY_DONE, "no input ranges")
     consumer = Consumer(consumer_config(config, group_id))
+    deadline = time.monotonic() + timeout_s
     try:
         tps = [TopicPartition(r.topic, r.partition) for r in ranges]
-        current = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(tps, timeout=timeout_s)}
+
+        def committed() -> dict[tuple[str, int], int]:
+            remaining = max(deadline - time.monotonic(), 1.0)
+            return {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(tps, timeout=remaining)}
+
+        current = _retrying(committed, deadline)
         wanted = [
             TopicPartition(r.topic, r.partition, r.end)
             for r in ranges
@@ -36,8 +66,8 @@ def mirror_offsets(config: Mapping[str, Any], group_id: str, ranges: Sequence[Of
         ]
         if not wanted:
             return Result(Outcome.ALREADY_DONE, f"group {group_id} is already at or past the batch's ends")
-        consumer.commit(offsets=wanted, asynchronous=False)
-        after = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(tps, timeout=timeout_s)}
+        _retrying(lambda: consumer.commit(offsets=wanted, asynchronous=False), deadline)
+        after = _retrying(committed, deadline)
     except KafkaException as exc:
         return Result(Outcome.RETRY_LATER, f"committing offsets for group {group_id} failed: {exc.args[0]}")
     finally:

@@ -120,6 +120,8 @@ def produce(config: dict, topic: str, records: list[ClickRecord], partitions: in
     refused any: a record is counted only once its delivery report says it is in the topic."""
     from confluent_kafka import Producer
 
+    from onceflow.kafka.produce import produce_waiting
+
     producer = Producer(dict(config))
     errors: list = []
 
@@ -129,13 +131,8 @@ def produce(config: dict, topic: str, records: list[ClickRecord], partitions: in
 
     for i, r in enumerate(records):
         stamp = {"timestamp": timestamps[i]} if timestamps is not None else {}
-        while True:
-            try:
-                producer.produce(topic, key=r.key, value=r.value, partition=i % partitions if partition is None else partition,
-                                 on_delivery=delivered, **stamp)
-                break
-            except BufferError:  # local queue full: let deliveries drain
-                producer.poll(0.1)
+        produce_waiting(producer, topic, r.value, r.key, i % partitions if partition is None else partition,
+                        on_delivery=delivered, **stamp)
     unsent = producer.flush(flush_timeout_s)
     if unsent:
         raise RuntimeError(f"{topic}: {unsent} records still unsent after {flush_timeout_s:.0f} s")

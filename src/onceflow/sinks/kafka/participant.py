@@ -41,6 +41,7 @@ from onceflow.core.plan import Plan
 from onceflow.kafka.config import base_config, producer_config
 from onceflow.sinks.kafka.fencing import FencingError, fence_transactional_ids
 from onceflow.kafka.ids import is_split_id, repair_id
+from onceflow.kafka.produce import produce_waiting
 from onceflow.config.broker_profiles import PROFILES, BrokerProfile
 from onceflow.sinks.kafka.txn_protocol import (
     Action,
@@ -500,12 +501,7 @@ class KafkaSinkParticipant(Participant):
             producer.begin_transaction()
             for row in table.to_pylist():
                 user = [(x["key"], x["value"]) for x in row["headers"]] if row["headers"] else []
-                while True:
-                    try:
-                        producer.produce(h.topic, row["value"], row["key"], row["partition"], headers=base + user)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+                produce_waiting(producer, h.topic, row["value"], row["key"], row["partition"], headers=base + user)
             producer.commit_transaction(self.timeout_s)
         except KafkaException as exc:
             return Result(Outcome.RETRY_LATER, f"{where}: repair under {rid} did not complete: {exc.args[0]}")

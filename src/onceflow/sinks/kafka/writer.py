@@ -55,6 +55,7 @@ from onceflow.storage import Storage, storage_for
 from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE
 from onceflow.kafka.config import direct_producer_config, producer_config
 from onceflow.kafka.ids import transactional_id
+from onceflow.kafka.produce import produce_waiting
 from onceflow.kafka.lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
 from onceflow.sinks.kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, key_hash
 from onceflow.sinks.kafka.headers import CURRENT_FORMAT, REPAIR, record_headers
@@ -414,17 +415,13 @@ class TransactionalSplitWriter:
                 for i, value, key, partition, row_headers in rows:
                     produce(topic, value, key, partition, headers=row_headers)
                 i = stop
-            except BufferError:  # queue full: serve delivery reports, then retry row i
-                self._producer.poll(0.05)
+            except BufferError:  # queue full: row i waits for room, the loop goes on after it
+                produce_waiting(self._producer, topic, values[i], keys[i], partitions[i], headers=headers[i])
+                i += 1
 
     def _produce_reported(self, value, key, partition: int, row_headers) -> None:
         """One row whose delivery report says its offset: a partition's first or last of the split."""
-        while True:
-            try:
-                self._producer.produce(self.topic, value, key, partition, headers=row_headers, on_delivery=self._on_delivery)
-                return
-            except BufferError:
-                self._producer.poll(0.05)
+        produce_waiting(self._producer, self.topic, value, key, partition, headers=row_headers, on_delivery=self._on_delivery)
 
     def _partitions_for(self, keys: list) -> list[int]:
         n = self._partition_count

@@ -342,6 +342,20 @@ def test_another_pipelines_records_with_the_same_batch_and_split_never_pass_for_
     assert seen == Counter([f"{n}-{BATCH}-0-{i}".encode() for n in (pipeline, other) for i in range(40)])
 
 
+def test_a_producer_queue_far_smaller_than_the_batch_loses_and_repeats_no_record(kafka_broker, topic, pipeline, tmp_path):
+    # librdkafka refuses produce() while its queue is full; every row must wait for room, none skipped or sent twice.
+    writer = TransactionalSplitWriter(kafka_broker.config(), pipeline, "out", BATCH, 0, topic,
+                                      staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0),
+                                      producer_overrides={"queue.buffering.max.messages": 200})
+    writer.begin()
+    for start in (0, 2_000):
+        writer.write_batch(_values(f"{BATCH}-0", start, start + 2_000))
+    handle = writer.precommit()
+    assert handle.records == 4_000
+    assert _participant(kafka_broker, pipeline, tmp_path).commit(_vote(handle)).outcome is Outcome.DONE
+    assert _audit(kafka_broker, topic) == Counter(_expected(0, 4_000))
+
+
 def test_keyed_records_go_where_a_java_producer_puts_them_with_the_murmur2_partitioner(kafka_broker, pipeline, tmp_path):
     from onceflow.sinks.kafka.partitioners import partition_function
 

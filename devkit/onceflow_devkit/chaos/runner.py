@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 from onceflow.core import faults
 from onceflow.sinks.kafka.participant import DEFAULT_SAFETY_FRACTION
 from onceflow.config.settings import ConfigurationError
+from onceflow.pipeline.spec import PipelineSpec
 from onceflow_devkit.chaos import schedule
 from onceflow_devkit.services.kafka_broker import CLUSTER, DEFAULT_BROKER
 from onceflow_devkit.services.stack import onceflow_home
@@ -204,7 +205,6 @@ class _Run:
     def up(self) -> None:
         from onceflow_devkit.airflow_env import onceflow_airflow
         from onceflow.kafka.admin import ensure_topics
-        from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY
         from onceflow.pipeline.runtime import Deployment, PipelineRuntime
         from onceflow_devkit.services.s3 import S3Endpoint
         from onceflow_devkit.services.stack import EmbeddedStack
@@ -233,10 +233,8 @@ class _Run:
             self.warehouse = f"file://{self.home / 'warehouse'}"
         forget_embedded_catalogs(self.warehouse)
         # The harness reads S3 directly: audits must not depend on the proxy's luck.
-        spec = CLICKSTREAM_HOURLY if self.backfill else CLICKSTREAM
-        table_env: dict[str, str] = {}
-        if options.postgres:
-            spec, table_env = self._start_table_server(spec)
+        spec = pipeline_spec(options)
+        table_env = self._start_table_server() if options.postgres else {}
         direct_s3 = info.s3 if clients_s3 else None
         self.runtime = PipelineRuntime(spec, Deployment(self.warehouse, info.kafka, direct_s3, embedded_catalogs(self.warehouse, direct_s3)))
         # On the cluster every topic has the brokers' replication (3, min.insync.replicas 2): with one
@@ -266,17 +264,15 @@ class _Run:
         self.airflow.migrate()
         self.airflow.start(timeout=300)
 
-    def _start_table_server(self, spec):
+    def _start_table_server(self) -> dict[str, str]:
         """The table output's PostgreSQL, a server of its own (the one holding Airflow's database must
-        not crash with it): ``spec`` with the table, and what the Spark Connect server's Python workers
-        need to reach it."""
-        from onceflow_examples.clickstream import with_table
+        not crash with it); what the Spark Connect server's Python workers need to reach it."""
         from onceflow_devkit.services.postgres import RestartablePostgres
         from onceflow_devkit.services.process import ManagedProcess
 
         self.table_server = RestartablePostgres(ManagedProcess("postgres-table", self.home / "postgres-table"))
         server = self.table_server.start()
-        return with_table(spec, TABLE_CONN_ID), {f"AIRFLOW_CONN_{TABLE_CONN_ID.upper()}": server.uri()}
+        return {f"AIRFLOW_CONN_{TABLE_CONN_ID.upper()}": server.uri()}
 
     def produce_input(self, sequence: Sequence[schedule.Fault]) -> int:
         from onceflow_examples.clickstream_data import OVERSIZED_PRODUCER, generate, oversized, produce
@@ -418,14 +414,21 @@ class _Run:
         return run_id, state, (result[0] if result else None), time.monotonic() - started
 
 
-def _fault_points(options: ChaosOptions) -> list[str]:
-    """Every declared fault point but those of sink kinds the run's pipeline has no output of (a kind's
-    points start with its name): they could never fire."""
-    from onceflow.sinks import kinds as sink_kinds
-    from onceflow_examples.clickstream import CLICKSTREAM
+def pipeline_spec(options: ChaosOptions) -> PipelineSpec:
+    """The pipeline the run's DAG runs: the clickstream example (hourly in backfill mode), with
+    --postgres's table among its outputs."""
+    from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY, with_table
 
-    used = {s.kind for s in CLICKSTREAM.sinks} | ({"postgres"} if options.postgres else set())
-    unused = set(sink_kinds()) - used
+    spec = CLICKSTREAM_HOURLY if options.mode == "backfill" else CLICKSTREAM
+    return with_table(spec, TABLE_CONN_ID) if options.postgres else spec
+
+
+def _fault_points(spec: PipelineSpec) -> list[str]:
+    """Every declared fault point but those of sink kinds ``spec`` has no output of (a kind's points
+    start with its name): they could never fire."""
+    from onceflow.sinks import kinds as sink_kinds
+
+    unused = set(sink_kinds()) - {s.kind for s in spec.sinks}
     return [point for point in faults.declare_all() if point.split(".", 1)[0] not in unused]
 
 
@@ -437,7 +440,7 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
     options.check()
     began = time.monotonic()
     kinds = options.kinds or options.possible_kinds(options.warehouse == "s3")
-    sequence = schedule.fault_sequence(options.seed, options.batches, kinds, _fault_points(options))
+    sequence = schedule.fault_sequence(options.seed, options.batches, kinds, _fault_points(pipeline_spec(options)))
     figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark,
                            executor=options.executor, kinds=options.kinds, commit=code_commit(), postgres=options.postgres)
     world = _Run(options, say)

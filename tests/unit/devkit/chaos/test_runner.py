@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from onceflow.config.settings import ConfigurationError
-from onceflow_devkit.chaos.runner import ChaosOptions, _Run
+from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
+
+from onceflow.sinks import kinds as sink_kinds
+from onceflow_devkit.chaos.runner import ChaosOptions, _fault_points, _Run, pipeline_spec
 
 
 def test_a_second_run_on_the_same_home_fails_fast_and_a_run_beside_it_starts(tmp_path):
@@ -18,3 +21,21 @@ def test_a_second_run_on_the_same_home_fails_fast_and_a_run_beside_it_starts(tmp
     _Run(ChaosOptions(1, 1, broker="tansu", home=tmp_path / "chaos" / "tansu-file"), print)._hold_home()
     first.down()  # the first run ends (in this process: the next run of the combination must start)
     second._hold_home()
+
+
+@pytest.mark.parametrize(("options", "dag_outputs", "drawn_kinds"), [
+    (ChaosOptions(1, 1), {"files", "kafka", "iceberg"}, {"files", "kafka", "iceberg"}),
+    (ChaosOptions(1, 1, postgres=True), {"files", "kafka", "iceberg", "postgres"}, {"files", "kafka", "iceberg", "postgres"}),
+])
+def test_the_points_drawn_are_those_of_the_outputs_the_run_s_dag_writes(options, dag_outputs, drawn_kinds):
+    # One spec decides both: a point of a kind the DAG has no output of could never fire.
+    spec = pipeline_spec(options)
+    assert {sink.kind for sink in spec.sinks} == dag_outputs
+    points = _fault_points(spec)
+    drawn = {point.split(".", 1)[0] for point in points} & set(sink_kinds())
+    assert drawn == drawn_kinds
+    assert {"plan", "job", "commit", "abort", "ledger"} <= {point.split(".", 1)[0] for point in points}  # the protocol's own
+
+
+def test_a_backfill_run_draws_from_the_hourly_dag_s_outputs():
+    assert pipeline_spec(ChaosOptions(1, 1, mode="backfill")).name == CLICKSTREAM_HOURLY.name

@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # make demo DEMO_ARGS=--keep-running: leave the stack and Airflow up, print the onceflow page URL.
 DEMO_ARGS ?=
 
-.PHONY: venv demo test test-unit test-all test-chaos chaos chaos-report services-up services-down clean
+.PHONY: venv demo test test-unit test-slow test-all test-chaos chaos chaos-report services-up services-down clean
 
 venv:
 	@tools/bootstrap.sh
@@ -24,7 +24,11 @@ test: venv
 test-unit: venv
 	$(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)
 
-# Everything, including the long chaos runs.
+# The tests `make test` leaves out, each phase of a second or more timed (docs/measurements/make-test-slow.log).
+test-slow: venv
+	$(VENV)/bin/python -m pytest -m slow --durations=0 --durations-min=1 $(PYTEST_ARGS)
+
+# Everything: make test and make test-slow in one run.
 test-all: venv
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 

@@ -1,12 +1,14 @@
-"""``make test``'s own account of its time, and the figures the docs take from it.
+"""The test suite's own account of its time, and the figures the docs take from it.
 
-The source is ``docs/measurements/make-test.log``: what pytest printed at the
-end of a ``make test`` on a clean clone (``.ci/run``), its slowest tests
-(``--durations``) and its summary line, under a header naming the date and
-the commit. README's total and docs/testing.md's table of the slowest tests
-are checked against it (``tests/unit/devkit/test_suite_timings.py``), so each
-figure has that one source; after a new clean-clone run, save its tail there
-and regenerate the table: ``python -m onceflow_devkit.suite_timings``.
+Two sources, each what pytest printed at the end of a run (its tests' times,
+``--durations``, and its summary line) under a header naming the date and the
+commit: ``docs/measurements/make-test.log``, a ``make test`` on a clean clone
+(``.ci/run``), and ``docs/measurements/make-test-slow.log``, a ``make
+test-slow`` (the tests ``make test`` leaves out). README's total and
+docs/testing.md's two tables are checked against them
+(``tests/unit/devkit/test_suite_timings.py``), so each figure has one source;
+after a new run, save its tail there and regenerate the tables:
+``python -m onceflow_devkit.suite_timings``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from onceflow_devkit import doc_blocks
+
 SOURCE = Path("docs") / "measurements" / "make-test.log"
+SLOW_SOURCE = Path("docs") / "measurements" / "make-test-slow.log"
 _SUMMARY = re.compile(r"=+ (?P<passed>\d+) passed(?:, (?P<skipped>\d+) skipped)?.*? in (?P<seconds>[\d.]+)s ")
 _DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<phase>call|setup|teardown)\s+(?P<test>.+?)\s*$")
 
@@ -66,20 +71,28 @@ def markdown(run: SuiteRun) -> str:
     return "\n".join(lines)
 
 
-TABLE = (Path("docs") / "testing.md", "<!-- make-test-timings begin -->\n", "<!-- make-test-timings end -->")
+def slow_markdown(run: SuiteRun) -> str:
+    """docs/testing.md's table of the slow set: each test file's time (its tests and their fixtures)."""
+    files: dict[str, float] = {}
+    for slow in run.slowest:
+        path = slow.test.partition("::")[0]
+        files[path] = files.get(path, 0.0) + slow.seconds
+    lines = [f"`make test-slow` ({'; '.join(run.header)}): {run.passed} passed in {run.minutes} ({run.total}). "
+             "Each test file's time: its tests and their fixtures' setup and teardown, each phase that took "
+             "a second or more:", "", "| test file | seconds |", "| --- | --- |"]
+    lines += [f"| `{path}` | {seconds:.0f} |" for path, seconds in sorted(files.items(), key=lambda item: -item[1])]
+    return "\n".join(lines)
 
 
-def replace_between(page: Path, begin: str, end: str, text: str) -> None:
-    """``page`` with ``text`` between its markers ``begin`` and ``end``."""
-    old = page.read_text()
-    start, stop = old.index(begin) + len(begin), old.index(end)
-    page.write_text(old[:start] + text + "\n" + old[stop:])
+# docs/testing.md's generated blocks (doc_blocks): each with its source log and what makes it.
+TABLES = ((SOURCE, "make-test-timings", markdown),)
+PAGE = Path("docs") / "testing.md"
 
 
 def regenerate(root: Path) -> None:
-    """docs/testing.md's table, made again from the saved log."""
-    page, begin, end = TABLE
-    replace_between(root / page, begin, end, markdown(parse((root / SOURCE).read_text())))
+    """docs/testing.md's tables, made again from the saved logs."""
+    for source, block, make in TABLES:
+        doc_blocks.write(root / PAGE, block, make(parse((root / source).read_text())))
 
 
 if __name__ == "__main__":  # python -m onceflow_devkit.suite_timings, in the repository's root

@@ -3,11 +3,9 @@ clean-clone run's output, saved in docs/measurements/make-test.log."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from onceflow_devkit import suite_timings
+from onceflow_devkit import doc_blocks, suite_timings
 from tests.support import ROOT
 
 LOG = """# 2026-11-26, commit 8bc73fa, 2 idle cores
@@ -34,15 +32,22 @@ def test_a_log_without_its_summary_line_is_refused():
         suite_timings.parse(LOG.splitlines()[1])
 
 
-def test_readme_and_docs_testing_show_the_saved_run():
+def test_the_slow_set_table_adds_up_each_file_s_phases():
+    run = suite_timings.parse(LOG + "12.50s teardown tests/system/e2e/test_interval_backfill.py::test_a_backfill\n")
+    table = suite_timings.slow_markdown(run)
+    assert "868 passed in 22.5 minutes (1,348 s, 868 passed)" in table
+    assert table.splitlines()[-2:] == ["| `tests/system/e2e/test_interval_backfill.py` | 178 |",
+                                       "| `tests/system/e2e/test_onceflow_page.py` | 54 |"]
+
+
+def test_readme_and_docs_testing_show_the_saved_runs():
     run = suite_timings.parse((ROOT / suite_timings.SOURCE).read_text())
     readme = (ROOT / "README.md").read_text()
     assert f"`make test`: {run.minutes} of tests on a clean clone ({run.total}," in readme, (
         f"README's make test time differs from {suite_timings.SOURCE}: {run.minutes}, {run.total}")
-    testing = (ROOT / "docs" / "testing.md").read_text()
-    block = re.search(r"<!-- make-test-timings begin -->\n(.*?)\n<!-- make-test-timings end -->", testing, re.S)
-    assert block, "docs/testing.md lost the markers around the slowest tests"
-    assert block.group(1).strip() == suite_timings.markdown(run), (
-        f"docs/testing.md's slowest tests differ from {suite_timings.SOURCE}: regenerate them with suite_timings.markdown")
-    for slow in run.slowest:  # a table naming a test that moved or went is stale
-        assert (ROOT / slow.test.partition("::")[0]).exists(), f"{slow.test} is gone: save a new run's log"
+    for source, block, make in suite_timings.TABLES:
+        saved = suite_timings.parse((ROOT / source).read_text())
+        assert doc_blocks.read(ROOT / suite_timings.PAGE, block) == make(saved), (
+            f"docs/testing.md's {block} differ from {source}: python -m onceflow_devkit.suite_timings")
+        for slow in saved.slowest:  # a table naming a test that moved or went is stale
+            assert (ROOT / slow.test.partition("::")[0]).exists(), f"{slow.test} is gone: save a new run's log"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
+from onceflow_devkit import doc_blocks
 from onceflow_devkit.chaos import report, schedule
 from onceflow.ops.cli import main
 
@@ -101,10 +101,7 @@ def test_every_saved_run_is_clean_and_docs_chaos_shows_exactly_their_figures(cap
     assert SAVED, "docs/chaos-runs holds the runs docs/chaos.md reports"
     runs = report.load_runs(SAVED)
     assert all(r["ok"] and r["duplicates"] == 0 and r["missing"] == 0 for r in runs)
-    readme = (ROOT / "docs" / "chaos.md").read_text()
-    block = re.search(r"<!-- chaos-report begin -->\n(.*?)\n<!-- chaos-report end -->", readme, re.S)
-    assert block, "docs/chaos.md lost the markers around the chaos figures"
-    assert block.group(1).strip() == report.markdown(runs).strip(), (
+    assert doc_blocks.read(ROOT / "docs" / "chaos.md", "chaos-report").strip() == report.markdown(runs).strip(), (
         "docs/chaos.md's chaos figures differ from docs/chaos-runs: regenerate with "
         "onceflow chaos-report docs/chaos-runs/*.json"
     )

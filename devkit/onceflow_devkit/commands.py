@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from onceflow.ops.cli import add_pipeline_arguments, runtime_from_args
 from onceflow_devkit.chaos.schedule import ALL_KINDS
@@ -115,6 +116,10 @@ def _chaos_report(args: argparse.Namespace) -> int:
                                                    for name, v in verdicts.items()}}, indent=2))
     else:
         print(markdown(runs))
+        if args.update:
+            from onceflow_devkit import doc_blocks
+
+            doc_blocks.write(Path(args.update), "chaos-report", markdown(runs))
         for name, verdict in verdicts.items():
             print(f"\n{name}: " + ("the bar is met." if verdict.met else
                                    "short of the bar:\n" + "\n".join(f"- {s}" for s in verdict.shortfalls)))
@@ -172,4 +177,6 @@ def add_commands(sub) -> None:
                             "the long run's bar (dev kit)")
     report.add_argument("files", nargs="+", help="JSON files printed by 'onceflow chaos --json'")
     report.add_argument("--json", action="store_true")
+    report.add_argument("--update", metavar="PAGE", help="also write the figures into PAGE's chaos-report block "
+                        "(make chaos-report: docs/chaos.md)")
     report.set_defaults(func=_chaos_report)

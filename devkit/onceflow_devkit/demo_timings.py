@@ -104,9 +104,13 @@ def regenerate(root: Path) -> None:
 
 
 def _timed(command: list[str], cwd: Path, log: Path) -> float:
+    """Seconds ``command`` took; a failure raises with the end of its output (nothing is saved)."""
     started = time.monotonic()
     with log.open("w") as out:
-        subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=True)
+        done = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}) in the fresh clone; its output ends:\n"
+                           + "\n".join(log.read_text().splitlines()[-40:]))
     return time.monotonic() - started
 
 
@@ -118,10 +122,10 @@ def measure(root: Path) -> None:
         clone = Path(scratch) / "onceflow"
         subprocess.run(["git", "clone", "-q", str(root), str(clone)], check=True)
         venv = _timed(["make", "venv"], clone, Path(scratch) / "venv.log")
-        demo = _timed(["make", "demo"], clone, Path(scratch) / "demo.log")  # a failed demo raises: nothing saved
+        demo = _timed(["make", "demo"], clone, Path(scratch) / "demo.log")
         printed = (Path(scratch) / "demo.log").read_text().splitlines()
     printed = printed[next(i for i, line in enumerate(printed) if line.startswith("[stack]")):]  # after make's own lines
-    header = f"# {datetime.date.today()}, commit {commit}, a fresh clone, {os.cpu_count()} idle cores"
+    header = f"# {datetime.date.today()}, commit {commit}, a fresh clone, {os.cpu_count()} cores"
     (root / SOURCE).write_text("\n".join([header, f"# make venv: {venv:.1f} s", f"# make demo: {demo:.1f} s", *printed]) + "\n")
 
 

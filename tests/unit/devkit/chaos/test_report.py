@@ -131,3 +131,11 @@ def test_the_page_s_account_of_each_saved_run_gives_that_run_s_own_figures():
         assert told_figures == saved, f"docs/chaos.md on seed {claim['seed']}: {told_figures}; its saved run: {saved}"
         if minutes := re.search(r"in (\d+) minutes", claim["rest"]):
             assert int(minutes[1]) == round(run["wall_time_s"] / 60), f"docs/chaos.md on seed {claim['seed']}: {minutes[0]}"
+
+
+def test_chaos_report_update_writes_the_figures_into_the_page_s_block(tmp_path, capsys):
+    page = tmp_path / "chaos.md"
+    page.write_text("# Chaos\n<!-- chaos-report begin -->\nold figures\n<!-- chaos-report end -->\nThe story.\n")
+    assert main(["chaos-report", "--update", str(page), *map(str, SAVED)]) == 0
+    assert doc_blocks.read(page, "chaos-report") == report.markdown(report.load_runs(SAVED)).strip("\n")
+    assert page.read_text().startswith("# Chaos\n") and page.read_text().endswith("The story.\n")

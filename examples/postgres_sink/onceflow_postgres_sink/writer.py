@@ -17,10 +17,10 @@ import psycopg
 from psycopg import sql
 
 from onceflow.core import faults
-from onceflow.sinks.api import Vote
+from onceflow.sinks.api import ConfigurationError, Vote
 
 from . import ids
-from .tables import BATCH_COLUMN, markers_sql, prepared, table_sql
+from .tables import BATCH_COLUMN, MARKERS, markers_sql, prepared, split_target, table_sql
 
 CONNECT_TIMEOUT_S = 30
 AFTER_PREPARE = faults.declare("postgres.precommit.after_prepare",
@@ -49,6 +49,19 @@ class SplitAttempt:
         return theirs is not None and theirs[0] < self.attempt
 
 
+class MarkerTaken(ConfigurationError):
+    """The split's marker id is already in the markers table: an earlier ledger's batch of the same number."""
+
+    def __init__(self, who: SplitAttempt, target: str):
+        schema = split_target(target)[0]
+        super().__init__(
+            f"pipeline {who.pipeline!r}, output {who.sink!r}: {schema}.{MARKERS} already holds {who.gid!r}, the marker "
+            f"of a committed transaction of batch {who.batch_seq} from an earlier ledger of a pipeline with this name "
+            "(its warehouse was reset, or another deployment runs a pipeline of the same name on this database). "
+            "A marker is how a commit is told from a rollback, so it is never reused: give the pipeline a new name, "
+            f"or delete the pipeline's rows from {schema}.{MARKERS} once no batch of the old ledger is unfinished")
+
+
 def roll_back_older(conninfo: str, who: SplitAttempt) -> list[str]:
     """Roll back what older attempts of ``who``'s split left prepared; the ids rolled back."""
     with psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
@@ -74,9 +87,12 @@ def prepare_split(conninfo: str, target: str, columns: list[str], batches: Itera
                 for row in zip(*values):
                     copy.write_row((*row, who.batch_id))
                     rows += 1
-        conn.execute(sql.SQL("INSERT INTO {} (gid, pipeline, sink, batch_seq, split, attempt, rows) "
-                             "VALUES (%s, %s, %s, %s, %s, %s, %s)").format(markers_sql(target)),
-                     [who.gid, who.pipeline, who.sink, who.batch_seq, who.split, who.attempt, rows])
+        try:
+            conn.execute(sql.SQL("INSERT INTO {} (gid, pipeline, sink, batch_seq, split, attempt, rows) "
+                                 "VALUES (%s, %s, %s, %s, %s, %s, %s)").format(markers_sql(target)),
+                         [who.gid, who.pipeline, who.sink, who.batch_seq, who.split, who.attempt, rows])
+        except psycopg.errors.UniqueViolation:
+            raise MarkerTaken(who, target) from None
         conn.tpc_prepare()
     finally:
         conn.close()  # before PREPARE, closing rolls the transaction back; after it, the server keeps it

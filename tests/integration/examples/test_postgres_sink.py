@@ -13,7 +13,7 @@ from onceflow.sinks.api import BatchId, Outcome, Plan
 from onceflow.pipeline.spec import SinkSpec
 from onceflow.testing.conformance import SinkConformance
 from onceflow_postgres_sink.tables import create_tables, split_target
-from onceflow_postgres_sink.writer import SplitAttempt, prepare_split, vote_for
+from onceflow_postgres_sink.writer import MarkerTaken, SplitAttempt, prepare_split, vote_for
 
 CONN_ID = "onceflow_test_pg"
 SCHEMA = pa.schema([("key", pa.string()), ("value", pa.int64())])
@@ -79,6 +79,18 @@ def test_a_retried_attempt_rolls_back_the_older_ones_so_it_never_waits_on_a_zomb
     assert harness.prepared() == [vote.payload["splits"][0]["gid"]]  # attempt 1's is gone, attempt 2's waits
     assert harness.participant().commit(vote).outcome is Outcome.DONE
     assert [row[1:] for row in harness.visible()] == [("a", 2)]
+
+
+def test_a_marker_left_by_an_earlier_ledger_of_the_same_pipeline_name_is_never_reused(postgres_server, pg_connection):
+    # A pipeline started over (a new warehouse, the same name and database) plans batch 1 again: its split's
+    # id is the committed one's, whose marker tells that commit from a rollback. Reusing it would lie.
+    harness = PostgresHarness(postgres_server, splits=1)
+    assert harness.participant().commit(harness.pre_commit(1, 1, [{"key": "a", "value": 1}])).outcome is Outcome.DONE
+    with pytest.raises(MarkerTaken, match=r"public.onceflow_prepared_splits already holds 'onceflow:p\w+:orders:b1:s0:a1.0'"
+                                          r", the marker of a committed transaction of batch 1 from an earlier ledger"
+                                          r".*give the pipeline a new name"):
+        harness.pre_commit(1, 1, [{"key": "b", "value": 2}])
+    assert [row[1:] for row in harness.visible()] == [("a", 1)] and harness.prepared() == []
 
 
 def test_a_voted_transaction_rolled_back_behind_onceflow_fails_the_commit_loudly(postgres_server, pg_connection):

@@ -87,8 +87,10 @@ def test_two_topics_a_release_between_batches_and_every_output_replays_equal(bro
     airflow = onceflow_airflow(tmp_path / "airflow", broker, warehouse, dags_folder=dags,
                                spark_connect=spark_connect_server, extra_env={"ONCEFLOW_SCHEDULE": "none"},
                                postgres=postgres_server)
-    with postgres_server.connect(autocommit=True) as conn:  # a table of the example's own, fresh for each run
-        conn.execute("DROP TABLE IF EXISTS public.shop_payments")
+    with postgres_server.connect(autocommit=True) as conn:  # a table of the example's own, fresh for each run,
+        conn.execute("DROP TABLE IF EXISTS public.shop_payments")  # and no marker of an earlier run's ledger
+        if conn.execute("SELECT to_regclass('public.onceflow_prepared_splits')").fetchone()[0]:
+            conn.execute("DELETE FROM public.onceflow_prepared_splits WHERE pipeline = 'shop_orders'")
     airflow.migrate()
 
     first = generate(120, seed=1, coupons=False)

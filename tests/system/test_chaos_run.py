@@ -1,9 +1,8 @@
 """Chaos runs through a real Airflow, Spark and broker, judged by the audit of
 the real outputs (every input record exactly once in every output).
 
-The bounded Spark Connect run (two faulted batches, about 90 s) is in the
-default suite; the
-bounded spark-submit run (about 3 minutes), the runs on Tansu, on the S3
+The bounded Spark Connect run (two faulted batches) is in the default suite;
+the bounded spark-submit run, the runs on Tansu, on the S3
 warehouse behind the fault proxy and with a PostgreSQL table are slow. The long run is
 `make chaos` (docs/chaos.md has its figures)."""
 

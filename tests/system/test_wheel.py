@@ -106,7 +106,7 @@ def test_the_fresh_venv_imports_onceflow_from_the_wheel_and_not_the_dev_kit(fres
     assert onceflow_cli.returncode == 0 and onceflow_cli.stdout.startswith("usage: onceflow [-h] {status,recover,split,skip,audit} ..."), onceflow_cli.stdout
 
 
-# Not marked slow (about 90 s): it is the suite's only proof that the installed wheel works on its own.
+# Not marked slow: it is the suite's only proof that the installed wheel works on its own.
 def test_one_batch_runs_through_airflow_from_the_installed_wheel(fresh_venv, tmp_path, postgres_server):
     from onceflow.kafka.admin import ensure_topics
     from onceflow.pipeline.runtime import Deployment, PipelineRuntime

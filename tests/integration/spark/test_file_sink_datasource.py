@@ -103,7 +103,7 @@ def test_overwrite_mode_and_missing_options_fail_fast(spark, tmp_path):
            .option("batch_seq", "1").option("attempt", "1").save())
 
 
-@pytest.mark.slow  # its own Spark process: about 40 s on 2 busy cores
+@pytest.mark.slow  # its own Spark process
 def test_retried_task_attempts_never_duplicate_output(tmp_path):
     """Every task dies mid-file on attempt 0 and succeeds on attempt 1
     (local[2,3] allows retries, hence a process of its own): the vote lists

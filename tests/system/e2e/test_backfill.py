@@ -4,8 +4,7 @@ each run's plan task refuses at once, saying why, and nothing is read.
 
 A sequence pipeline's batch is "the next offsets after the last committed
 batch", whatever the run's logical date: a backfill run would not process its
-interval, and backfill runs bypass the DAG's max_active_runs. About 2 minutes:
-in the slow set, as make test's backfills through the scheduler are the interval
+interval, and backfill runs bypass the DAG's max_active_runs. In the slow set, as make test's backfills through the scheduler are the interval
 pipeline's (test_interval_backfill.py); the refusal itself is unit-tested
 (tests/unit/airflow/operators).
 """

@@ -12,7 +12,7 @@ run of the last hour that unpausing starts.
 Asserted: the backfill Airflow recorded is the one typed (range, reprocess
 behaviour, created by the operator); every run succeeds; each of the three
 hours is committed by exactly one batch; and the audit of the real outputs
-finds every input record once. About 3 minutes: slow.
+finds every input record once. Slow.
 """
 
 from __future__ import annotations

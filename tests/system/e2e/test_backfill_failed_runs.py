@@ -4,7 +4,7 @@ A first backfill of two hours runs with a fault in its run conf (each Spark job 
 voting): both runs fail and their rollbacks abort the batches. A second backfill of the same hours,
 reprocessing failed runs with an empty run conf, clears both runs and runs them again: each replays
 its aborted batch's exact ranges and commits. Audited on the real outputs: each record of the two
-hours once. (Reprocessing none and completed: test_interval_backfill.py.) About 3 minutes: slow.
+hours once. (Reprocessing none and completed: test_interval_backfill.py.) Slow.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ workers, the metadata on PostgreSQL, runs triggered through the scheduler.
    timeout, the retry runs on the other worker and commits, then the frozen copy is let go
    (SIGCONT) with its attempt already claimed in the ledger.
 
-The audit of the real outputs finds every record once. About 2 minutes.
+The audit of the real outputs finds every record once.
 
 3. (slow set) The worker that runs the commit task dies with it after the COMMIT decision is in
    the ledger and before any output is committed (the task held at that fault point, since a

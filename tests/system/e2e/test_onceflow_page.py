@@ -5,7 +5,7 @@ decision, leaving its Kafka transactions open), Airflow's own auth, and a
 real browser (Debian's chromium driven by Playwright).
 
 Screenshots land in .onceflow/test-output/ui/ (README's comes from there).
-About 5 minutes: three `airflow dags test` runs, then one server start.
+Three `airflow dags test` runs, then one server start.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def test_a_commit_while_the_namenode_is_in_safe_mode_is_retried_later_then_done(
     assert sink.commit(vote).outcome is Outcome.ALREADY_DONE
 
 
-@pytest.mark.slow  # a cluster of its own, started twice: about 20 s on 2 busy cores
+@pytest.mark.slow  # a cluster of its own, started twice
 def test_a_commit_while_the_namenode_is_down_is_retried_later_then_done_after_its_restart(spark, tmp_path):
     namenode = ManagedProcess("hdfs-namenode", tmp_path / "namenode").reset()
     datanode = ManagedProcess("hdfs-datanode", tmp_path / "datanode").reset()

@@ -21,7 +21,7 @@ from onceflow_devkit import doc_blocks
 
 SOURCE = Path("docs") / "measurements" / "make-test.log"
 SLOW_SOURCE = Path("docs") / "measurements" / "make-test-slow.log"
-_SUMMARY = re.compile(r"=+ (?P<passed>\d+) passed(?:, (?P<skipped>\d+) skipped)?.*? in (?P<seconds>[\d.]+)s ")
+_SUMMARY = re.compile(r"=+ (?:(?P<failed>\d+) failed, )?(?P<passed>\d+) passed(?:, (?P<skipped>\d+) skipped)?.*? in (?P<seconds>[\d.]+)s ")
 _DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<phase>call|setup|teardown)\s+(?P<test>.+?)\s*$")
 
 
@@ -39,6 +39,7 @@ class SuiteRun:
     skipped: int
     seconds: float
     slowest: tuple[SlowTest, ...]
+    failed: int = 0  # a saved run with failures says so wherever its figures appear
 
     @property
     def minutes(self) -> str:
@@ -46,8 +47,8 @@ class SuiteRun:
 
     @property
     def total(self) -> str:
-        """README's figure: ``1,348 s, 868 passed``."""
-        return f"{self.seconds:,.0f} s, {self.passed} passed"
+        """README's figure: ``1,348 s, 868 passed`` (``, 2 failed`` when some did)."""
+        return f"{self.seconds:,.0f} s, {self.passed} passed" + (f", {self.failed} failed" if self.failed else "")
 
 
 def parse(text: str) -> SuiteRun:
@@ -57,7 +58,8 @@ def parse(text: str) -> SuiteRun:
     slowest = tuple(SlowTest(float(m["seconds"]), m["phase"], m["test"])
                     for m in map(_DURATION.match, text.splitlines()) if m)
     header = tuple(line[2:] for line in text.splitlines() if line.startswith("# "))
-    return SuiteRun(header, int(summary["passed"]), int(summary["skipped"] or 0), float(summary["seconds"]), slowest)
+    return SuiteRun(header, int(summary["passed"]), int(summary["skipped"] or 0), float(summary["seconds"]), slowest,
+                    int(summary["failed"] or 0))
 
 
 def markdown(run: SuiteRun) -> str:

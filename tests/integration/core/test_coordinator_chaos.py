@@ -262,6 +262,7 @@ def test_random_faults_keep_the_invariants(new_storage, request):
 
 @pytest.mark.chaos
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # its HDFS run took 576 s of the default 600 (docs/measurements/make-test-slow.log)
 def test_random_faults_keep_the_invariants_long(new_storage, request):
     backend = request.node.callspec.params["new_storage"]
     examples, steps = EXAMPLES[backend]

@@ -35,7 +35,7 @@ def test_a_log_without_its_summary_line_is_refused():
 def test_the_slow_set_table_adds_up_each_file_s_phases():
     run = suite_timings.parse(LOG + "12.50s teardown tests/system/e2e/test_interval_backfill.py::test_a_backfill\n")
     table = suite_timings.slow_markdown(run)
-    assert "868 passed in 22.5 minutes (1,348 s, 868 passed)" in table
+    assert ": 1,348 s, 868 passed, in 22.5 minutes." in table
     assert table.splitlines()[-2:] == ["| `tests/system/e2e/test_interval_backfill.py` | 178 |",
                                        "| `tests/system/e2e/test_onceflow_page.py` | 54 |"]
 
@@ -51,3 +51,8 @@ def test_readme_and_docs_testing_show_the_saved_runs():
             f"docs/testing.md's {block} differ from {source}: python -m onceflow_devkit.suite_timings")
         for slow in saved.slowest:  # a table naming a test that moved or went is stale
             assert (ROOT / slow.test.partition("::")[0]).exists(), f"{slow.test} is gone: save a new run's log"
+
+
+def test_a_saved_run_with_failures_says_so_in_its_figures():
+    run = suite_timings.parse(LOG.replace("== 868 passed", "= 2 failed, 868 passed"))
+    assert (run.failed, run.passed, run.total) == (2, 868, "1,348 s, 868 passed, 2 failed")

@@ -119,6 +119,7 @@ def measure(root: Path) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=root, check=True,
                             capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="onceflow-demo-") as scratch:
+        os.chmod(scratch, 0o755)  # the demo's PostgreSQL runs as user postgres, which must reach its state below
         clone = Path(scratch) / "onceflow"
         subprocess.run(["git", "clone", "-q", str(root), str(clone)], check=True)
         venv = _timed(["make", "venv"], clone, Path(scratch) / "venv.log")

@@ -10,6 +10,8 @@ Three `airflow dags test` runs, then one server start.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 import shutil
 import socket
@@ -20,9 +22,6 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-# Imported at collection, not in the test: pytest rewrites schemathesis (a pytest plugin) as it is
-# imported, and CPython 3.11.7's ast.parse fails ("AST constructor recursion depth mismatch") when that
-# happens deep in a test's stack after hypothesis has recursed.
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
@@ -46,6 +45,20 @@ DAG_ROUTES = (
     f"/onceflow/api/pipelines/{DAG_ID}/batches?limit=2",
     f"/onceflow/dags/{DAG_ID}",
 )
+
+
+def _import_whole_package(package) -> None:
+    """Every module of ``package``, now. pytest rewrites schemathesis (a pytest plugin) as each module is
+    imported, and CPython 3.11.7's ast.parse fails ("AST constructor recursion depth mismatch") when that
+    happens deep in a test's stack, as schemathesis' lazy imports did: at collection the stack is shallow."""
+    for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}.", onerror=lambda name: None):
+        try:
+            importlib.import_module(module.name)
+        except ImportError:  # an optional part whose own dependency is not installed: never imported later either
+            pass
+
+
+_import_whole_package(schemathesis)
 
 
 class StatsdListener:

@@ -141,14 +141,21 @@ def _process_environ(pid: int) -> bytes | None:
         return None
 
 
-def _reap(pid: int) -> None:
+def _reap(pid: int, timeout: float = 5.0) -> None:
     """Wait for ``pid`` if it is this process's child: a killed child stays a zombie until its parent
     waits, and a zombie's pid counts as alive (PostgreSQL refused to start again over a lock file
-    naming one)."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:  # another process's child: its parent reaps it
-        pass
+    naming one). A dying process stops showing its environment before it turns zombie, so one
+    non-blocking wait can come too early: wait until it is reaped, for ``timeout`` seconds at most
+    (a process stuck in the kernel never ends, and nothing should hang on it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            reaped, _status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # another process's child (its parent reaps it), or reaped already
+            return
+        if reaped or time.monotonic() > deadline:
+            return
+        time.sleep(0.02)
 
 
 @dataclass

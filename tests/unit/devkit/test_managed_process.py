@@ -3,11 +3,14 @@ as alive, and PostgreSQL refused to start again over a lock file naming one."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from onceflow_devkit.services.process import ManagedProcess
+from onceflow_devkit.services.process import ManagedProcess, _reap
 
 
 @pytest.mark.parametrize("end", ["kill", "stop"])
@@ -16,3 +19,12 @@ def test_a_service_ended_by_its_starter_is_reaped(tmp_path, end):
     pid = proc.start(["sleep", "60"], port=0, ready=lambda: True)
     assert getattr(proc, end)()
     assert not Path(f"/proc/{pid}").exists(), "the ended service is still a zombie of this process"
+
+
+def test_a_child_killed_a_moment_ago_is_reaped_once_it_dies():
+    """SIGKILL is not instant: a wait right after it finds the child still dying. The CI run that
+    failed the test above had waited once, too early, and left a zombie."""
+    child = subprocess.Popen(["sleep", "60"])
+    os.kill(child.pid, signal.SIGKILL)
+    _reap(child.pid)
+    assert not Path(f"/proc/{child.pid}").exists(), "the killed child is still a zombie of this process"

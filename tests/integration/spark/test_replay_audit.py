@@ -15,6 +15,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.ops.audit.replay import replay_audit
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow.sinks.files import layout
@@ -106,6 +107,12 @@ def test_replay_matches_every_output_then_finds_each_tampering(spark, _brokers, 
         assert all(b.found == b.expected > 0 for b in output.batches), report.summary()
     # Every input record is in exactly one of the two Kafka outputs.
     assert sum(report.outputs[n].total("found") for n in ("clicks_enriched", "clicks_dead_letter")) == first.records + second.records
+    # The report names the offsets it read of each topic: a missing record is then inside them or not.
+    with KafkaOffsetSource(kafka_broker.config()) as source:
+        enriched_ranges = source.topic_ranges(runtime.spec.sink("clicks_enriched").target)
+    assert [r.start for r in enriched_ranges] == [0, 0], enriched_ranges
+    read = report.outputs["clicks_enriched"].reading
+    assert all(f"[{r.partition}] 0..{r.end - 1}" in read for r in enriched_ranges), read
     # Tansu shows the rolled-back batch's records: without the votes they could not be told apart.
     aside = report.outputs["clicks_enriched"].set_aside
     assert (aside > 0) == shows_aborted, report.summary()

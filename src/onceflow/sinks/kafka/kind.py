@@ -181,7 +181,11 @@ class KafkaKind(SinkKind):
         findings = [f"topic {sink.target}: {foreign} record(s) without onceflow's headers: not written by onceflow"] if foreign else []
         if scope.batches is not None:
             records = records.filter(F.col("batch").isin(sorted(scope.batches)))
-        reading = f"topic {sink.target} as a read_committed consumer sees it, records by the batch their onceflow headers name"
+        read = ", ".join(f"[{r.partition}] {r.start}..{r.end - 1}" for r in ranges if r.size)
+        # The offsets read are part of the finding: a missing row is then either outside them (the read was cut
+        # short) or inside them (the topic does not hold it).
+        reading = (f"topic {sink.target} as a read_committed consumer sees it (offsets {read or 'none'}), "
+                   "records by the batch their onceflow headers name")
         if not deployment.kafka.broker.hides_aborted:  # aborted attempts are visible: keep each committed split's records, by its vote
             written = [(batch, str(h.split), int(p), w.first_offset, w.last_offset)
                        for batch, status in scope.committed.items() if sink.name in status.decision.votes

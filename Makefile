@@ -45,7 +45,7 @@ chaos: venv
 	$(VENV)/bin/onceflow chaos --batches $(CHAOS_BATCHES) --seed $(CHAOS_SEED) --broker all --warehouse all \
 		--spark $(CHAOS_SPARK) --json \
 		> docs/chaos-runs/$$(date +%F)-seed$(CHAOS_SEED).json
-	$(VENV)/bin/onceflow chaos-report docs/chaos-runs/*.json
+	$(MAKE) chaos-report
 
 # docs/chaos.md's chaos figures, made again from the saved runs (and what is short of the bar).
 chaos-report: venv

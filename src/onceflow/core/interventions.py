@@ -46,6 +46,12 @@ class QuarantinedRange:
         return cls(OffsetRange.from_dict(raw["range"]), int(raw["records"]), str(raw["path"]))
 
 
+def is_blank(text: str) -> bool:
+    """Who decided an intervention, and why, are said in words: the ledger, ``onceflow status`` and the
+    page show them beside the batch."""
+    return not text.strip()
+
+
 @dataclass(frozen=True)
 class Intervention:
     batch_seq: int
@@ -57,7 +63,7 @@ class Intervention:
     quarantine: tuple[QuarantinedRange, ...] = ()  # skip: where the skipped records are
 
     def __post_init__(self) -> None:
-        if not self.by.strip() or not self.reason.strip():
+        if is_blank(self.by) or is_blank(self.reason):
             raise ValueError("an intervention names who made it and why")
         if (self.action is Action.SPLIT) != (self.max_records_per_partition is not None):
             raise ValueError("a split, and only a split, gives max_records_per_partition")

@@ -94,6 +94,14 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _words(text: str) -> str:
+    from onceflow.core.interventions import is_blank
+
+    if is_blank(text):
+        raise argparse.ArgumentTypeError("is blank: the ledger records who decided and why, in words")
+    return text
+
+
 def _intervene(args: argparse.Namespace) -> int:
     """Split or skip the latest batch, aborted (``onceflow.pipeline.quarantine``)."""
     from onceflow.pipeline.quarantine import skip_batch, split_batch
@@ -192,8 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "and aborted")
         if name == "split":
             command.add_argument("--records", type=_positive, required=True, help="at most this many records per partition")
-        command.add_argument("--reason", required=True, help="why, recorded in the ledger with the batch")
-        command.add_argument("--by", default=who, required=who is None,
+        command.add_argument("--reason", type=_words, required=True, help="why, recorded in the ledger with the batch")
+        command.add_argument("--by", type=_words, default=who, required=who is None,
                              help=f"who decided, recorded with the reason (default: {who or 'none: give it'})")
         command.set_defaults(func=_intervene)
     audit = sub.add_parser("audit", help="replay committed batches from their plans and compare every output "

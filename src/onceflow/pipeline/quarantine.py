@@ -16,6 +16,7 @@ copy left complete by an interrupted skip is counted again, not rewritten.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -64,9 +65,9 @@ def split_batch(runtime, seq: int, records: int, by: str, reason: str) -> Interv
 def skip_batch(runtime, seq: int, by: str, reason: str) -> Intervention:
     """Quarantine aborted batch ``seq``'s input records, then record that the next batch starts after them."""
     coordinator = runtime.coordinator
-    plan = coordinator.check_intervention(seq)  # before copying anything; intervene checks again
-    copied = quarantine(runtime, plan)
-    return coordinator.intervene(Intervention(seq, Action.SKIP, by, reason, _now_ms(), quarantine=copied))
+    skip = Intervention(seq, Action.SKIP, by, reason, _now_ms())  # who and why checked before copying anything
+    plan = coordinator.check_intervention(seq)  # and the batch; intervene checks again
+    return coordinator.intervene(replace(skip, quarantine=quarantine(runtime, plan)))
 
 
 def _now_ms() -> int:

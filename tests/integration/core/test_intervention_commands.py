@@ -20,6 +20,7 @@ from onceflow.core import faults
 from onceflow.ops.audit.ranges import accounted_plans, contiguity_errors
 from onceflow.ops.cli import main
 from onceflow.config.deployment import Deployment
+from onceflow.config.warehouse_layout import quarantine_dir
 from onceflow.pipeline.quarantine import skip_batch
 from onceflow.pipeline.runtime import PipelineRuntime
 from onceflow.pipeline.spec import FILES, PipelineSpec, SinkSpec
@@ -92,6 +93,16 @@ def test_a_failing_batch_is_split_then_skipped_into_the_quarantine_and_the_pipel
     split = plan_and_fail("run-2")
     assert [(r.start, r.end) for r in split.ranges] == [(5, 9), (5, 9)] and split.replay_of == 2
     assert "split to at most 4 records per partition by ana" in split.intervention
+
+    # Who and why are words: a blank one is refused before any record is read or copied (the conf fuzz
+    # below met `skip --reason ''` escaping as a traceback after the copy).
+    for blank in (["--reason", " "], ["--reason", "late", "--by", ""]):
+        with pytest.raises(SystemExit) as refused:
+            main(["skip", *blank, *options])
+        assert refused.value.code == 2 and "is blank: the ledger records who decided and why" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="names who made it and why"):
+        skip_batch(runtime, 3, "ana", "")
+    assert runtime.storage.list_tree(quarantine_dir(warehouse, "poisoned", "0000000003")) == []
 
     # An interrupted skip (before its record is written) changes nothing; run again, it reuses the copy.
     faults.arm("ledger.intervention.before_write", "raise")

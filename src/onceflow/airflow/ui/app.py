@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query
 from fastapi.responses import HTMLResponse
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
+from onceflow.core.interventions import is_blank
 from onceflow.pipeline.spec import INTERVAL
 from onceflow.airflow.ui import overview as data
 from onceflow.airflow.ui.charts import stacked_bars
@@ -173,13 +174,22 @@ def run_batch(dag_id: str, run_id: str) -> dict[str, Any]:
 
 # -- split and skip -------------------------------------------------------------
 
+def _words(text: str) -> str:
+    if is_blank(text):
+        raise ValueError("is blank: the ledger records why, in words")
+    return text
+
+
+Reason = Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_words)]
+
+
 class SplitRequest(BaseModel):
     records: int = Field(ge=1, description="the most records per partition the next batch replays")
-    reason: str = Field(min_length=1, max_length=1000)
+    reason: Reason
 
 
 class SkipRequest(BaseModel):
-    reason: str = Field(min_length=1, max_length=1000)
+    reason: Reason
 
 
 def _intervene(dag_id: str, seq: int, user, act) -> dict[str, Any]:

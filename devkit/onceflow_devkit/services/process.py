@@ -186,12 +186,14 @@ class ManagedProcess:
             pid = int(self.pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        environ = _process_environ(pid)
-        marker = f"{MARKER_VAR}={self.directory.resolve()}".encode()
-        if environ is not None and marker in environ.split(b"\0"):
+        if self._carries_marker(pid):
             return pid
         self.pid_file.unlink(missing_ok=True)
         return None
+
+    def _carries_marker(self, pid: int) -> bool:
+        environ = _process_environ(pid)
+        return environ is not None and f"{MARKER_VAR}={self.directory.resolve()}".encode() in environ.split(b"\0")
 
     def port(self) -> int | None:
         try:
@@ -251,6 +253,11 @@ class ManagedProcess:
                     f"{self.name} exited with code {proc.returncode} during start-up; "
                     f"log {self.log_file}:\n{self.log_tail()}"
                 )
+            if not self._carries_marker(proc.pid):
+                # Popen returns as exec begins; the kernel shows the new environment a moment later, and until
+                # then running_pid() would take the live service for a stale pid file.
+                time.sleep(0.01)
+                continue
             try:
                 answered = ready()
             except Exception:  # not up yet: any client error means "try again"

@@ -28,3 +28,13 @@ def test_a_child_killed_a_moment_ago_is_reaped_once_it_dies():
     os.kill(child.pid, signal.SIGKILL)
     _reap(child.pid)
     assert not Path(f"/proc/{child.pid}").exists(), "the killed child is still a zombie of this process"
+
+
+def test_a_service_is_found_again_as_soon_as_start_returns(tmp_path):
+    """Popen returns before the kernel shows the new program's environment, which is how a service is
+    told from a stale pid file: a make test run met kill() right after start() finding nothing to kill."""
+    for attempt in range(40):
+        proc = ManagedProcess("sleeper", tmp_path / f"sleeper-{attempt}")
+        pid = proc.start(["sleep", "60"], port=0, ready=lambda: True)
+        assert proc.running_pid() == pid, f"attempt {attempt}: the service just started was not found"
+        assert proc.kill()

@@ -186,14 +186,12 @@ class ManagedProcess:
             pid = int(self.pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        if self._carries_marker(pid):
+        environ = _process_environ(pid)
+        marker = f"{MARKER_VAR}={self.directory.resolve()}".encode()
+        if environ is not None and marker in environ.split(b"\0"):
             return pid
         self.pid_file.unlink(missing_ok=True)
         return None
-
-    def _carries_marker(self, pid: int) -> bool:
-        environ = _process_environ(pid)
-        return environ is not None and f"{MARKER_VAR}={self.directory.resolve()}".encode() in environ.split(b"\0")
 
     def port(self) -> int | None:
         try:
@@ -246,6 +244,7 @@ class ManagedProcess:
         self.pid_file.write_text(f"{proc.pid}\n")
         self.port_file.write_text(f"{port}\n")
         deadline = time.monotonic() + timeout
+        laid_out_by = time.monotonic() + 2.0
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self.pid_file.unlink(missing_ok=True)
@@ -253,10 +252,11 @@ class ManagedProcess:
                     f"{self.name} exited with code {proc.returncode} during start-up; "
                     f"log {self.log_file}:\n{self.log_tail()}"
                 )
-            if not self._carries_marker(proc.pid):
-                # Popen returns as exec begins; the kernel shows the new environment a moment later, and until
-                # then running_pid() would take the live service for a stale pid file.
-                time.sleep(0.01)
+            if _process_environ(proc.pid) == b"" and time.monotonic() < laid_out_by:
+                # Popen returns as exec begins, and /proc shows the new program's environment (our mark) only
+                # once the kernel has laid it out: until then running_pid() would take it for a stale pid file.
+                # Bounded: a program may rewrite that memory itself (setproctitle), as Airflow's processes do.
+                time.sleep(0.005)
                 continue
             try:
                 answered = ready()

@@ -15,10 +15,14 @@ venv:
 demo: venv
 	$(VENV)/bin/onceflow demo $(DEMO_ARGS)
 
-# The default suite: everything but runs marked slow (under 25 min on 2 cores; Apache Kafka is the broker).
-# --durations: every run reports its slowest tests (the figures docs/testing.md quotes).
+# The default suite: everything but runs marked slow (18 min on 2 cores; Apache Kafka is the broker).
+# TEST_WORKERS pytest processes share the test files, a whole file each (its module fixtures stay in one
+# process), longest first (tests/conftest.py); each process starts the services its tests ask for.
+# TEST_WORKERS=0 runs everything in this process. --durations: the slowest tests (docs/testing.md).
+TEST_WORKERS ?= 2
 test: venv
-	$(VENV)/bin/python -m pytest -m "not slow" --durations=12 $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--durations=12 $(PYTEST_ARGS)
 
 # Pure logic only: seconds, no service started.
 test-unit: venv

@@ -37,16 +37,20 @@ import pytest
 from onceflow_devkit.services.hdfs import HdfsCluster, start_hdfs
 from onceflow_devkit.services.kafka_broker import COMPATIBLE, DEFAULT_BROKER, KafkaBroker, start_broker
 from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID, PostgresServer, start_postgres
-from onceflow_devkit.services.process import ManagedProcess
+from onceflow_devkit.services.process import ANY_PORT_VAR, ManagedProcess
 from onceflow_devkit.services.s3 import ACCESS_KEY as S3_ACCESS_KEY, SECRET_KEY as S3_SECRET_KEY, S3Endpoint, start_moto
 from onceflow_devkit.services.spark_connect import SparkConnectServer, start_connect_server
 from onceflow_devkit.services.spark_standalone import SparkStandalone, start_standalone
+from tests import shared_services
+from tests.shared_services import SharedService
 from tests.support import hdfs_client_storage
 
 ROOT = Path(__file__).resolve().parent.parent
 # boto3's credential chain (a test without keys) must never ask a cloud metadata
 # address: tests talk to 127.0.0.1 only. Subprocesses inherit this.
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+# make test's workers start their services side by side: none may race another for a usual port.
+os.environ[ANY_PORT_VAR] = "1"
 TESTS_ROOT = ROOT / ".onceflow" / "test"
 # One directory per pytest process, so concurrent sessions never share a broker.
 TEST_HOME = TESTS_ROOT / f"session-{os.getpid()}"
@@ -75,6 +79,25 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(TEST_HOME, ignore_errors=True)
 
 
+# Tests that mostly wait on servers (whole pipelines in Airflow) first, pure logic last: `make test`
+# hands test files to its workers in this order, so no long file starts when the others are done.
+# A stable sort: each file's tests keep their order, and so share their module's fixtures.
+_TIERS = ("tests/system/", "tests/integration/", "tests/unit/")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: next((i for i, tier in enumerate(_TIERS) if item.nodeid.startswith(tier)), len(_TIERS)))
+
+
+@pytest.fixture(autouse=True)
+def _shared_services_stay_up():
+    """A test that leaves a shared service down or frozen fails itself, not the test after it."""
+    yield
+    broken = shared_services.unhealthy()
+    if broken:
+        pytest.fail("this test left shared services unhealthy: " + "; ".join(broken), pytrace=False)
+
+
 def _broker_names() -> list[str]:
     """The brokers of the matrix: Apache Kafka, then the compatible brokers (and the external one)."""
     wanted = os.environ.get("ONCEFLOW_TEST_BROKERS")
@@ -100,7 +123,9 @@ def s3_endpoint():
         return
     proc = _fresh_process("s3")
     endpoint = start_moto(proc, die_with_parent=True)
+    shared_services.register(SharedService("s3", (proc,), (proc.port(),)))
     yield endpoint
+    shared_services.unregister("s3")
     proc.stop(grace=2)
 
 
@@ -120,7 +145,9 @@ def redis_server():
 
     proc = _fresh_process("redis")
     server = start_redis(proc, die_with_parent=True)
+    shared_services.register(SharedService("redis", (proc,), (server.port,)))
     yield server
+    shared_services.unregister("redis")
     proc.stop(grace=5)
 
 
@@ -128,7 +155,9 @@ def redis_server():
 def postgres_server() -> PostgresServer:
     proc = _fresh_process("postgres")
     server = start_postgres(proc, die_with_parent=True)
+    shared_services.register(SharedService("postgres", (proc,), (server.port,)))
     yield server
+    shared_services.unregister("postgres")
     proc.stop(grace=5)
 
 
@@ -157,6 +186,8 @@ class _Brokers:
                 s3 = self.request.getfixturevalue("s3_endpoint") if name == "tansu" else None
                 proc = _fresh_process(f"kafka-{name}")
                 self.running[name] = (start_broker(name, proc, s3=s3, die_with_parent=True), proc)
+                shared_services.register(SharedService(f"kafka-{name}", (proc,), (proc.port(),),
+                                                       restore=lambda: self.restart(name, kill=True)))
         return self.running[name][0]
 
     def restart(self, name: str, kill: bool = False) -> KafkaBroker:
@@ -170,7 +201,8 @@ class _Brokers:
         return self.running[name][0]
 
     def stop_all(self) -> None:
-        for _, proc in self.running.values():
+        for name, (_, proc) in self.running.items():
+            shared_services.unregister(f"kafka-{name}")
             if proc is not None:
                 proc.stop(grace=2)
 
@@ -245,7 +277,9 @@ def spark():
 def spark_standalone() -> SparkStandalone:
     master, worker = _fresh_process("spark-master"), _fresh_process("spark-worker")
     cluster = start_standalone(master, worker, die_with_parent=True)
+    shared_services.register(SharedService("spark-standalone", (master, worker), ()))
     yield cluster
+    shared_services.unregister("spark-standalone")
     worker.stop(grace=5)
     master.stop(grace=5)
 
@@ -254,7 +288,9 @@ def spark_standalone() -> SparkStandalone:
 def hdfs_cluster() -> HdfsCluster:
     namenode, datanode = _fresh_process("hdfs-namenode"), _fresh_process("hdfs-datanode")
     cluster = start_hdfs(namenode, datanode, die_with_parent=True)
+    shared_services.register(SharedService("hdfs", (namenode, datanode), (cluster.rpc_port,)))
     yield cluster
+    shared_services.unregister("hdfs")
     cluster.stop()
 
 
@@ -269,7 +305,9 @@ def spark_connect_server(postgres_server) -> SparkConnectServer:
     # The server's Python workers hold the secrets the data sources need, as a deployment's would.
     secrets = {**_s3_keys(), f"AIRFLOW_CONN_{POSTGRES_CONN_ID.upper()}": postgres_server.uri()}
     server = start_connect_server(proc, env=secrets, die_with_parent=True)
+    shared_services.register(SharedService("spark-connect", (proc,), (server.port,)))
     yield server
+    shared_services.unregister("spark-connect")
     proc.stop(grace=5)
 
 

@@ -104,9 +104,14 @@ def held_by_session(port: int, session: int) -> bool | None:
     return False
 
 
+# Set (to anything) where many stacks start side by side, as make test's worker processes do: two
+# services that both find their usual port free would race for it, and one of them would fail.
+ANY_PORT_VAR = "ONCEFLOW_ANY_PORT"
+
+
 def pick_port(preferred: int | None, host: str = "127.0.0.1") -> int:
-    """The preferred port when it is free, otherwise any free port."""
-    if preferred and port_is_free(preferred, host):
+    """The preferred port when it is free (unless ``ONCEFLOW_ANY_PORT`` is set), otherwise any free port."""
+    if preferred and not os.environ.get(ANY_PORT_VAR) and port_is_free(preferred, host):
         return preferred
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))

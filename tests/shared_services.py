@@ -37,7 +37,8 @@ def unregister(name: str) -> None:
     _REGISTERED.pop(name, None)
 
 
-def _state(pid: int) -> str:
+def process_state(pid: int) -> str:
+    """The state letter /proc gives the process (R, S, T for stopped, Z...)."""
     with open(f"/proc/{pid}/stat", "rb") as stat:
         return stat.read().rsplit(b")", 1)[1].split()[0].decode()
 
@@ -49,7 +50,7 @@ def problem(service: SharedService) -> str | None:
         if pid is None:
             return f"its process ({proc.name}) is gone"
         try:
-            if _state(pid) == "T":
+            if process_state(pid) == "T":
                 return f"its process ({proc.name}, pid {pid}) is stopped (SIGSTOP) and answers nobody"
         except OSError:
             return f"its process ({proc.name}) is gone"

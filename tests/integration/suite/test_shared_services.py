@@ -6,13 +6,14 @@ import os
 import signal
 import socket
 import sys
+import time
 import uuid
 
 import pytest
 
 from onceflow_devkit.services.process import ManagedProcess, pick_port
 from tests.conftest import TEST_HOME
-from tests.shared_services import SharedService, problem, register, unhealthy, unregister
+from tests.shared_services import SharedService, problem, process_state, register, unhealthy, unregister
 
 
 @pytest.fixture
@@ -40,7 +41,12 @@ def test_a_frozen_service_is_named_and_restored_for_the_next_test(listener):
     service = SharedService("listener", (proc,), (port,), restore=lambda: (proc.stop(grace=0), start()))
     register(service)
     try:
-        os.kill(proc.running_pid(), signal.SIGSTOP)  # a hung server: the kernel still accepts its connections
+        pid = proc.running_pid()
+        os.kill(pid, signal.SIGSTOP)  # a hung server: the kernel still accepts its connections
+        deadline = time.monotonic() + 5
+        while process_state(pid) != "T":  # the signal is delivered when the process is next scheduled
+            assert time.monotonic() < deadline, f"pid {pid} did not stop"
+            time.sleep(0.01)
         [line] = unhealthy()
         assert line.startswith("listener: its process (listener, pid ") and "is stopped (SIGSTOP)" in line, line
         assert line.endswith("restarted for the tests after this one"), line

@@ -48,6 +48,12 @@ from onceflow.pipeline.spec import INTERVAL, OFFSETS, PipelineSpec
 
 # A spark task may not hold the pipeline's one run slot forever; pass spark_timeout= for longer batches.
 DEFAULT_SPARK_TIMEOUT = timedelta(hours=2)
+# The DAG settings an offsets pipeline refuses, each with the values refused. catchup: any value the
+# scheduler takes as true (1, "true", numpy.True_ as well as True); max_active_runs: anything but 1.
+OFFSETS_REFUSES = {
+    "max_active_runs": lambda value: value not in (False, 1),
+    "catchup": bool,
+}
 
 
 def spark_timeout_of(spec: PipelineSpec) -> timedelta:
@@ -179,11 +185,11 @@ def pipeline_dag(
             "whose records are published again; other Kafka outputs refuse)",
         )}
     else:
-        for setting in ("max_active_runs", "catchup"):
-            if dag_kwargs.get(setting, False) not in (False, 1):
+        for setting, refused in OFFSETS_REFUSES.items():
+            if setting in dag_kwargs and refused(dag_kwargs[setting]):
                 raise ConfigurationError(
-                    f"pipeline {spec.name!r}: {setting}={dag_kwargs[setting]} needs batches='interval': the batches of "
-                    "an offsets pipeline follow each other, one run at a time, whatever the runs' dates"
+                    f"pipeline {spec.name!r}: {setting}={dag_kwargs[setting]!r} needs batches='interval': the batches "
+                    "of an offsets pipeline follow each other, one run at a time, whatever the runs' dates"
                 )
         run_params = {MAX_RECORDS: Param(
             spec.max_records_per_partition, type=["null", "integer"], minimum=1,

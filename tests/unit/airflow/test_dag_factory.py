@@ -8,6 +8,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy
 import pytest
 
 import onceflow
@@ -153,6 +154,18 @@ def test_an_interval_pipeline_gets_data_intervals_and_may_run_side_by_side():
 def test_an_offsets_pipeline_refuses_more_than_one_run_at_a_time_naming_interval_batches():
     with pytest.raises(ConfigurationError, match=r"max_active_runs=2 needs batches=.interval."):
         pipeline_dag(ORDERS, warehouse="file:///w", dag_id="two_at_once", max_active_runs=2)
+
+
+@pytest.mark.parametrize("catchup", [True, 1, "true", numpy.True_], ids=["True", "1", "'true'", "numpy.True_"])
+def test_an_offsets_pipeline_refuses_catchup_whatever_true_value_says_so_naming_the_setting(catchup):
+    # True == 1 and numpy.True_ == 1: a rule written as "False or 1" let each of them through.
+    with pytest.raises(ConfigurationError, match=r"catchup=.* needs batches=.interval."):
+        pipeline_dag(ORDERS, warehouse="file:///w", dag_id="catching_up", catchup=catchup)
+
+
+def test_an_offsets_pipeline_takes_one_run_at_a_time_and_no_catchup_when_said_so():
+    dag = pipeline_dag(ORDERS, warehouse="file:///w", dag_id="said_so", max_active_runs=1, catchup=False)
+    assert (dag.max_active_runs, dag.catchup) == (1, False)
 
 
 def test_the_input_schedule_from_the_environment_watches_the_dags_own_asset_with_a_trigger_that_survives_storage(monkeypatch):

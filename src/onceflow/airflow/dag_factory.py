@@ -111,8 +111,8 @@ def input_asset(spec: PipelineSpec, schedule: InputSchedule, dag_id: str, wareho
     schedule.check(spec.name)
     if schedule.stall_s is None:
         schedule = replace(schedule, stall_s=spark_timeout.total_seconds() + ABORT_BACKOFF_S)
-    # The transform's params may hold a secret, and the trigger needs none of them (its kwargs are stored).
-    trigger = InputLagTrigger(dag_id=dag_id, spec_json=replace(spec, params={}).to_json(), warehouse=warehouse,
+    # The trigger needs none of the params (its kwargs are stored).
+    trigger = InputLagTrigger(dag_id=dag_id, spec_json=spec.without_params().to_json(), warehouse=warehouse,
                               kafka_conn_id=kafka_conn_id, aws_conn_id=aws_conn_id, records=schedule.records,
                               max_age_s=schedule.max_age_s, poll_s=schedule.poll_s, stall_s=schedule.stall_s)
     return Asset(name=f"onceflow.{dag_id}.input", uri=f"onceflow://{dag_id}/input", group="onceflow",
@@ -229,8 +229,7 @@ def pipeline_dag(
             application_args=[
                 "--pipeline", spec.name,
                 "--batch", "{{ ti.xcom_pull(task_ids='plan')['batch_seq'] }}",
-                "--spec-json", spec.to_json(),
-            ],
+            ],  # the spec goes in the environment, added at run time (operators.spark): never an argument
             conf={**submit_defaults(), **(spark_conf or {})},
             env_vars=_spark_env(kafka_conn_id, aws_conn_id, warehouse, catalog_conn_ids(spec)),
             spark_binary=spark_binary or default_spark_binary(),

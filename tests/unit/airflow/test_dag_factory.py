@@ -45,8 +45,22 @@ def test_the_spark_task_submits_the_installed_application_and_ships_onceflow_and
     assert "onceflow/spark/submit.py" in library_names
     assert not [n for n in library_names if not n.startswith("onceflow/")]
     assert "tests/doubles/specs.py" in zipfile.ZipFile(transform).namelist()
-    args = spark.application_args
-    assert json.loads(args[args.index("--spec-json") + 1])["name"] == "orders"
+
+
+def test_the_spec_reaches_the_driver_in_its_environment_at_run_time_never_as_an_argument_or_a_template(monkeypatch):
+    """The spec's params may hold a token: arguments show in ps and the task log, template fields in the UI
+    (the run through Airflow: tests/system/e2e/test_clickstream_api.py)."""
+    from dataclasses import replace
+
+    from onceflow.pipeline.spec import PipelineSpec
+    from onceflow.spark.shipping import SPEC_VAR
+
+    spec = replace(ORDERS, params={"token": "s3cr3t-in-the-params"})
+    spark = pipeline_dag(spec, warehouse="file:///w", dag_id="orders_with_token").get_task("spark")
+    assert spark.application_args == ["--pipeline", "orders", "--batch", "{{ ti.xcom_pull(task_ids='plan')['batch_seq'] }}"]
+    assert not [name for name in spark.template_fields if "s3cr3t" in json.dumps(getattr(spark, name), default=str)]
+    monkeypatch.setenv("AIRFLOW_CONN_ONCEFLOW_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    assert PipelineSpec.from_json(spark.submitted_env()[SPEC_VAR]) == spec
 
 
 def test_secrets_reach_the_driver_as_templates_of_the_connections_never_as_values(dag):

@@ -36,8 +36,10 @@ large allocation, and the raw producer would otherwise leave that work
 (0.08 s per 200,000 records on noida) to whatever runs after its timer.
 Both sides' charges are printed.
 
-Targets: write ratio >= 0.8, read ratio >= 0.7 (checked with the same
-fields on both sides: values only).
+Target (benchmarks/README.md's table): write end to end >= 0.9 of the raw
+transactional producer. The reads are compared with the raw consumer (the same
+fields on both sides) for what they cost; their target is against Spark's own
+Kafka source (spark_kafka_source.py).
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ from onceflow.core.participant import Vote
 from onceflow.core.plan import OffsetRange
 
 from baseline import PRODUCER_TUNING  # benchmarks/ is the script's directory
+
+WRITE_TARGET = 0.9  # onceflow's end-to-end write / the raw transactional producer's (benchmarks/README.md)
 
 
 def create_topic(config: dict, partitions: int) -> str:
@@ -329,9 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"heap work left by the freed records, charged at the end of each write: raw producer "
           f"{statistics.median(freed_raw):.3f} s, onceflow {statistics.median(freed_of):.3f} s median")
     write_ratio = rate(write_of) / rate(write_raw)
-    read_ratio = rate(read_of_value) / rate(read_raw)  # the same fields on both sides
-    print(f"targets: write >= 0.80 ({'met' if write_ratio >= 0.8 else 'MISSED'}), "
-          f"read, values only on both sides, >= 0.70 ({'met' if read_ratio >= 0.7 else 'MISSED'})")
+    print(f"target: write >= {WRITE_TARGET} of the raw transactional producer "
+          f"({'met' if write_ratio >= WRITE_TARGET else 'MISSED'})")
     return 0
 
 

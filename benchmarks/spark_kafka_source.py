@@ -31,6 +31,7 @@ from quiet import wait_for_quiet  # noqa: E402 (benchmarks/ is the script's dire
 from spark_job import produce_events, spark_kafka_read  # noqa: E402
 
 COLUMNS = ("key", "value", "timestamp")
+READ_TARGET = 0.95  # onceflow's read speed / Spark's own Kafka source's (benchmarks/README.md)
 
 
 def onceflow_read(spark, ranges, deployment: str, columns):
@@ -95,9 +96,10 @@ def main(argv=None) -> int:
             results[columns] = {side: statistics.median(seconds) for side, seconds in sides.items()}
         events = sum(r.size for r in ranges)
         for columns, median in results.items():
+            ratio = median['spark'] / median['onceflow']
             print(f"{', '.join(columns):<32} onceflow {median['onceflow']:6.2f} s ({events / median['onceflow']:>10,.0f}/s)  "
                   f"spark {median['spark']:6.2f} s ({events / median['spark']:>10,.0f}/s)  "
-                  f"ratio onceflow/spark speed {median['spark'] / median['onceflow']:.2f}")
+                  f"ratio onceflow/spark speed {ratio:.2f} (target {READ_TARGET}: {'met' if ratio >= READ_TARGET else 'MISSED'})")
     finally:
         spark.stop()
         delete_topics(config, [topic])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -38,3 +40,58 @@ def hdfs_client_storage(spark, cluster: HdfsCluster, conf_dir: Path):
     storage = HadoopStorage(jvm, conf)
     assert storage.exists(f"{cluster.uri}/")
     return storage
+
+
+class SecretWatch:
+    """Where ``secret`` shows that it must not: a command line of any process on this machine while the
+    block runs (``/proc/*/cmdline``, which every user may read: spark-submit and its JVM live only as
+    long as the spark task), and, for a DAG run, each task's log, rendered fields and XComs. A secret
+    belongs in a process's environment or a connection, nowhere else (docs/deploying.md, "Security")::
+
+        with SecretWatch(secret) as watch:
+            ...run the DAG...
+        assert watch.exposures(api, dag_id, run_id) == []
+    """
+
+    def __init__(self, secret: str, every_s: float = 0.2):
+        self.secret = secret
+        self.every_s = every_s  # a spark-submit lives for seconds; each look reads every process's cmdline
+        self.command_lines: dict[int, str] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._look, name="secret-watch", daemon=True)
+
+    def __enter__(self) -> "SecretWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _look(self) -> None:
+        needle = self.secret.encode()
+        while True:
+            for entry in Path("/proc").iterdir():
+                try:
+                    line = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+                except OSError:  # gone meanwhile
+                    continue
+                if needle in line:
+                    self.command_lines[int(entry.name)] = line.replace(b"\0", b" ").decode(errors="replace")
+            if self._done.wait(self.every_s):
+                return
+
+    def exposures(self, api, dag_id: str, run_id: str) -> list[str]:
+        """Each place the secret showed: the command lines seen, then the run's task logs (every try),
+        rendered fields and XComs, read over Airflow's REST API (``api``: an AirflowApi)."""
+        found = [f"the command line of process {pid}: {line[:300]}" for pid, line in sorted(self.command_lines.items())]
+        for ti in api.task_instances(dag_id, run_id):
+            task = ti["task_id"]
+            if self.secret in json.dumps(api.task_instance(dag_id, run_id, task)["rendered_fields"]):
+                found.append(f"the rendered fields of {task}")
+            for attempt in range(1, ti["try_number"] + 1):
+                if self.secret in json.dumps(api.task_log_content(dag_id, run_id, task, attempt, ti["map_index"])):
+                    found.append(f"the log of {task}, try {attempt}")
+        found += [f"XCom {key!r} of {task}" for (task, key), value in api.xcom_values(dag_id, run_id).items()
+                  if self.secret in json.dumps(value)]
+        return found

@@ -9,6 +9,12 @@ cd "$(dirname "$0")/.."
 
 fail() { echo "onceflow setup: $*" >&2; exit 1; }
 
+# .venv lives in the checkout, and PySpark's spark-submit there runs its Python's path unquoted
+# (find-spark-home: $PYSPARK_DRIVER_PYTHON): at a space it finds no Spark, so every batch would fail.
+case "$PWD" in
+  *[[:space:]]*) fail "the checkout's path '$PWD' has a space in it: PySpark's spark-submit, installed in .venv here, splits its Python's path at spaces and then finds no Spark. Clone or move the checkout to a path without spaces." ;;
+esac
+
 # Java 17+ is what PySpark 4.x runs on; check before spending a minute on pip.
 if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
   fail "Java 17 or newer is required by Spark and was not found. Install a JDK 17+ (Debian/Ubuntu: apt-get install openjdk-17-jdk-headless) or set JAVA_HOME."

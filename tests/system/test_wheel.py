@@ -63,6 +63,32 @@ def test_the_wheel_holds_the_library_and_nothing_of_the_dev_kit(wheels):
     assert [r for r in requires if "pytest" in r] == ['Requires-Dist: pytest>=8; extra == "testing"'], requires
 
 
+def pinned(package: str) -> str:
+    """The version requirements.txt pins ``package`` at: the one the tests ran against."""
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        name, _, version = line.partition("==")
+        if name.split("[")[0].strip().lower() == package:
+            return version.strip()
+    raise AssertionError(f"requirements.txt pins no {package}")
+
+
+@pytest.mark.slow  # pip resolves Airflow's whole tree from the registry: a minute or more
+def test_a_plain_pip_install_of_the_wheel_lands_on_the_pandas_pyarrow_and_pyspark_the_tests_ran(wheels, tmp_path):
+    """Without constraints.txt, as a user may install it: PySpark's own requirements admit pandas 3, which
+    it does not fully support; the wheel's ranges must keep pip on the majors requirements.txt pins."""
+    import json
+
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                           "--disable-pip-version-check", "--report", str(report), str(wheels["library"])],
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    resolved = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
+    assert resolved["pyspark"] == pinned("pyspark"), resolved["pyspark"]
+    for package in ("pandas", "pyarrow"):
+        assert resolved[package].split(".")[0] == pinned(package).split(".")[0], (package, resolved[package], pinned(package))
+
+
 @pytest.fixture(scope="module")
 def fresh_venv(wheels, tmp_path_factory) -> Path:
     """A venv where pip installed the two wheels and resolved their dependencies from the registry

@@ -2,7 +2,7 @@
 
 Runs in the calling process (test, CLI). Only what driving a pipeline
 needs: find a DAG, unpause it, trigger a run with conf, wait for it, read
-its task instances and logs, clear it. Every call that waits takes a
+its task instances, logs and XComs, clear it. Every call that waits takes a
 timeout and, when it expires, says what it was waiting for and what the
 server last answered. A busy api-server may not answer one poll in time:
 waiting calls ride that out until their own deadline, and ``trigger`` names
@@ -236,14 +236,30 @@ class AirflowApi:
             for t in self.task_instances(dag_id, run_id)
         }
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1) -> str:
-        """The task's log as text (one line per event), for error messages."""
+    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict:
+        """One task instance, its ``rendered_fields`` included (what the UI shows as rendered templates)."""
+        return self._get(f"/api/v2/dags/{_p(dag_id)}/dagRuns/{_p(run_id)}/taskInstances/{_p(task_id)}")
+
+    def xcom_values(self, dag_id: str, run_id: str) -> dict[tuple[str, str], Any]:
+        """Every XCom of the run as stored: (task id, key) -> value."""
+        path = f"/api/v2/dags/{_p(dag_id)}/dagRuns/{_p(run_id)}/taskInstances"
+        entries = self._get(f"{path}/~/xcomEntries", limit=100)["xcom_entries"]
+        return {(e["task_id"], e["key"]): self._get(f"{path}/{_p(e['task_id'])}/xcomEntries/{_p(e['key'])}",
+                                                    map_index=e["map_index"])["value"] for e in entries}
+
+    def task_log_content(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1,
+                         map_index: int = -1) -> str | list:
+        """The task's log as the API gives it: text, or a list of structured events."""
         response = self._http.get(
             f"/api/v2/dags/{_p(dag_id)}/dagRuns/{_p(run_id)}/taskInstances/{_p(task_id)}/logs/{try_number}",
             params={"full_content": "true", "map_index": map_index},
             headers={"Accept": "application/json"},
         )
-        content = self._check(response, f"log of {dag_id}.{task_id} in {run_id}").json().get("content")
+        return self._check(response, f"log of {dag_id}.{task_id} in {run_id}").json().get("content")
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1) -> str:
+        """The task's log as text (one line per event), for error messages."""
+        content = self.task_log_content(dag_id, run_id, task_id, try_number, map_index)
         if isinstance(content, str):
             return content
         lines = []

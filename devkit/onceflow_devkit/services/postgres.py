@@ -3,7 +3,9 @@
 Two-phase commit needs ``max_prepared_transactions`` above 0 (PostgreSQL's
 default is 0, which refuses PREPARE TRANSACTION). The cluster asks for a
 password over TCP (scram-sha-256), so a client that forgets its secret fails
-as it would in production. The server refuses to run as root: as root it runs
+as it would in production. It listens on TCP alone, no Unix socket: a socket's
+path may not pass 107 bytes, and one under a checkout in a long folder kept the
+server from starting. The server refuses to run as root: as root it runs
 as Debian's ``postgres`` user, which owns the cluster's directory.
 """
 
@@ -117,9 +119,6 @@ def start_postgres(proc: ManagedProcess, die_with_parent: bool = False, port: in
     _check_reachable(proc.directory)
     data = proc.data_dir / "cluster"
     _init_cluster(bin_dir, data)
-    sockets = proc.data_dir / "sockets"
-    sockets.mkdir(exist_ok=True)
-    _hand_over(sockets)
     port = port or pick_port(DEFAULT_PORT)
     server = PostgresServer("127.0.0.1", port)
 
@@ -129,7 +128,7 @@ def start_postgres(proc: ManagedProcess, die_with_parent: bool = False, port: in
 
     proc.start(
         _as_server_user([str(bin_dir / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port),
-                         "-k", str(sockets), "-c", f"max_prepared_transactions={MAX_PREPARED_TRANSACTIONS}",
+                         "-k", "", "-c", f"max_prepared_transactions={MAX_PREPARED_TRANSACTIONS}",  # -k '': no socket
                          "-c", f"max_connections={MAX_CONNECTIONS}",
                          "-c", "fsync=off"],  # a test cluster: a process crash loses nothing, only the OS's would
                         die_with_parent),

@@ -39,6 +39,11 @@ class RedisServer:
             return answer == b"+OK\r\n+PONG\r\n"
 
 
+def _quoted(value: str) -> str:
+    """``value`` as one argument of redis.conf, whatever spaces or quotes it holds."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def start_redis(proc: ManagedProcess, die_with_parent: bool = False, port: int | None = None) -> RedisServer:
     """A Redis server in ``proc``'s directory, on 127.0.0.1."""
     binary = shutil.which("redis-server")
@@ -48,8 +53,8 @@ def start_redis(proc: ManagedProcess, die_with_parent: bool = False, port: int |
     server = RedisServer("127.0.0.1", port)
     proc.directory.mkdir(parents=True, exist_ok=True)
     config = proc.directory / "redis.conf"
-    write_private(config, f'bind 127.0.0.1\nport {port}\nrequirepass "{server.password}"\nsave ""\nappendonly no\n'
-                  f"dir {proc.data_dir}\ndaemonize no\nprotected-mode yes\n"
+    write_private(config, f'bind 127.0.0.1\nport {port}\nrequirepass {_quoted(server.password)}\nsave ""\nappendonly no\n'
+                  f"dir {_quoted(str(proc.data_dir))}\ndaemonize no\nprotected-mode yes\n"
                   # Redis writes its process title over its environment, where ManagedProcess finds its marker.
                   "set-proc-title no\n")
     proc.start([binary, str(config)], port=port, ready=server.ping, timeout=30, die_with_parent=die_with_parent)

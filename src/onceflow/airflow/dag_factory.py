@@ -48,6 +48,12 @@ from onceflow.pipeline.spec import INTERVAL, OFFSETS, PipelineSpec
 
 # A spark task may not hold the pipeline's one run slot forever; pass spark_timeout= for longer batches.
 DEFAULT_SPARK_TIMEOUT = timedelta(hours=2)
+# The DAG settings an offsets pipeline refuses, each with the values refused. catchup: any value the
+# scheduler takes as true (1, "true", numpy.True_ as well as True); max_active_runs: anything but 1.
+OFFSETS_REFUSES = {
+    "max_active_runs": lambda value: value not in (False, 1),
+    "catchup": bool,
+}
 
 
 def spark_timeout_of(spec: PipelineSpec) -> timedelta:
@@ -105,8 +111,8 @@ def input_asset(spec: PipelineSpec, schedule: InputSchedule, dag_id: str, wareho
     schedule.check(spec.name)
     if schedule.stall_s is None:
         schedule = replace(schedule, stall_s=spark_timeout.total_seconds() + ABORT_BACKOFF_S)
-    # The transform's params may hold a secret, and the trigger needs none of them (its kwargs are stored).
-    trigger = InputLagTrigger(dag_id=dag_id, spec_json=replace(spec, params={}).to_json(), warehouse=warehouse,
+    # The trigger needs none of the params (its kwargs are stored).
+    trigger = InputLagTrigger(dag_id=dag_id, spec_json=spec.without_params().to_json(), warehouse=warehouse,
                               kafka_conn_id=kafka_conn_id, aws_conn_id=aws_conn_id, records=schedule.records,
                               max_age_s=schedule.max_age_s, poll_s=schedule.poll_s, stall_s=schedule.stall_s)
     return Asset(name=f"onceflow.{dag_id}.input", uri=f"onceflow://{dag_id}/input", group="onceflow",
@@ -179,11 +185,11 @@ def pipeline_dag(
             "whose records are published again; other Kafka outputs refuse)",
         )}
     else:
-        for setting in ("max_active_runs", "catchup"):
-            if dag_kwargs.get(setting, False) not in (False, 1):
+        for setting, refused in OFFSETS_REFUSES.items():
+            if setting in dag_kwargs and refused(dag_kwargs[setting]):
                 raise ConfigurationError(
-                    f"pipeline {spec.name!r}: {setting}={dag_kwargs[setting]} needs batches='interval': the batches of "
-                    "an offsets pipeline follow each other, one run at a time, whatever the runs' dates"
+                    f"pipeline {spec.name!r}: {setting}={dag_kwargs[setting]!r} needs batches='interval': the batches "
+                    "of an offsets pipeline follow each other, one run at a time, whatever the runs' dates"
                 )
         run_params = {MAX_RECORDS: Param(
             spec.max_records_per_partition, type=["null", "integer"], minimum=1,
@@ -223,8 +229,7 @@ def pipeline_dag(
             application_args=[
                 "--pipeline", spec.name,
                 "--batch", "{{ ti.xcom_pull(task_ids='plan')['batch_seq'] }}",
-                "--spec-json", spec.to_json(),
-            ],
+            ],  # the spec goes in the environment, added at run time (operators.spark): never an argument
             conf={**submit_defaults(), **(spark_conf or {})},
             env_vars=_spark_env(kafka_conn_id, aws_conn_id, warehouse, catalog_conn_ids(spec)),
             spark_binary=spark_binary or default_spark_binary(),

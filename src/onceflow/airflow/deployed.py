@@ -46,8 +46,7 @@ class DeployedPipeline:
 
     def to_doc(self) -> str:
         """This pipeline as the plan task's ``doc_json`` (shown in Airflow's task details)."""
-        spec = json.loads(self.spec.to_json())
-        spec["params"] = {}  # free-form input of the transform: may hold a token, and the UI needs none of it
+        spec = json.loads(self.spec.without_params().to_json())  # the UI needs none of the params
         return json.dumps(
             {DOC_KEY: {"spec": spec, "warehouse": self.warehouse,
                        "kafka_conn_id": self.kafka_conn_id, "aws_conn_id": self.aws_conn_id}},

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 from onceflow.core.batch_id import BatchId
 from onceflow.core.interventions import Intervention
 from onceflow.core.ledger.ledger import BATCH_EFFECT, BatchLedger
-from onceflow.core.ledger.records import Decision, DoneMarker
+from onceflow.core.ledger.records import Decision, DoneMarker, FailedEffect
 from onceflow.core.participant import Vote
 from onceflow.core.plan import EXACTLY_ONCE, Plan
 from onceflow.core.states import BatchState, derive_state
@@ -34,6 +34,8 @@ class BatchStatus:
     done: Mapping[str, DoneMarker]
     timings: Mapping[str, int] = field(default_factory=dict)
     intervention: Intervention | None = None  # an aborted batch an operator split or skipped
+    # A decided, unfinished batch: the last FAILED answer of each output whose effect is not done yet.
+    failed: Mapping[str, FailedEffect] = field(default_factory=dict)
 
     @property
     def batch_id(self) -> str:
@@ -85,8 +87,12 @@ def describe_batch(ledger: BatchLedger, seq: int, configured: Sequence[str] = ()
     if BATCH_EFFECT in done:
         timings["done"] = done[BATCH_EFFECT].done_at_ms
     intervention = ledger.read_intervention(seq) if state is BatchState.ABORTED else None
+    failed = {}
+    if decision and BATCH_EFFECT not in done:
+        notes = {effect: ledger.read_failed(seq, effect) for effect in outputs if effect not in done}
+        failed = {effect: note for effect, note in notes.items() if note is not None}
     return BatchStatus(ledger.pipeline, seq, state, plan, attempt, votes, tuple(missing), decision, done, timings,
-                       intervention)
+                       intervention, failed)
 
 # Stages of a batch, as (name, from timing, to timing) of BatchStatus.timings.
 STAGES = (
@@ -134,6 +140,9 @@ def batch_row(status) -> dict[str, Any]:
         "decided_by": None if decision is None else decision.decided_by,
         "reason": None if decision is None else decision.reason,
         "done": {effect: marker.detail for effect, marker in status.done.items()},
+        # Outputs whose commit or abort answered FAILED (the batch waits for a person): why, by whom, when.
+        "failed": {effect: {"detail": note.detail, "by": note.failed_by, "at_ms": note.failed_at_ms}
+                   for effect, note in status.failed.items()},
         "timings_ms": dict(status.timings),
         "stages_ms": stage_durations_ms(dict(status.timings)),
     }
@@ -179,6 +188,10 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         if r.get("guarantees"):
             lines.append(f"{'':<11} guarantees: " + ", ".join(f"{name} {g}" for name, g in r["guarantees"].items())
                          + " (written by the job, without a transaction)")
+        step, task = ("commit", "commit") if r["decision"] == "COMMIT" else ("abort", "rollback")
+        for effect, f in (r.get("failed") or {}).items():
+            lines.append(f"{'':<11} {step} of {effect} FAILED at {_when(f['at_ms'])} ({f['by']}): {f['detail']}. "
+                         f"Once fixed, re-run the {task} task or `onceflow recover`")
         if r["votes"] or r["missing_votes"]:
             lines.append(f"{'':<11} votes: {r['votes']}" + (f"; missing {r['missing_votes']}" if r["missing_votes"] else ""))
     return "\n".join(lines)

@@ -32,7 +32,7 @@ from typing import Callable, Mapping, Sequence
 
 from onceflow.core import faults
 from onceflow.core.ledger.ledger import BATCH_EFFECT, BatchLedger
-from onceflow.core.ledger.records import Decision, DecisionOutcome, DoneMarker, Head
+from onceflow.core.ledger.records import Decision, DecisionOutcome, DoneMarker, FailedEffect, Head
 from onceflow.core.ledger.storage import LedgerStorage
 from onceflow.core.batch_id import BatchId
 from onceflow.core.batch_view import BatchStatus, describe_batch, outputs_of, planned
@@ -304,6 +304,7 @@ class Coordinator:
         if reaction is Reaction.RETRY:
             raise RetryLater(f"{step.value} of {where} must be retried: {result.detail}. "
                              "What the ledger holds stands; retry the task.")
+        self._note_failed(plan, name, step, result)
         if step is Step.COMMIT:
             raise CommitFailed(
                 f"commit of {where} FAILED after COMMIT was decided: {result.detail}. The batch is not fully "
@@ -314,6 +315,17 @@ class Coordinator:
             f"abort of {where} FAILED: {result.detail}. The batch stays ABORTING; fix the sink and re-run the "
             "rollback task (it redoes only what is missing)."
         )
+
+    def _note_failed(self, plan: Plan, name: str, step: Step, result: Result) -> None:
+        """Keep a participant's FAILED answer where ``onceflow status`` and the page show it. Only a note:
+        a ledger that cannot take it must not hide the failure itself."""
+        outcome = DecisionOutcome.COMMIT if step is Step.COMMIT else DecisionOutcome.ABORT
+        note = FailedEffect(plan.batch_seq, name, outcome, result.detail, self.identity, self._clock())
+        try:
+            self.ledger.write_failed(note)
+        except Exception:
+            log.warning("batch %s of %s: the failure of %s was not noted in the ledger", plan.batch_id, self.pipeline,
+                        name, exc_info=True)
 
     def _apply(self, plan: Plan, decision: Decision) -> None:
         """Apply the recorded decision, whichever it is (commit, rollback and recovery all end here)."""

@@ -80,4 +80,8 @@ def read_run_inputs(pipeline: str, conf: Mapping[str, Any] | None, params: Mappi
     fault_spec = params.get(FAULTS)
     if fault_spec is not None and not isinstance(fault_spec, str):
         raise _refuse(pipeline, FAULTS, f"must be a string or null, got {fault_spec!r}")
+    if fault_spec and not faults.run_param_allowed():  # refused here like any other conf: no retry, no batch
+        raise _refuse(pipeline, FAULTS, f"must be empty on this deployment, got {fault_spec!r}: its workers do not "
+                      f"allow injected faults ({faults.RUN_PARAM_GUARD}={faults.RUN_PARAM_GUARD_VALUE} is set only in "
+                      "a test deployment's worker environment)")
     return RunInputs(limit, replace, {name: params.get(name) for name in transform_params})

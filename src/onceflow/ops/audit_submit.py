@@ -1,6 +1,6 @@
 """spark-submit entry point of ``onceflow audit`` (the audit then runs in spark-submit's session)::
 
-    spark-submit --py-files my_pipelines.zip <site-packages>/onceflow/audit_submit.py \\
+    spark-submit --py-files my_pipelines.zip <site-packages>/onceflow/ops/audit_submit.py \\
         --pipeline orders --spec my_pipelines.orders:ORDERS --json
 
 Takes ``onceflow audit``'s options; the deployment comes from the environment, as

@@ -188,6 +188,13 @@ class PipelineSpec:
                 return sink
         raise KeyError(f"pipeline {self.name!r} has no sink {name!r}")
 
+    def without_params(self) -> "PipelineSpec":
+        """This spec without its free-form ``params``, which may hold a token: what may be shown or
+        stored where others read (the plan task's doc, a trigger's kwargs, a command line)."""
+        from dataclasses import replace
+
+        return replace(self, params={})
+
     def to_json(self) -> str:
         """Plain data: travels to Spark workers as a data source option."""
         import json

@@ -1,5 +1,9 @@
 """What a pipeline's Spark job is given: its code, as zips for ``--py-files`` or
-a Spark Connect session's artifacts, and the spark-submit application."""
+a Spark Connect session's artifacts, the spark-submit application, and its spec.
+
+The spec reaches a spark-submit driver in the environment (``SPEC_VAR``), never as an
+argument: its free-form ``params`` may hold a token, and arguments show in ``ps``, in the
+task log and in the task's rendered fields (docs/deploying.md, "Security")."""
 
 from __future__ import annotations
 
@@ -12,6 +16,20 @@ from onceflow.pipeline.spec import PipelineSpec
 
 # What spark-submit runs for a batch (``--py-files``: shipped_code).
 SUBMIT_APPLICATION = Path(__file__).resolve().parent / "submit.py"
+# The spec of the pipeline whose batch spark-submit runs (PipelineSpec.to_json()).
+SPEC_VAR = "ONCEFLOW_SPEC_JSON"
+
+
+def spec_from_environment(pipeline: str) -> PipelineSpec:
+    """The spec ``SPEC_VAR`` holds (Spark driver); it must describe ``pipeline``."""
+    text = os.environ.get(SPEC_VAR)
+    if not text:
+        raise ConfigurationError(f"no spec for pipeline {pipeline!r}: the spark task of pipeline_dag passes it in "
+                                 f"${SPEC_VAR}; by hand, pass --spec module[:attribute] naming the module that defines it")
+    spec = PipelineSpec.from_json(text)
+    if spec.name != pipeline:
+        raise ConfigurationError(f"${SPEC_VAR} describes pipeline {spec.name!r}, not --pipeline {pipeline!r}")
+    return spec
 
 
 def code_zip(module_name: str) -> str:

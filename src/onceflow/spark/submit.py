@@ -4,8 +4,9 @@
         <site-packages>/onceflow/spark/submit.py \\
         --pipeline orders --batch 7 --spec my_pipelines.orders:ORDERS
 
-The DAG factory submits this file from the installed package (``--spec-json``
-carries the spec); ``spark_jobs/run_batch.py`` in the repository is a thin
+The DAG factory submits this file from the installed package, the spec in
+``$ONCEFLOW_SPEC_JSON`` (``onceflow.spark.shipping.SPEC_VAR``: never an argument, as its
+params may hold a token); ``spark_jobs/run_batch.py`` in the repository is a thin
 copy-able entry point that calls ``main``.
 
 Run by the DAG's ``spark`` task (SparkSubmitOperator), with the deployment in
@@ -40,8 +41,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="onceflow.spark.submit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pipeline", required=True, help="pipeline name (the spec's name)")
     parser.add_argument("--batch", required=True, type=int, help="batch sequence number (from the plan task)")
-    parser.add_argument("--spec", help="module[:attr] holding the PipelineSpec (importable in the driver)")
-    parser.add_argument("--spec-json", help="the PipelineSpec itself (PipelineSpec.to_json()); what the DAG factory passes")
+    parser.add_argument("--spec", help="module[:attr] holding the PipelineSpec (importable in the driver); "
+                        "default: the spec in $ONCEFLOW_SPEC_JSON, where the DAG factory's spark task puts it")
     parser.add_argument("--warehouse", help="warehouse URI (default: $ONCEFLOW_WAREHOUSE)")
     parser.add_argument("--master", help="Spark master when not run by spark-submit (e.g. local[2])")
     return parser.parse_args(argv)
@@ -49,8 +50,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def load_spec(name: str, spec_location: str | None) -> PipelineSpec:
     if spec_location is None:
-        raise ConfigurationError(f"no spec for pipeline {name!r}: pass --spec-json (what the DAG factory does) or "
-                                 "--spec module[:attribute] naming the module that defines it")
+        from onceflow.spark.shipping import spec_from_environment
+
+        return spec_from_environment(name)
     from onceflow.pipeline.discovery import spec_in_module
 
     return spec_in_module(name, spec_location)
@@ -75,9 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from onceflow.spark.batch_job import run_batch
 
     try:
-        spec = PipelineSpec.from_json(args.spec_json) if args.spec_json else load_spec(args.pipeline, args.spec)
-        if spec.name != args.pipeline:
-            raise ConfigurationError(f"--spec-json describes pipeline {spec.name!r}, not --pipeline {args.pipeline!r}")
+        spec = load_spec(args.pipeline, args.spec)
         deployment = Deployment.from_environment(args.warehouse)
     except ConfigurationError as exc:
         print(f"onceflow.spark.submit: {exc}", file=sys.stderr)

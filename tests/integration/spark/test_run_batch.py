@@ -35,13 +35,22 @@ def test_the_spec_is_found_by_module(run_batch):
     [
         # onceflow.pipeline.spec defines the class, not a pipeline: a DAG must pass the defining module.
         ("clickstream", "onceflow.pipeline.spec", "no PipelineSpec named 'clickstream'"),
-        ("other", None, "no spec for pipeline 'other': pass --spec-json"),
+        ("other", None, r"no spec for pipeline 'other': the spark task of pipeline_dag passes it in \$ONCEFLOW_SPEC_JSON"),
         ("clickstream", "no_such_module:SPEC", "cannot import 'no_such_module'"),
     ],
 )
 def test_a_wrong_spec_fails_fast_naming_the_fix(run_batch, name, location, message):
     with pytest.raises(ConfigurationError, match=message):
         run_batch.load_spec(name, location)
+
+
+def test_without_spec_the_job_takes_the_one_its_environment_holds_and_it_must_be_the_pipelines(run_batch, monkeypatch):
+    from onceflow.spark.shipping import SPEC_VAR
+
+    monkeypatch.setenv(SPEC_VAR, CLICKSTREAM.to_json())
+    assert run_batch.load_spec("clickstream", None) == CLICKSTREAM
+    with pytest.raises(ConfigurationError, match=r"\$ONCEFLOW_SPEC_JSON describes pipeline 'clickstream', not --pipeline 'other'"):
+        run_batch.load_spec("other", None)
 
 
 def test_no_warehouse_exits_2_before_spark_starts(run_batch, monkeypatch, capsys):

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
-from onceflow.spark.shipping import shipped_code
+from onceflow.spark.shipping import SPEC_VAR, shipped_code
 from onceflow.sinks.files import layout
 from onceflow.sinks.files.reader import committed_manifests
 from onceflow.kafka.admin import ensure_topics
@@ -145,8 +145,9 @@ class Job:
             proc = subprocess.Popen(
                 [str(SPARK_SUBMIT), "--master", "local[2]", "--py-files", self.archive,
                  "--conf", "spark.ui.enabled=false", str(SCRIPT),
-                 "--pipeline", self.runtime.spec.name, "--batch", str(seq), "--spec-json", self.runtime.spec.to_json()],
-                cwd=self.workdir, env=self.env, stdout=out, stderr=jvm, start_new_session=True,
+                 "--pipeline", self.runtime.spec.name, "--batch", str(seq)],
+                cwd=self.workdir, env={**self.env, SPEC_VAR: self.runtime.spec.to_json()}, stdout=out, stderr=jvm,
+                start_new_session=True,
             )
         return proc, log
 

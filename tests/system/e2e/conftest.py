@@ -82,14 +82,16 @@ class ClickstreamWorld:
 
 
 def refused_runs(api, dag_id: str, confs: list[dict], timeout: float = 300.0) -> dict[str, str]:
-    """Trigger a run per conf; each must fail at its plan task, before anything is planned.
-    Returns run id -> the plan task's log (the refusal names what was wrong)."""
+    """Trigger a run per conf; each must fail at its plan task, before anything is planned, and its
+    rollback, with nothing to undo, succeed. Returns run id -> the plan task's log (the refusal names
+    what was wrong)."""
     runs = [api.trigger(dag_id, conf=conf) for conf in confs]
     logs = {}
     for run_id in runs:
         assert api.wait_for_run(dag_id, run_id, timeout=timeout) == "failed", api.explain(dag_id, run_id)
         states = api.task_states(dag_id, run_id)
-        assert states["plan"] == "failed" and states["spark"] == states["commit"] == "upstream_failed", states
+        assert states == {"plan": "failed", "spark": "upstream_failed", "commit": "upstream_failed",
+                          "rollback": "success"}, (states, api.explain(dag_id, run_id))
         logs[run_id] = api.task_log(dag_id, run_id, "plan")
     return logs
 

@@ -1,17 +1,21 @@
 """The clickstream DAG in a running Airflow (api-server + scheduler +
 dag-processor), driven over the REST API as an operator would: a triggered
 run with conf, the downstream DAG fed by its Asset event, and a cleared
-committed run that must change nothing. One server session for all three
+committed run that must change nothing; a secret in the transform's params
+shows nowhere on the way. One server session for all of it
 (starting Airflow costs ~30 s). Not marked slow: it is the suite's one
 end-to-end proof that a run commits exactly once (~6 min on 2 loaded cores).
 The fault scenarios (test_clickstream_dag.py) are slow: two runs each."""
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 
 from onceflow_devkit.local_airflow.metadata import MetadataDb
 from onceflow.core.states import BatchState
+from tests.support import SecretWatch
 from tests.system.e2e.conftest import refused_runs
 
 DAG_ID = "clickstream_exactly_once"
@@ -41,6 +45,9 @@ def _wait_for_first_run(world, dag_id: str, timeout: float = 180.0) -> str:
 
 def test_a_triggered_run_commits_feeds_the_downstream_dag_and_clearing_it_changes_nothing(world):
     world.produce(4 * PER_PARTITION, seed=4)  # 2 partitions: half of each is left for a later batch
+    # The spec's free-form params may hold a token: the spark task once passed them as an argument.
+    secret = f"s3cr3t-{uuid.uuid4()}"
+    world.airflow.extra_env = {**world.airflow.extra_env, "CLICKSTREAM_PARAMS": json.dumps({"token": secret})}
     with world.airflow, world.airflow.api() as api:
         api.wait_for_dag(DAG_ID, timeout=180)
         api.wait_for_dag(REPORT_DAG_ID, timeout=180)
@@ -48,11 +55,13 @@ def test_a_triggered_run_commits_feeds_the_downstream_dag_and_clearing_it_change
         api.unpause(DAG_ID)
 
         # 4: a run triggered with conf
-        run_id = api.trigger(DAG_ID, conf={"max_records_per_partition": PER_PARTITION})
-        assert api.wait_for_run(DAG_ID, run_id, timeout=600) == "success", api.explain(DAG_ID, run_id)
+        with SecretWatch(secret) as watch:
+            run_id = api.trigger(DAG_ID, conf={"max_records_per_partition": PER_PARTITION})
+            assert api.wait_for_run(DAG_ID, run_id, timeout=600) == "success", api.explain(DAG_ID, run_id)
         assert api.task_states(DAG_ID, run_id) == {
             "plan": "success", "spark": "success", "commit": "success", "rollback": "skipped"
         }
+        assert not (exposed := watch.exposures(api, DAG_ID, run_id)), "\n".join(exposed)
         batch = world.runtime.batch_of_run(run_id)
         assert batch is not None and batch.batch_seq == 1 and batch.state is BatchState.COMMITTED, batch
         assert [r.size for r in batch.plan.ranges] == [PER_PARTITION, PER_PARTITION], batch.plan.ranges

@@ -44,6 +44,16 @@ def test_a_protocol_key_in_a_run_conf_is_refused_naming_it(running, key):
     assert world.audit().to_dict() == committed.to_dict()
 
 
+def test_a_faults_conf_on_workers_without_fault_injection_is_refused_and_its_rollback_has_nothing_to_do(running):
+    world, api, committed = running  # the workers of this Airflow do not set ONCEFLOW_FAULT_INJECTION
+    confs = [{"faults": "commit.effect.before=crash"}, {"faults": "*=raise@2", "max_records_per_partition": 10}]
+    for log in refused_runs(api, DAG_ID, confs).values():
+        assert "run parameter 'faults' must be empty on this deployment" in log, log
+        assert "ONCEFLOW_FAULT_INJECTION=enabled" in log and "Nothing was planned" in log, log
+    assert world.runtime.coordinator.latest_seq() == 1
+    assert world.audit().to_dict() == committed.to_dict()
+
+
 _values = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.text(max_size=5000),
                     st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=3))
 

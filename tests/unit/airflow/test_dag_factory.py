@@ -8,6 +8,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy
 import pytest
 
 import onceflow
@@ -44,8 +45,22 @@ def test_the_spark_task_submits_the_installed_application_and_ships_onceflow_and
     assert "onceflow/spark/submit.py" in library_names
     assert not [n for n in library_names if not n.startswith("onceflow/")]
     assert "tests/doubles/specs.py" in zipfile.ZipFile(transform).namelist()
-    args = spark.application_args
-    assert json.loads(args[args.index("--spec-json") + 1])["name"] == "orders"
+
+
+def test_the_spec_reaches_the_driver_in_its_environment_at_run_time_never_as_an_argument_or_a_template(monkeypatch):
+    """The spec's params may hold a token: arguments show in ps and the task log, template fields in the UI
+    (the run through Airflow: tests/system/e2e/test_clickstream_api.py)."""
+    from dataclasses import replace
+
+    from onceflow.pipeline.spec import PipelineSpec
+    from onceflow.spark.shipping import SPEC_VAR
+
+    spec = replace(ORDERS, params={"token": "s3cr3t-in-the-params"})
+    spark = pipeline_dag(spec, warehouse="file:///w", dag_id="orders_with_token").get_task("spark")
+    assert spark.application_args == ["--pipeline", "orders", "--batch", "{{ ti.xcom_pull(task_ids='plan')['batch_seq'] }}"]
+    assert not [name for name in spark.template_fields if "s3cr3t" in json.dumps(getattr(spark, name), default=str)]
+    monkeypatch.setenv("AIRFLOW_CONN_ONCEFLOW_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    assert PipelineSpec.from_json(spark.submitted_env()[SPEC_VAR]) == spec
 
 
 def test_secrets_reach_the_driver_as_templates_of_the_connections_never_as_values(dag):
@@ -153,6 +168,18 @@ def test_an_interval_pipeline_gets_data_intervals_and_may_run_side_by_side():
 def test_an_offsets_pipeline_refuses_more_than_one_run_at_a_time_naming_interval_batches():
     with pytest.raises(ConfigurationError, match=r"max_active_runs=2 needs batches=.interval."):
         pipeline_dag(ORDERS, warehouse="file:///w", dag_id="two_at_once", max_active_runs=2)
+
+
+@pytest.mark.parametrize("catchup", [True, 1, "true", numpy.True_], ids=["True", "1", "'true'", "numpy.True_"])
+def test_an_offsets_pipeline_refuses_catchup_whatever_true_value_says_so_naming_the_setting(catchup):
+    # True == 1 and numpy.True_ == 1: a rule written as "False or 1" let each of them through.
+    with pytest.raises(ConfigurationError, match=r"catchup=.* needs batches=.interval."):
+        pipeline_dag(ORDERS, warehouse="file:///w", dag_id="catching_up", catchup=catchup)
+
+
+def test_an_offsets_pipeline_takes_one_run_at_a_time_and_no_catchup_when_said_so():
+    dag = pipeline_dag(ORDERS, warehouse="file:///w", dag_id="said_so", max_active_runs=1, catchup=False)
+    assert (dag.max_active_runs, dag.catchup) == (1, False)
 
 
 def test_the_input_schedule_from_the_environment_watches_the_dags_own_asset_with_a_trigger_that_survives_storage(monkeypatch):

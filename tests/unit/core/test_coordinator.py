@@ -185,6 +185,30 @@ def test_failed_commit_is_loud_and_redone_later(local):
     assert set(world.visible) == {("files", 1), ("events", 1)}
 
 
+def test_a_failed_abort_stays_aborting_and_status_shows_what_the_sink_said_until_it_is_done(local):
+    from onceflow.core.batch_view import batch_row, format_rows
+    from onceflow.core.errors import AbortFailed
+
+    coord, world, parts = world_coordinator(local)
+    plan = coord.plan_next(source(), config())
+    prepare_all(coord, parts, plan)
+    parts["events"].abort_answer = Result(Outcome.FAILED, "split 3 committed behind our back: stop that writer")
+    with pytest.raises(AbortFailed, match="participant 'events'.*split 3"):
+        coord.rollback(plan.batch_seq, "spark task failed")
+
+    status = coord.describe(plan.batch_seq)
+    assert status.state is BatchState.ABORTING and set(status.failed) == {"events"}
+    row = batch_row(status)
+    assert row["failed"]["events"]["detail"] == "split 3 committed behind our back: stop that writer"
+    shown = format_rows([row])
+    assert "abort of events FAILED" in shown and "split 3 committed behind our back: stop that writer" in shown
+    assert "re-run the rollback task or `onceflow recover`" in shown
+
+    parts["events"].abort_answer = None
+    assert coord.recover().state is BatchState.ABORTED
+    assert batch_row(coord.describe(plan.batch_seq))["failed"] == {}  # a note of a failure since fixed is not shown
+
+
 def test_rollback_after_commit_decision_finishes_the_commit(local):
     coord, world, parts = world_coordinator(local)
     plan = coord.plan_next(source(), config())

@@ -59,6 +59,18 @@ def test_a_declared_parameter_of_the_wrong_type_is_refused_naming_it(conf, named
         read(conf)
 
 
+def test_a_faults_param_is_refused_on_workers_without_fault_injection_and_read_where_they_allow_it(monkeypatch):
+    from onceflow.core import faults
+
+    monkeypatch.delenv(faults.RUN_PARAM_GUARD, raising=False)
+    with pytest.raises(RunParamsRefused, match="run parameter 'faults' must be empty on this deployment, got "
+                       "'commit.effect.before=crash'.*ONCEFLOW_FAULT_INJECTION=enabled.*Nothing was planned"):
+        read({"faults": "commit.effect.before=crash"})
+    assert read({"faults": ""}) == read({"faults": None}) == RunInputs()
+    monkeypatch.setenv(faults.RUN_PARAM_GUARD, faults.RUN_PARAM_GUARD_VALUE)
+    assert read({"faults": "commit.effect.before=crash"}) == RunInputs()
+
+
 def test_reprocess_takes_a_boolean_only():
     assert read({"replace_committed": True}, INTERVAL_DECLARED).replace_committed is True
     with pytest.raises(RunParamsRefused, match="'replace_committed' must be true or false, got 'yes'"):

@@ -315,11 +315,13 @@ class RollbackBatchOperator(_BatchOperator):
     decided first, finishes the commit instead. Offsets stay where they were."""
 
     def execute(self, context) -> dict[str, Any]:
-        runtime = self.runtime(context)
         planned = context["ti"].xcom_pull(task_ids=self.plan_task_id)
         if not planned:
+            # A run its plan task refused (whatever the reason: its conf, its faults param, its run type) has
+            # nothing to undo: the rollback neither arms the run's faults nor connects to anything.
             log.info("no batch was planned in this run: nothing to roll back")
             return {"state": "nothing planned"}
+        runtime = self.runtime(context)
         seq = int(planned["batch_seq"])
         # Task instances of the run are not readable from a task in Airflow 3
         # (no metadata DB access): the task log of the run shows which failed.

@@ -1,4 +1,4 @@
-"""The spark task: the Spark provider's SparkSubmitOperator, with three changes.
+"""The spark task: the Spark provider's SparkSubmitOperator, with four changes.
 
 0. When its connection is a ``spark_connect`` connection (the Spark provider's
    type), the batch job runs in this task's process as a Spark Connect client
@@ -15,6 +15,11 @@
    gets its credentials from the platform (an instance or pod role, a
    Kubernetes secret through ``spark.kubernetes.driver.secretKeyRef.*``, or
    Hadoop credential providers), and fails naming what it lacks otherwise.
+3. The pipeline's spec reaches the driver in ``$ONCEFLOW_SPEC_JSON``, added to the
+   environment at run time, after the templates are rendered: its free-form ``params``
+   may hold a token, and an argument or a rendered field shows in ``ps``, the task log
+   and the UI (a '{{' in them would be rendered, too). Where the environment becomes
+   arguments (2.), the spec goes without its params.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from onceflow.airflow.deployed import PLAN_TASK_ID, DeployedPipeline
 from onceflow.config.iceberg_catalogs import public_properties, secret_properties
 from onceflow.config.kafka_cluster import is_secret
 from onceflow.config.settings import ICEBERG_CATALOGS_VAR, ConfigurationError
+from onceflow.pipeline.spec import PipelineSpec
+from onceflow.spark.shipping import SPEC_VAR
 
 log = logging.getLogger(__name__)
 # Environment variables that hold a secret, or half of a key pair without its secret.
@@ -62,6 +69,10 @@ def without_secrets(env: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         secret_keys = sorted(k for k in config if is_secret(k))
         kept[KAFKA_CONFIG_ENV] = json.dumps({k: v for k, v in config.items() if k not in secret_keys})
         withheld += [f"{KAFKA_CONFIG_ENV}[{k}]" for k in secret_keys]
+    if SPEC_VAR in kept:
+        spec = PipelineSpec.from_json(kept[SPEC_VAR])
+        withheld += [f"{SPEC_VAR}[params]"] if spec.params else []
+        kept[SPEC_VAR] = spec.without_params().to_json()
     if ICEBERG_CATALOGS_VAR in kept:
         catalogs = json.loads(kept[ICEBERG_CATALOGS_VAR] or "{}")
         kept[ICEBERG_CATALOGS_VAR] = json.dumps({name: public_properties(props) for name, props in catalogs.items()})
@@ -72,15 +83,19 @@ def without_secrets(env: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 class OnceflowSparkSubmitOperator(SparkSubmitOperator):
     def __init__(self, *, deployed: DeployedPipeline | None = None, **kwargs: Any):
-        # The pipeline as deployed: what the job needs when it runs here, as a Spark Connect client.
+        # The pipeline as deployed: its spec goes to a spark-submit driver in the environment, and a Spark
+        # Connect job runs here from it.
         super().__init__(**kwargs)
         self.deployed = deployed
         self._connect_mode = False
         self._connect_job = None
 
     def submitted_env(self) -> dict[str, Any]:
-        """The environment spark-submit gets: set values only, and no secret where it would be an argument."""
+        """The environment spark-submit gets: set values only, the pipeline's spec, and no secret where it
+        would be an argument. Called in execute(), after rendering: nothing added here is a rendered field."""
         env = set_env_only(self.env_vars)
+        if self.deployed is not None:
+            env[SPEC_VAR] = self.deployed.spec.to_json()
         master = self._get_hook()._connection["master"]
         if not env_becomes_arguments(master):
             return env

@@ -9,12 +9,13 @@ Layout under ``<root>/_onceflow/<pipeline>/``::
     batches/<seq>/decision.json                 COMMIT or ABORT, once (I2)
     batches/<seq>/done/<p>.json                 participant p applied the decision
     batches/<seq>/done/_batch.json              every effect applied: batch finished
+    batches/<seq>/failed/<p>.json               note: p's last FAILED commit or abort (overwritten)
     batches/<seq>/intervention.json             an operator split or skipped the aborted batch
     boundaries/<instant ms>.json                interval pipelines: where an instant falls in the log
     intervals/<start ms>-<end ms>/<n:04d>.json  interval pipelines: the interval's n-th batch
     _prefix.json                                interval pipelines: hint, end of the committed prefix (overwritten)
 
-Every record but the two hints (head, prefix) is written with
+Every record but the two hints (head, prefix) and the failure notes is written with
 create-if-absent and never changes. A create that loses returns the record that won, so callers follow
 the winner. Batches are contiguous (seq n exists only if n-1 does), and so
 are attempts and an interval's batches, which is what lets ``latest_seq``,
@@ -41,6 +42,7 @@ from onceflow.core.ledger.records import (
     AttemptClaim,
     Decision,
     DoneMarker,
+    FailedEffect,
     Head,
     IntervalBatch,
     PrefixHint,
@@ -238,6 +240,21 @@ class BatchLedger:
 
     def create_done(self, marker: DoneMarker) -> tuple[bool, DoneMarker]:
         return self._create(Kind.DONE, self.done_key(marker.batch_seq, marker.effect), marker.batch_seq, marker)
+
+    # -- failure notes ---------------------------------------------------------
+    def failed_key(self, seq: int, effect: str) -> str:
+        return f"{self.batch_dir(seq)}/failed/{effect}.json"
+
+    def read_failed(self, seq: int, effect: str) -> FailedEffect | None:
+        try:
+            return self._read(Kind.FAILED, self.failed_key(seq, effect), seq)
+        except LedgerCorruptError:
+            return None  # only a note: a torn one costs the reader the message, never correctness
+
+    def write_failed(self, note: FailedEffect) -> None:
+        faults.fault_point("ledger.failed.before_write")
+        self.storage.overwrite(self.failed_key(note.batch_seq, note.effect), encode(Kind.FAILED, note))
+        faults.fault_point("ledger.failed.after_write")
 
     # -- operator interventions -------------------------------------------------
     def intervention_key(self, seq: int) -> str:

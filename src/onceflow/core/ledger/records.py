@@ -47,6 +47,7 @@ class Kind(str, enum.Enum):
     INTERVAL_BATCH = "interval_batch"
     PREFIX_HINT = "prefix_hint"
     INTERVENTION = "intervention"
+    FAILED = "failed"
 
 
 class DecisionOutcome(str, enum.Enum):
@@ -156,6 +157,34 @@ class DoneMarker:
 
 
 @dataclass(frozen=True)
+class FailedEffect:
+    """A note, never the truth: the last FAILED answer of participant ``effect`` to the batch's decision
+    (overwritten by the next one), kept so that ``onceflow status`` names what a person must fix."""
+
+    batch_seq: int
+    effect: str
+    outcome: DecisionOutcome
+    detail: str
+    failed_by: str
+    failed_at_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_seq": self.batch_seq,
+            "effect": self.effect,
+            "outcome": self.outcome.value,
+            "detail": self.detail,
+            "failed_by": self.failed_by,
+            "failed_at_ms": self.failed_at_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "FailedEffect":
+        return cls(int(raw["batch_seq"]), str(raw["effect"]), DecisionOutcome(raw["outcome"]), str(raw.get("detail", "")),
+                   str(raw["failed_by"]), int(raw["failed_at_ms"]))
+
+
+@dataclass(frozen=True)
 class Head:
     """A hint, never the truth: the latest batch seq and the latest committed
     seq some writer knew. Readers probe forward from it."""
@@ -222,6 +251,7 @@ _DECODERS: dict[Kind, Callable[[Mapping[str, Any]], Any]] = {
     Kind.INTERVAL_BATCH: IntervalBatch.from_dict,
     Kind.PREFIX_HINT: PrefixHint.from_dict,
     Kind.INTERVENTION: Intervention.from_dict,
+    Kind.FAILED: FailedEffect.from_dict,
 }
 
 

@@ -16,7 +16,9 @@ puts the handles in the vote with ``vote_payload``. Then::
                           publish the records withheld as too large
                           (writer), once, beside the ledger
     abort(plan, votes)    EndTxn(abort) for known handles, then fence every
-                          transactional.id the plan allows, delete staging
+                          transactional.id the plan allows, read what is
+                          left of each voted split (``ABORT_LEFT``), delete
+                          staging
 
 Idempotency: ``commit`` asks the coordinator or looks at the data before
 acting, so a retried commit of a committed (or repaired) split returns ALREADY_DONE and never writes a
@@ -110,6 +112,39 @@ SETTLE: dict[tuple[State, Read], Settled] = {
     }.items()
     for read, settled in zip(_COLUMNS, row)
 }
+
+
+class Left(enum.Enum):
+    """What an abort reports for a split, by what a read shows once every id of the plan is fenced."""
+
+    ABORTED = "aborted"                  # DONE: nothing of it is visible
+    NOT_ENDED = "not ended"              # RETRY_LATER: still open, or the read did not reach its end
+    SHOWN = "shown"                      # DONE: visible, as every aborted record is on this broker
+    COMMITTED_OUTSIDE = "committed outside the protocol"  # FAILED: the batch stays ABORTING
+
+
+# What an abort reports for a split: what a read shows after fencing, by whether the broker profile hides
+# aborted records. Where it does (Apache Kafka), a visible record of an aborted batch was committed without
+# a COMMIT decision (I2, I4) and its replay would write it again: the abort fails. Where it does not
+# (Tansu), every aborted record stays visible.
+_AB, _NE, _SH, _CO = Left.ABORTED, Left.NOT_ENDED, Left.SHOWN, Left.COMMITTED_OUTSIDE
+ABORT_LEFT: dict[tuple[State, bool], Left] = {
+    (state, hides_aborted): left
+    for state, row in {
+        #                    hides aborted  shows aborted
+        State.ABORTED:       (_AB,          _AB),
+        State.OPEN:          (_NE,          _NE),
+        State.UNKNOWN:       (_NE,          _NE),
+        State.COMMITTED:     (_CO,          _SH),
+        State.REPAIRED:      (_CO,          _SH),
+        State.INCONSISTENT:  (_CO,          _SH),
+    }.items()
+    for hides_aborted, left in zip((True, False), row)
+}
+
+
+def left_after_abort(state: State, broker: BrokerProfile) -> Left:
+    return ABORT_LEFT[state, broker.hides_aborted]
 
 
 def vote_payload(handles: Iterable[TxnHandle]) -> dict[str, Any]:
@@ -532,19 +567,34 @@ class KafkaSinkParticipant(Participant):
             fence_transactional_ids(self.config, ids, self.timeout_s)
         except FencingError as exc:
             return Result(Outcome.RETRY_LATER, str(exc))
-        for h, view in zip(written, observe(self.config, written, self.timeout_s)):
-            if view.state is State.ABORTED:
-                continue
-            if view.state in (State.OPEN, State.UNKNOWN):
-                return Result(
-                    Outcome.RETRY_LATER,
-                    f"batch {h.batch_id} split {h.split}: {h.transactional_id} is {view.state.value} after fencing "
-                    f"({view.describe()}); run the rollback again",
-                )
-            # Visible after abort: the broker shows aborted records (Tansu), or a commit ran without a decision.
-            details.append(f"WARNING {h.transactional_id}: output visible after abort ({view.describe()})")
+        left = [self._left(h, view) for h, view in zip(written, observe(self.config, written, self.timeout_s))]
+        unfinished = _worst([r for r in left if r is not None and not r.ok])
+        if not unfinished.ok:
+            return unfinished  # staging stays: a split not ended may still need it, one committed outside is evidence
+        details += [r.detail for r in left if r is not None]
         self._delete_staging(plan.batch_id)
         return Result(Outcome.DONE, f"fenced {len(ids)} transactional id(s); " + "; ".join(details))
+
+    def _left(self, h: TxnHandle, view: SplitView) -> Result | None:
+        """What the abort reports for the split, as ``ABORT_LEFT`` says (None: aborted, nothing to say)."""
+        where, left = _where(h), left_after_abort(view.state, self.broker)
+        if left is Left.ABORTED:
+            return None
+        if left is Left.NOT_ENDED:
+            return Result(Outcome.RETRY_LATER, f"{where}: {view.state.value} after fencing ({view.describe()}); "
+                          "run the rollback again")
+        if left is Left.SHOWN:
+            return Result(Outcome.DONE, f"{where}: visible after the abort ({view.describe()}), as every aborted "
+                          f"record is on a broker of profile {self.broker.name!r}")
+        return Result(
+            Outcome.FAILED,
+            f"{where}: visible after the abort ({view.describe()}) on a broker whose profile ({self.broker.name!r}) "
+            f"hides aborted records, so the transaction was committed without a COMMIT decision, by something other "
+            f"than this pipeline's commit (another deployment of pipeline {self.pipeline!r}, or a tool that ended "
+            "the transaction from its handle). Readers have seen records of a batch that is not committed, and a "
+            "replay would write them again: the batch stays ABORTING and the pipeline stops here. Stop that "
+            "writer, then decide what becomes of these records (docs/brokers.md, \"Visible after an abort\")",
+        )
 
     # -- staging --------------------------------------------------------------------
 

@@ -17,14 +17,21 @@ from confluent_kafka import KafkaException, Producer
 
 from onceflow.sinks.kafka.fencing import fence_transactional_ids
 from onceflow.kafka.ids import repair_id, transactional_ids
-from onceflow.sinks.kafka.participant import KafkaSinkParticipant, vote_payload
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant, handles_of, vote_payload
 from onceflow.sinks.kafka.txn_protocol import end_txn
 from onceflow.sinks.kafka.headers import REPAIR, record_headers
 from onceflow.sinks.kafka.writer import TRANSACTION_VERSION, PreCommitError, TransactionalSplitWriter, staged_uri
+from onceflow.core.batch_view import batch_rows, format_rows
+from onceflow.core.coordinator import Coordinator
+from onceflow.core.errors import AbortFailed
+from onceflow.core.ledger.storage import open_ledger_storage
 from onceflow.core.participant import Outcome, Vote
 from onceflow.core.plan import Plan, SinkPlan
+from onceflow.core.planning import PlanConfig
+from onceflow.core.states import BatchState
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
-from tests.integration.kafka.helpers import create_topic, read_committed
+from tests.doubles.helpers import source
+from tests.integration.kafka.helpers import create_topic, precommit_batch, read_committed
 from tests.support import require
 
 BATCH = "0000000001"
@@ -109,6 +116,42 @@ def test_precommit_killed_then_aborted_shows_nothing_even_for_splits_that_never_
     assert _audit(kafka_broker, topic) == Counter()
     assert not (tmp_path / "_onceflow" / pipeline / "kafka-staging" / "out" / BATCH).exists()
     assert participant.abort(_plan(pipeline), [_vote(voted)]).outcome is Outcome.DONE  # idempotent
+
+
+def test_an_abort_that_finds_a_split_committed_behind_its_back_fails_naming_it(kafka_broker, topic, pipeline, tmp_path):
+    """Where aborted records are hidden, a split of an aborted batch that readers see was committed
+    without a decision (I2, I4): the abort fails, the batch stays ABORTING, and status names the split.
+    (Where they are shown, Tansu, the abort is done: ``participant.ABORT_LEFT``, tested alone.)"""
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    config = kafka_broker.config()
+    participant = _participant(kafka_broker, pipeline, tmp_path)
+    sinks = (SinkPlan("out", "kafka", 2),)
+    coordinator = Coordinator(open_ledger_storage(str(tmp_path / "ledger")), pipeline, {"out": participant})
+    plan = coordinator.plan_next(source(10), PlanConfig(
+        topics=("in",), sinks=sinks, transactional_ids=lambda p, sink, seq: transactional_ids(p, sink.name, sink.splits, seq)))
+    attempt = coordinator.begin_attempt(plan.batch_seq)
+    vote = precommit_batch(config, topic, tmp_path, pipeline, (40, 30), seq=plan.batch_seq)
+    coordinator.record_vote(plan.batch_seq, attempt, vote)
+    split1 = handles_of(vote)[1]
+    # Behind the protocol's back: the transaction ended from its handle, as the commit task would end it.
+    reply = end_txn(config, split1.transactional_id, split1.producer_id, split1.epoch, True,
+                    transaction_version=split1.transaction_version)
+    assert reply.error_name == "NONE", reply
+
+    with pytest.raises(AbortFailed) as failed:
+        coordinator.rollback(plan.batch_seq, "spark task failed")
+
+    assert f"split 1 ({split1.transactional_id}) on {topic}: visible after the abort" in str(failed.value)
+    assert "split 0 " not in str(failed.value)  # aborted as it should be
+    assert len(_audit(kafka_broker, topic)) == 30  # split 1 only, and it stays
+    status = coordinator.describe(plan.batch_seq)
+    assert status.state is BatchState.ABORTING
+    shown = format_rows(batch_rows(coordinator))
+    assert "abort of out FAILED" in shown and f"split 1 ({split1.transactional_id})" in shown
+    assert "committed without a COMMIT decision" in shown and "Stop that writer" in shown
+    assert (tmp_path / "_onceflow" / pipeline / "kafka-staging" / "out" / plan.batch_id).exists()  # kept as evidence
+    with pytest.raises(AbortFailed):  # every later rollback or recovery stops here too
+        coordinator.recover()
 
 
 def test_zombie_that_keeps_writing_after_it_was_fenced_gets_nothing_into_the_output(

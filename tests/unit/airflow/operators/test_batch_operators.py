@@ -44,3 +44,21 @@ def test_an_interval_run_reads_its_data_interval_and_a_run_without_one_fails_say
     assert str(run_interval("orders", context)) == "2026-11-01T03:00:00Z/2026-11-01T04:00:00Z"
     with pytest.raises(AirflowFailException, match=r"run manual__1 has none .* a schedule with data intervals"):
         run_interval("orders", {"run_id": "manual__1", "data_interval_start": start, "data_interval_end": start})
+
+
+def test_a_run_refused_at_plan_leaves_its_rollback_green_even_when_it_asked_for_faults(monkeypatch):
+    """The plan task refused the run (here: a faults param on workers without fault injection), so no
+    batch was planned; the rollback has nothing to undo and must not fail on the same conf."""
+    from types import SimpleNamespace
+
+    from onceflow.airflow.operators.batch import RollbackBatchOperator
+    from onceflow.core import faults
+
+    monkeypatch.delenv(faults.RUN_PARAM_GUARD, raising=False)
+    ti = SimpleNamespace(dag_id="orders", run_id="manual__1", task_id="rollback", try_number=1,
+                         xcom_pull=TaskInstance(None).xcom_pull)
+    rollback = RollbackBatchOperator(task_id="rollback", pipeline=ORDERS, warehouse="file:///tmp/w")
+    context = {"ti": ti, "run_id": "manual__1", "params": {faults.RUN_PARAM: "commit.effect.before=crash"}}
+
+    assert rollback.execute(context) == {"state": "nothing planned"}
+    assert not faults.armed()

@@ -4,16 +4,23 @@ every master the README advertises: no secret value is ever an argument."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from onceflow.airflow.deployed import DeployedPipeline
 from onceflow.airflow.operators.spark import OnceflowSparkSubmitOperator
+from onceflow.pipeline.spec import PipelineSpec
+from onceflow.spark.shipping import SPEC_VAR
+from tests.doubles.specs import ORDERS
 
 AWS_SECRET = "aws-secret-value-0123"
 AWS_TOKEN = "aws-session-token-4567"
 KAFKA_SECRET = "kafka-sasl-password-89"
 CATALOG_SECRET = "catalog-db-password-31"
 LAKE_SECRET = "lake-secret-key-77"
+SPEC_TOKEN = "spec-params-token-55"  # the spec's free-form params may hold one
+SPEC = replace(ORDERS, params={"token": SPEC_TOKEN})
 ENV = {
     "ONCEFLOW_KAFKA_BOOTSTRAP": "b1:9093",
     "ONCEFLOW_KAFKA_CONFIG": json.dumps({"security.protocol": "SASL_SSL", "sasl.username": "svc", "sasl.password": KAFKA_SECRET}),
@@ -27,7 +34,7 @@ ENV = {
         "type": "sql", "uri": f"postgresql+psycopg2://svc:{CATALOG_SECRET}@db/catalog", "warehouse": "s3://lake/t",
         "s3.region": "eu-west-1", "s3.access-key-id": "AKIALAKE", "s3.secret-access-key": LAKE_SECRET}}),
 }
-SECRETS = (AWS_SECRET, AWS_TOKEN, KAFKA_SECRET, CATALOG_SECRET, LAKE_SECRET)
+SECRETS = (AWS_SECRET, AWS_TOKEN, KAFKA_SECRET, CATALOG_SECRET, LAKE_SECRET, SPEC_TOKEN)
 MASTERS = {"local": "local[2]", "standalone": "spark://10.0.0.5:7077", "yarn": "yarn", "k8s": "k8s://https://10.0.0.9:6443"}
 
 
@@ -39,7 +46,8 @@ def _command(monkeypatch, master: str):
     monkeypatch.setattr(spark_submit, "kube_client", object(), raising=False)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNDER_TEST", json.dumps({"conn_type": "spark", "host": master}))
     op = OnceflowSparkSubmitOperator(task_id="spark", application="/app/submit.py", conn_id="spark_under_test",
-                                     env_vars=dict(ENV), spark_binary="spark-submit")
+                                     env_vars=dict(ENV), spark_binary="spark-submit",
+                                     deployed=DeployedPipeline("orders", SPEC, "s3://lake/w", "onceflow_kafka", None))
     op.env_vars = op.submitted_env()  # what execute() does before the provider builds the command
     hook = op._get_hook()
     return hook._build_spark_submit_command("/app/submit.py"), hook
@@ -59,6 +67,7 @@ def test_where_the_environment_stays_an_environment_the_driver_gets_its_secrets(
     assert hook._env["AWS_SECRET_ACCESS_KEY"] == AWS_SECRET and hook._env["AWS_SESSION_TOKEN"] == AWS_TOKEN
     assert json.loads(hook._env["ONCEFLOW_KAFKA_CONFIG"])["sasl.password"] == KAFKA_SECRET
     assert json.loads(hook._env["ONCEFLOW_ICEBERG_CATALOGS"])["lake"]["s3.secret-access-key"] == LAKE_SECRET
+    assert PipelineSpec.from_json(hook._env[SPEC_VAR]) == SPEC  # the whole spec, params and all
 
 
 @pytest.mark.parametrize("master", ["yarn", "k8s"])
@@ -71,3 +80,4 @@ def test_on_yarn_and_kubernetes_secrets_are_withheld_and_the_rest_still_reaches_
     assert '\\"s3.region\\": \\"eu-west-1\\"' in text or '"s3.region": "eu-west-1"' in text  # the catalog's public part
     assert "ONCEFLOW_ICEBERG_CATALOGS[lake][uri]" in caplog.text and "[lake][s3.secret-access-key]" in caplog.text
     assert not any(secret in caplog.text for secret in SECRETS)
+    assert f"{SPEC_VAR}[params]" in caplog.text and f"{SPEC_VAR}=" in text  # the spec, without its params

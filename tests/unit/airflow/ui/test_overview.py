@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from onceflow.sinks.kafka.writer import TxnHandle
 from onceflow.core.participant import Vote
 from onceflow.core.states import BatchState
@@ -106,7 +108,7 @@ def test_records_withheld_as_too_large_for_their_topic_are_shown_beside_the_outp
 
     status = SimpleNamespace(
         batch_id="0000000004", batch_seq=4, plan=Plan("p", 4, (OffsetRange("clicks", 0, 0, 12),)),
-        state=BatchState.COMMITTED, attempt=1, missing_votes=(), decision=None, done={}, timings={}, intervention=None,
+        state=BatchState.COMMITTED, attempt=1, missing_votes=(), decision=None, done={}, timings={}, intervention=None, failed={},
         votes={"out": Vote("out", 4, 1, {}, records=10, withheld=2), "files": Vote("files", 4, 1, {}, records=12)})
     row = batch_row(status)
     assert row["withheld"] == {"out": 2}
@@ -125,7 +127,7 @@ def test_an_operators_split_or_skip_is_shown_with_who_why_and_where_the_records_
                         quarantine=(QuarantinedRange(rng, 4, "s3://b/wh/_onceflow/p/quarantine/0000000003/clicks/0-5-9.parquet"),))
     status = SimpleNamespace(
         batch_id="0000000003", batch_seq=3, plan=Plan("p", 3, (rng,), replay_of=2),
-        state=BatchState.ABORTED, attempt=1, missing_votes=(), decision=None, done={}, timings={}, intervention=skip, votes={})
+        state=BatchState.ABORTED, attempt=1, missing_votes=(), decision=None, done={}, timings={}, intervention=skip, votes={}, failed={})
     row = batch_row(status)
     text = format_rows([row])
     assert "skipped; quarantined: 4 in s3://b/wh/_onceflow/p/quarantine/0000000003/clicks/0-5-9.parquet, by ana" in text
@@ -135,3 +137,21 @@ def test_an_operators_split_or_skip_is_shown_with_who_why_and_where_the_records_
     assert f"follows: {skip.note()}" in format_rows([batch_row(following)])
     html = render("run.html", view={"dag_id": "p", "batch": {**row, "dead_letters": None, "stages_ms": {}}}, run_id="r")
     assert "skipped, 4 records quarantined by ana: record v6 is poison" in html and "4 records in s3://b/wh/" in html
+
+
+def test_an_output_whose_abort_failed_is_shown_with_what_its_sink_said(tmp_path):
+    from onceflow.core.errors import AbortFailed
+    from onceflow.core.ledger.storage import open_ledger_storage
+    from onceflow.core.participant import Outcome, Result
+    from onceflow.core.batch_view import batch_row
+    from tests.doubles.helpers import config, prepare_all
+
+    coord, _world, parts = world_coordinator(open_ledger_storage(str(tmp_path)))
+    plan = coord.plan_next(source(), config())
+    prepare_all(coord, parts, plan)
+    parts["events"].abort_answer = Result(Outcome.FAILED, "split 3 is visible")
+    with pytest.raises(AbortFailed):
+        coord.rollback(plan.batch_seq, "spark task failed")
+    row = batch_row(coord.describe(plan.batch_seq))
+    html = render("run.html", view={"dag_id": "p", "batch": {**row, "dead_letters": None}}, run_id="r")
+    assert "abort of events failed: split 3 is visible" in html

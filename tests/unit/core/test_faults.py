@@ -246,7 +246,8 @@ def test_every_module_that_declares_a_point_is_listed_in_its_packages_entry_poin
 
     from tests.support import ROOT
 
-    for project, sources in ((ROOT, ROOT / "src"), (ROOT / "examples" / "postgres_sink", ROOT / "examples" / "postgres_sink")):
+    kinds = sorted(ROOT.glob("examples/*_sink"))  # the example sink kinds' packages
+    for project, sources in ((ROOT, ROOT / "src"), *((kind, kind) for kind in kinds)):
         listed = set(tomllib.loads((project / "pyproject.toml").read_text())["project"]["entry-points"]
                      .get(faults.ENTRY_POINT_GROUP, {}).values())
         declaring = set()

@@ -25,6 +25,10 @@ AFTER_STAGE = faults.declare("sqlite.precommit.after_stage", "sqlite sink: a spl
 BETWEEN_SPLITS = faults.declare("sqlite.commit.between_splits", "sqlite sink commit: a split moved into the table, the next not")
 
 
+class StageLost(Exception):
+    """A voted split's staged rows are gone: nothing can commit them."""
+
+
 def batch_prefix(pipeline: str, sink: str, batch_seq: int) -> str:
     return f"{pipeline}:{sink}:b{batch_seq}:"
 
@@ -114,15 +118,22 @@ class SqliteTableSink(Participant):
             with transaction(self.database) as conn:
                 if self._committed(conn, split["stage"]):
                     continue
-                if self._staged(conn, split["stage"]) != split["rows"]:
-                    return Result(Outcome.FAILED, f"{self.table}: the commit was decided, but stage {split['stage']} no "
-                                                  f"longer holds its {split['rows']} rows: a human must look")
-                columns = ", ".join(q(row[1]) for row in conn.execute(f"PRAGMA table_info({q(self.table)})"))
-                conn.execute(f"INSERT INTO {q(self.table)} ({columns}) SELECT {columns} FROM {q(self.table + '_staged')} "
-                             f"WHERE {STAGE_COLUMN} = ?", [split["stage"]])
-                conn.execute(f"INSERT INTO {MARKERS} VALUES (?, ?)", [split["stage"], split["rows"]])
+                self._move(conn, split)
             moved += 1
         return Result(Outcome.DONE if moved else Outcome.ALREADY_DONE, f"{moved} split(s) moved into {self.table}")
+
+    def _move(self, conn, split: dict) -> None:
+        """One split's staged rows into the table, and its marker row, in the caller's transaction."""
+        if self._staged(conn, split["stage"]) != split["rows"]:
+            raise StageLost(f"{self.table}: the commit was decided, but stage {split['stage']} no longer holds its "
+                            f"{split['rows']} rows: a human must look")
+        columns = ", ".join(q(row[1]) for row in conn.execute(f"PRAGMA table_info({q(self.table)})"))
+        conn.execute(f"INSERT INTO {q(self.table)} ({columns}) SELECT {columns} FROM {q(self.table + '_staged')} "
+                     f"WHERE {STAGE_COLUMN} = ?", [split["stage"]])
+        self._mark(conn, split)
+
+    def _mark(self, conn, split: dict) -> None:
+        conn.execute(f"INSERT INTO {MARKERS} VALUES (?, ?)", [split["stage"], split["rows"]])
 
     def _delete_staged(self, batch_seq: int) -> Result:
         prefix = batch_prefix(self.pipeline, self.name, batch_seq)
@@ -142,6 +153,8 @@ class SqliteTableSink(Participant):
     def _guarded(self, step) -> Result:
         try:
             return step()
+        except StageLost as exc:
+            return Result(Outcome.FAILED, str(exc))
         except sqlite3.Error as exc:
             if getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED"):  # another writer, past the timeout
                 return Result(Outcome.RETRY_LATER, f"{self.table} in {self.database}: {exc}; retry")

@@ -7,7 +7,6 @@ import dataclasses
 import sqlite3
 from contextlib import closing
 
-
 from onceflow.core import faults
 from onceflow.sinks.api import Outcome, Result
 from onceflow_sqlite_sink.table import SqliteTableSink, batch_prefix, transaction, vote_for

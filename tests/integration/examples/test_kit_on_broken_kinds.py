@@ -106,11 +106,14 @@ def test_each_broken_kind_fails_the_kit_test_that_names_its_break(pytester, monk
     monkeypatch.setattr(faults, "DECLARED_IN", dict(faults.DECLARED_IN))
     faults.declare(UNLISTED, "a point of the broken kind, in a module no entry point lists")
     pytester.makepyfile(test_broken_kinds=KIT_RUN)
-    run = pytester.inline_run("-p", "no:cacheprovider", "-p", "no:schemathesis", "--tb=no", "-q")
-    failed: dict[str, set[str]] = {}
+    run = pytester.inline_run("-p", "no:cacheprovider", "-p", "no:schemathesis", "--tb=line", "-q")
+    failed: dict[str, dict[str, str]] = {}
     for report in run.getreports("pytest_runtest_logreport"):
         if report.failed:
             _, kind, test = report.nodeid.split("::")
-            failed.setdefault(kind.removeprefix("Test"), set()).add(test)
+            failed.setdefault(kind.removeprefix("Test"), {})[test] = report.longreprtext
     missed = {name: sorted(failed.get(name, ())) for name, (_, test) in BROKEN.items() if test not in failed.get(name, ())}
     assert not missed, f"the kit missed these breaks (kit tests that failed instead): {missed}"
+    # Its asserts are rewritten, installed as it is: a failure shows the values compared, not a bare AssertionError.
+    said = failed["CommitWritesTwice"]["test_a_second_commit_is_already_done_and_writes_nothing"]
+    assert "assert <Outcome.DONE: 'done'> is <Outcome.ALREADY_DONE: 'already_done'>" in said, said

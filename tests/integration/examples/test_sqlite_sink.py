@@ -30,9 +30,9 @@ class SqliteHarness:
     """A fresh database file, and the kind's Spark side (``stage_split``) called split by split, as its
     Spark tasks call it; read back with plain SQL, as any reader would."""
 
-    def __init__(self, tmp_path, splits: int = 2):
+    def __init__(self, directory: Path, splits: int = 2):
         self.pipeline = f"p{uuid.uuid4().hex[:8]}"
-        self.database = str(tmp_path / f"{self.pipeline}.db")
+        self.database = str(directory / f"{self.pipeline}.db")
         self.sink = SinkSpec("counts", "sqlite", "counts", splits=splits, options={"database": self.database})
         create_tables(self.database, "counts", ["key", "value"])
 

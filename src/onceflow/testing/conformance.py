@@ -18,19 +18,22 @@ voted, a commit interrupted at each of its fault points and finished by a new
 participant, zombie attempts that write after a newer one or after the abort,
 two task attempts of one split, a vote older than the kind's lifetime, batches
 committed out of order, reprocessing as the kind declares it; and every fault
-point of the kind listed where any process can arm it, and reached. A kind that
-also offers the weaker delivery guarantees runs ``AtLeastOnceConformance`` and
-``NoGuaranteeConformance`` the same way, each on a SinkSpec of that guarantee.
-docs/writing-a-sink.md shows a harness whole.
+point of the kind listed where any process can arm it, and reached.
+``SparkSideConformance`` runs the kind's Spark half on a local session as the
+batch job does, and reads the batch back through ``committed_output``. A kind
+that also offers the weaker delivery guarantees runs ``AtLeastOnceConformance``
+and ``NoGuaranteeConformance`` the same way, each on a SinkSpec of that
+guarantee. docs/writing-a-sink.md shows a harness whole.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import pytest
 
@@ -38,8 +41,11 @@ from onceflow.core import faults
 from onceflow.core.batch_id import BatchId
 from onceflow.core.participant import Outcome, Participant, Vote
 from onceflow.core.plan import AT_LEAST_ONCE, NO_GUARANTEE, Plan, SinkPlan
+from onceflow.config.deployment import Deployment
+from onceflow.config.settings import ConfigurationError
 from onceflow.sinks import kind_module, sink_kind
-from onceflow.pipeline.spec import SinkSpec
+from onceflow.sinks.api import AuditScope, job_options
+from onceflow.pipeline.spec import PipelineSpec, SinkSpec
 
 Row = Mapping[str, object]
 
@@ -305,6 +311,19 @@ class SinkConformance(_Kit):
         for seq in (7, 8):
             self.nothing_held(sink_harness, seq, f"the {how} batch's commit and after_commit")
 
+    def test_check_options_refuses_an_option_the_kind_does_not_take_naming_it(self, sink_harness):
+        sink = sink_harness.sink
+        with pytest.raises(ConfigurationError, match="no_such_option"):  # SinkSpec asks the kind's check_options
+            dataclasses.replace(sink, options={**sink.options, "no_such_option": "1"})
+
+    def test_the_asset_uri_is_stable_and_airflow_takes_it_as_it_is(self, sink_harness):
+        from airflow.sdk import Asset
+
+        kind, sink = sink_kind(sink_harness.sink.kind), sink_harness.sink
+        uri = kind.asset_uri(sink, "file:///warehouse")
+        assert uri == kind.asset_uri(dataclasses.replace(sink), "file:///warehouse"), "the same output, another URI"
+        assert Asset(uri).uri == uri, "Airflow rewrites the URI: its DAGs would not match the outputs' assets"
+
     def test_every_fault_point_of_the_kind_is_listed_and_reached_by_the_kit(self, sink_harness):
         """Run last of the kit's tests: a point the kit reached must be one any process can arm by name
         (its module listed in the package's ``onceflow.fault_points`` entry points), and every point the
@@ -330,6 +349,56 @@ class SinkConformance(_Kit):
 # The kit's tests whose fault points the last one judges.
 KIT_TESTS = tuple(name for name in vars(SinkConformance)
                   if name.startswith("test_") and name != "test_every_fault_point_of_the_kind_is_listed_and_reached_by_the_kit")
+
+
+class SparkSideHarness(SinkHarness, Protocol):
+    """A ``SinkHarness`` whose kind's Spark half runs on a local Spark session (``SparkSideConformance``)."""
+
+    # What the kind's pre_commit and committed_output get; the pipeline's ledger lives in its warehouse.
+    deployment: Deployment
+
+    def frame(self, spark: Any, rows: Sequence[Row]) -> Any:
+        """``rows`` as the DataFrame a transform hands the kind (its columns, its types)."""
+
+
+class SparkSideConformance(_Kit):
+    """The kind's Spark half, as the batch job drives it: subclass it and give it the fixtures
+    ``sink_harness`` (a ``SparkSideHarness``) and ``spark`` (a local session)."""
+
+    def test_pre_commit_through_the_registered_data_source_votes_what_commits_and_the_audit_reads_back(
+            self, sink_harness, spark):
+        sink, deployment = sink_harness.sink, sink_harness.deployment
+        kind = sink_kind(sink.kind)
+        spec = PipelineSpec(sink_harness.pipeline, ("t",), "m:f", (sink,))
+        from onceflow.core.coordinator import Coordinator
+        from onceflow.core.ledger.storage import deployment_ledger_storage
+        from onceflow.core.states import BatchState
+
+        coordinator = Coordinator(deployment_ledger_storage(deployment), spec.name, {sink.name: sink_harness.participant()})
+        plan = coordinator.plan_new_batch(lambda seq: self.plan(sink_harness, seq))
+        seq, attempt = plan.batch_seq, coordinator.begin_attempt(plan.batch_seq)
+        rows = rows_of(seq, attempt)
+        from onceflow.sinks import committed_reader
+        from onceflow.sources.kafka import data_source as kafka_source
+
+        # What the batch job and the audit register: the kind's data source, the input's (whose range
+        # reader a Kafka output's committed_output uses) and the audit's reader of committed Parquet.
+        for module in (importlib.import_module(kind.data_source), kafka_source, committed_reader):
+            module.register(spark)
+        frame = sink_harness.frame(spark, rows).repartition(sink.splits)  # the job hands it over in the sink's splits
+        kind.pre_commit(frame, sink, plan.sink(sink.name), deployment,
+                        job_options(spec.name, deployment.to_option(), sink.name, seq, plan.created_at_ms, attempt))
+        assert self.of_batch(sink_harness, seq) == Counter()
+        status = coordinator.commit(seq)  # the vote the data source recorded, verified and committed
+        assert status.state is BatchState.COMMITTED and status.votes[sink.name].records == len(rows), status
+        sink_harness.participant().after_commit(plan)
+        assert self.of_batch(sink_harness, seq) == seen(rows, seq)
+        self.nothing_held(sink_harness, seq, "a batch the Spark job pre-committed, its commit and after_commit")
+        output = kind.committed_output(spark, sink, spec, deployment,
+                                       AuditScope(frozenset({plan.batch_id}), frame.schema, {plan.batch_id: status}))
+        assert not output.findings, output.findings
+        read = Counter(row["batch"] for row in output.frame.select("batch").collect()) if output.frame is not None else {}
+        assert read == {plan.batch_id: len(rows)}, f"committed_output ({output.reading}) read back {read}"
 
 
 class _VisibleWrites(_Kit):

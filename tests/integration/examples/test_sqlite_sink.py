@@ -17,10 +17,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from onceflow.config.kafka_cluster import KafkaCluster
+from onceflow.pipeline.runtime import Deployment
 from onceflow.pipeline.spec import PipelineSpec, SinkSpec
 from onceflow.sinks import sink_kind
 from onceflow.sinks.api import BatchId, ConfigurationError
-from onceflow.testing.conformance import Held, SinkConformance
+from onceflow.testing.conformance import Held, SinkConformance, SparkSideConformance
 from onceflow_sqlite_sink.table import batch_prefix, create_tables, stage_id, stage_split, vote_for
 
 SCHEMA = pa.schema([("key", pa.string()), ("value", pa.int64())])
@@ -35,6 +37,8 @@ class SqliteHarness:
         self.database = str(directory / f"{self.pipeline}.db")
         self.sink = SinkSpec("counts", "sqlite", "counts", splits=splits, options={"database": self.database})
         create_tables(self.database, "counts", ["key", "value"])
+        # The ledger of the kit's Spark half lives in the warehouse; an SQLite output never asks Kafka.
+        self.deployment = Deployment(f"file://{directory}/warehouse", KafkaCluster("127.0.0.1:9"))
 
     def pre_commit(self, batch_seq, attempt, rows, replaces=None, task_attempt=0):
         splits = [stage_split(self.database, "counts", ["key", "value"],
@@ -60,6 +64,9 @@ class SqliteHarness:
     def job_failed(self, vote):
         pass  # the data source's abort leaves the staged rows to the rollback task
 
+    def frame(self, spark, rows):
+        return spark.createDataFrame(rows, "key string, value bigint")
+
 
 @pytest.fixture
 def database_dir(tmp_path):
@@ -77,6 +84,10 @@ class TestSqliteSinkConformance(SinkConformance):
     @pytest.fixture
     def sink_harness(self, database_dir):
         return SqliteHarness(database_dir)
+
+
+class TestSqliteSparkSide(SparkSideConformance):
+    sink_harness = TestSqliteSinkConformance.sink_harness
 
 
 def test_an_sqlite_output_names_its_file_and_table_in_an_asset_airflow_takes_as_it_is(tmp_path):

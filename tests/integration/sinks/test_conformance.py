@@ -16,15 +16,19 @@ import pytest
 from onceflow.sinks.files import layout
 from onceflow.sinks import sink_kind
 from onceflow.core.participant import Vote
+from onceflow.config.kafka_cluster import KafkaCluster
+from onceflow.pipeline.runtime import Deployment
 from onceflow.pipeline.spec import FILES, ICEBERG, KAFKA, PipelineSpec, SinkSpec
 from onceflow.storage import storage_for
 from onceflow.storage.base import PendingStorage
 from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE, NO_GUARANTEE, SinkPlan
 from onceflow.testing.conformance import (
-    AtLeastOnceConformance, Held, NoGuaranteeConformance, SinkConformance, planned_at_ms,
+    AtLeastOnceConformance, Held, NoGuaranteeConformance, SinkConformance, SparkSideConformance, planned_at_ms,
 )
 
 SCHEMA = pa.schema([("key", pa.string()), ("value", pa.int64())])
+# A deployment names a Kafka cluster, which a files or Iceberg output never asks.
+NO_KAFKA = KafkaCluster("127.0.0.1:9")
 
 
 class FilesHarness:
@@ -37,12 +41,13 @@ class FilesHarness:
         self.kind = sink_kind(FILES)
         self.root = self.kind.location(self.sink, warehouse)
         self.spec = PipelineSpec(self.pipeline, ("t",), "m:f", (self.sink,))
-        self.warehouse = warehouse
+        self.deployment = Deployment(warehouse, NO_KAFKA)
 
     def participant(self):
-        from onceflow.pipeline.runtime import Deployment
+        return self.kind.participant(self.spec, self.sink, self.deployment)
 
-        return self.kind.participant(self.spec, self.sink, Deployment(self.warehouse, kafka=None))
+    def frame(self, spark, rows):
+        return spark.createDataFrame(rows, "key string, value bigint")
 
     def pre_commit(self, batch_seq, attempt, rows, replaces=None, task_attempt=0):
         participant = self.participant()
@@ -84,6 +89,10 @@ class TestFilesSinkConformance(SinkConformance):
         return FilesHarness(f"file://{tmp_path}/warehouse")
 
 
+class TestFilesSparkSide(SparkSideConformance):
+    sink_harness = TestFilesSinkConformance.sink_harness
+
+
 class KafkaHarness:
     """A kafka sink on the test broker (each record's value is ``key=value``): each split's transaction opened, written and left open as its
     Spark task leaves it (a retried attempt first fences the batch's ids, as the kind's pre_commit
@@ -99,11 +108,15 @@ class KafkaHarness:
         self.topic = create_topic(broker.config(), partitions=self.PARTITIONS, prefix="kit")
         self.sink = SinkSpec("out", KAFKA, self.topic, splits=2, guarantee=guarantee)
         self.spec = PipelineSpec(self.pipeline, ("t",), "m:f", (self.sink,))
+        self.deployment = Deployment(warehouse, broker)
 
     def participant(self):
-        from onceflow.pipeline.runtime import Deployment
+        return sink_kind(KAFKA).participant(self.spec, self.sink, self.deployment)
 
-        return sink_kind(KAFKA).participant(self.spec, self.sink, Deployment(self.warehouse, self.broker))
+    def frame(self, spark, rows):
+        """What a transform hands a Kafka sink: binary key and value (here ``key=value``, as ``visible`` reads it)."""
+        return spark.createDataFrame([(str(r["key"]).encode(), f"{r['key']}={r['value']}".encode()) for r in rows],
+                                     "key binary, value binary")
 
     def pre_commit(self, batch_seq, attempt, rows, replaces=None, task_attempt=0):
         from onceflow.sinks.kafka.participant import vote_payload
@@ -179,6 +192,10 @@ class TestKafkaSinkConformance(SinkConformance):
         return KafkaHarness(one_kafka_broker, f"file://{tmp_path}/warehouse")
 
 
+class TestKafkaSparkSide(SparkSideConformance):
+    sink_harness = TestKafkaSinkConformance.sink_harness
+
+
 class TestKafkaSinkAtLeastOnce(AtLeastOnceConformance):
     @pytest.fixture
     def sink_harness(self, one_kafka_broker, tmp_path):
@@ -225,12 +242,13 @@ class IcebergHarness:
         self.spec = PipelineSpec(self.pipeline, ("t",), "m:f", (self.sink,))
         self.catalog = tables.open_catalog(CONN_ID, self.properties)
         tables.prepared_table(self.catalog, self.sink.target, SCHEMA, (), "conformance table")
+        self.deployment = Deployment(f"file://{tmp_path}/warehouse", NO_KAFKA, None, {self.sink.catalog: self.properties})
 
     def participant(self):
-        from onceflow.pipeline.runtime import Deployment
+        return sink_kind(ICEBERG).participant(self.spec, self.sink, self.deployment)
 
-        return sink_kind(ICEBERG).participant(self.spec, self.sink, Deployment("file:///unused", None, None,
-                                                                             {self.sink.catalog: self.properties}))
+    def frame(self, spark, rows):
+        return spark.createDataFrame(rows, "key string, value bigint")
 
     def pre_commit(self, batch_seq, attempt, rows, replaces=None, task_attempt=0):
         from onceflow.sinks.iceberg import tables
@@ -274,3 +292,7 @@ class TestIcebergSinkConformance(SinkConformance):
     @pytest.fixture
     def sink_harness(self, tmp_path):
         return IcebergHarness(tmp_path)
+
+
+class TestIcebergSparkSide(SparkSideConformance):
+    sink_harness = TestIcebergSinkConformance.sink_harness

@@ -9,7 +9,9 @@ puts the handles in the vote with ``vote_payload``. Then::
                           is still open and younger than
                           safety_fraction * transaction.timeout.ms
     commit(vote)          where each split stands (its coordinator, or the
-                          data) -> EndTxn(commit) for the open ones -> wait
+                          data); a split's id that another task attempt
+                          holds open is fenced first (_loser_holds)
+                          -> EndTxn(commit) for the open ones -> wait
                           while a coordinator says PrepareCommit -> read until
                           every split is visible (one scan); repair from the
                           staged copy any split the broker aborted; then

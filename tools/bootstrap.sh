@@ -73,7 +73,7 @@ fetch_jars() {
 }
 
 stamp=.venv/.onceflow-installed
-want=$(cat requirements.txt constraints.txt pyproject.toml devkit/pyproject.toml examples/pyproject.toml examples/postgres_sink/pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt constraints.txt pyproject.toml devkit/pyproject.toml examples/pyproject.toml examples/postgres_sink/pyproject.toml examples/sqlite_sink/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/onceflow ]; then
   fetch_jars
   exit 0
@@ -82,9 +82,10 @@ fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 echo "onceflow setup: installing pinned dependencies into .venv (first run: a few minutes)"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt
-# The library, its examples, the example sink kind (a package of its own, as a user's would be)
+# The library, its examples, the example sink kinds (packages of their own, as a user's would be)
 # and the dev kit, editable: one direction of imports.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e . -e examples -e examples/postgres_sink -e devkit
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e . -e examples -e examples/postgres_sink \
+  -e examples/sqlite_sink -e devkit
 # pyspark and the Spark provider's pyspark-client share the pyspark/ folder: at one version the files
 # both install are the same bytes, so neither breaks the other (never uninstall pyspark-client: that
 # deletes files PySpark needs).

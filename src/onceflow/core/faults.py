@@ -35,6 +35,7 @@ fast instead of silently never firing. A kind's points start with its name.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -58,6 +59,8 @@ ANY = "*"
 
 # name -> one-line description; filled by declare() at import time.
 ALL_POINTS: dict[str, str] = {}
+# name -> the module that declared it: a point is listed when an entry point names its module.
+DECLARED_IN: dict[str, str] = {}
 # Every module that declares points, as its package lists it in this entry point group (onceflow's
 # own and a sink kind's). ONCEFLOW_FAULTS reaches processes that import different parts of onceflow
 # (an Airflow task, the Spark driver, a Spark Python worker), so names are checked against all of
@@ -73,6 +76,16 @@ def declare_all() -> dict[str, str]:
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         importlib.import_module(entry.value)
     return ALL_POINTS
+
+
+def listed_points() -> set[str]:
+    """The declared points whose module an installed package lists in ``ENTRY_POINT_GROUP``: the
+    ones any process can arm by name, one that never imported their module included."""
+    from importlib.metadata import entry_points
+
+    declare_all()
+    modules = {entry.value for entry in entry_points(group=ENTRY_POINT_GROUP)}
+    return {name for name, module in DECLARED_IN.items() if module in modules}
 
 
 def _listed() -> bool:
@@ -103,11 +116,13 @@ _lock = threading.Lock()
 _armed: dict[str, _Armed] = {}
 _env_loaded = False
 _job_run_param: str | None = None
+_recorders: list[set[str]] = []
 
 
 def declare(name: str, description: str) -> str:
     """Register a fault point (at import time); returns ``name`` for use as a constant."""
     ALL_POINTS[name] = description
+    DECLARED_IN[name] = sys._getframe(1).f_globals.get("__name__", "")  # the caller: the declaring module
     return name
 
 
@@ -223,6 +238,20 @@ def armed_for_job(run_param: str | None) -> Iterator[None]:
             _job_run_param = run_param_before
 
 
+@contextmanager
+def recording() -> Iterator[set[str]]:
+    """Inside the block, the set it gives collects the name of every point reached in this process,
+    armed or not (the conformance kit's check that its tests reach each point of a kind)."""
+    reached: set[str] = set()
+    with _lock:
+        _recorders.append(reached)
+    try:
+        yield reached
+    finally:
+        with _lock:
+            _recorders[:] = [r for r in _recorders if r is not reached]  # by identity: sets compare by value
+
+
 def job_run_param() -> str | None:
     """The run's ``faults`` param inside ``armed_for_job`` (None elsewhere): a Spark Connect
     job passes it on to the server's Python workers, which its environment cannot reach."""
@@ -249,6 +278,8 @@ def fault_point(name: str) -> None:
     """Fire if ``name`` is armed and this is the chosen hit; otherwise do nothing."""
     _load_env()
     with _lock:
+        for reached in _recorders:
+            reached.add(name)
         fired = None
         for key in (name, ANY):
             armed_point = _armed.get(key)

@@ -17,7 +17,7 @@ from onceflow.sources.kafka.columns import check_input_columns
 from onceflow.config.settings import ConfigurationError
 from onceflow.kafka.lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
 from onceflow.core.plan import EXACTLY_ONCE, GUARANTEES
-from onceflow.sinks import kinds, sink_kind
+from onceflow.sinks import kinds, sink_kind, unknown_kind
 
 # The built-in sink kinds (onceflow.sinks has what each does).
 FILES = "files"
@@ -70,7 +70,7 @@ class SinkSpec:
         check_name("sink name", self.name)
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
         if self.kind not in kinds():
-            raise ConfigurationError(f"sink {self.name!r}: kind {self.kind!r} is not valid: use one of {', '.join(map(repr, kinds()))}")
+            raise ConfigurationError(f"sink {self.name!r}: {unknown_kind(self.kind)}")
         if self.splits < 1:
             raise ConfigurationError(f"sink {self.name!r}: splits must be >= 1, got {self.splits}")
         if not self.target:

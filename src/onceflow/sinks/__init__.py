@@ -44,6 +44,14 @@ def kinds() -> tuple[str, ...]:
     return tuple(sorted(_table()))
 
 
+def unknown_kind(name: str) -> ConfigurationError:
+    """The error for a kind no installed package registers: the installed ones, and how a package adds one."""
+    return ConfigurationError(
+        f"sink kind {name!r} is not installed: the installed kinds are {', '.join(map(repr, kinds()))}. A kind of a "
+        f"package of its own is found once that package is installed (pip install) where Airflow and the Spark driver "
+        f"run, with an entry point in group {ENTRY_POINT_GROUP!r} naming it (docs/writing-a-sink.md)")
+
+
 def kind_module(name: str) -> str:
     """The module that defines kind ``name`` (a package of its own is shipped to Spark with it)."""
     return _table()[name].partition(":")[0]
@@ -53,7 +61,7 @@ def kind_module(name: str) -> str:
 def sink_kind(name: str) -> SinkKind:
     location = _table().get(name)
     if location is None:
-        raise ConfigurationError(f"sink kind {name!r} is not known: use one of {', '.join(kinds())}")
+        raise unknown_kind(name)
     module, _, attribute = location.partition(":")
     kind = getattr(importlib.import_module(module), attribute)
     missing = missing_members(kind)

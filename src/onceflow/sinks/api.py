@@ -34,6 +34,7 @@ from onceflow.core.participant import Outcome, Participant, Result, Vote
 from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE, GUARANTEES, NO_GUARANTEE, Plan, SinkPlan
 from onceflow.config.settings import ConfigurationError
 from onceflow.sinks.votes import record_vote
+from onceflow.sinks.writer_options import job_fault_options
 
 if TYPE_CHECKING:
     from onceflow.config.deployment import Deployment
@@ -41,9 +42,23 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AT_LEAST_ONCE", "AuditScope", "BatchId", "CommittedOutput", "ConfigurationError", "EXACTLY_ONCE", "GUARANTEES",
-    "NO_GUARANTEE", "OpenTransaction", "Outcome", "Participant", "Plan", "Result", "SinkKind", "SinkPlan", "Vote",
-    "committed_parquet", "record_vote", "refuse_options",
+    "JOB_OPTIONS", "NO_GUARANTEE", "OpenTransaction", "Outcome", "Participant", "Plan", "Result", "SinkKind", "SinkPlan",
+    "Vote", "committed_parquet", "record_vote", "refuse_options",
 ]
+
+# What the batch job passes a kind's ``pre_commit`` as ``job_options`` (``job_options()`` makes them), every
+# value a string; the data source gets them unchanged (``record_vote`` reads pipeline and deployment).
+JOB_OPTIONS = {
+    "pipeline": "the pipeline's name",
+    "deployment": "where the pipeline runs, serialized: record_vote finds the ledger through it",
+    "sink": "the output's name (SinkSpec.name)",
+    "batch_seq": "the batch's number",
+    "planned_at_ms": "when the batch was planned (Plan.created_at_ms), in ms since the epoch",
+    "attempt": "the batch's attempt, from 1; a retried Spark task keeps it (TaskContext tells task attempts apart)",
+    "replaces": "only for a batch that reprocesses a committed interval: the number of the batch it replaces",
+    "faults": "only when a run arms fault points on a Spark Connect server: the points, for its Python workers",
+}
+OPTIONAL_JOB_OPTIONS = ("replaces", "faults")
 
 
 @dataclass(frozen=True)
@@ -164,7 +179,9 @@ class SinkKind(Protocol):
     def pre_commit(self, frame: Any, sink: SinkSpec, sink_plan: SinkPlan, deployment: Deployment,
                    job_options: Mapping[str, str]) -> None:
         """Write ``frame`` so that nothing is visible, and vote through ``record_vote`` [Spark driver;
-        the writes run on executors]. ``job_options`` (pipeline, deployment, batch, attempt, sink)
+        the writes run on executors]. ``frame`` arrives repartitioned into ``sink_plan.splits``
+        partitions: Spark partition i is split i. ``job_options`` (``JOB_OPTIONS``: pipeline,
+        deployment, sink, batch_seq, planned_at_ms, attempt, and replaces or faults when they apply)
         go to the data source unchanged: ``record_vote`` needs them."""
 
     def committed_output(self, spark: Any, sink: SinkSpec, pipeline: PipelineSpec, deployment: Deployment,
@@ -172,6 +189,16 @@ class SinkKind(Protocol):
         """What any reader of the output sees of the batches in ``scope``, each row with the batch that
         wrote it, told apart by the output's own marks, never by the ledger's votes (but see
         ``AuditScope.committed``) [``onceflow audit``: Spark driver; the reads run on executors]."""
+
+
+def job_options(pipeline: str, deployment: str, sink: str, batch_seq: int, planned_at_ms: int, attempt: int,
+                replaces: int | None = None) -> dict[str, str]:
+    """``JOB_OPTIONS`` for one output of one batch attempt [Spark driver: the batch job]."""
+    options = {"pipeline": pipeline, "deployment": deployment, "sink": sink, "batch_seq": str(batch_seq),
+               "planned_at_ms": str(planned_at_ms), "attempt": str(attempt), **job_fault_options()}
+    if replaces is not None:
+        options["replaces"] = str(replaces)
+    return options
 
 
 # What a kind must define itself; the rest of SinkKind has defaults.

@@ -28,7 +28,7 @@ from onceflow.core.participant import Vote
 from onceflow.core.plan import NO_GUARANTEE
 from onceflow.core.states import BatchState
 from onceflow.sinks import sink_kind
-from onceflow.sinks.writer_options import job_fault_options
+from onceflow.sinks.api import job_options
 
 log = logging.getLogger(__name__)
 
@@ -139,10 +139,8 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
         if missing:
             raise ValueError(f"transform {spec.transform} returned no DataFrame for sink(s) {missing} of pipeline {spec.name!r}")
 
-        batch_options = {"pipeline": spec.name, "deployment": deployment, "batch_seq": str(seq),
-                         "planned_at_ms": str(plan.created_at_ms), "attempt": str(attempt), **job_fault_options()}
-        if plan.replaces is not None:  # a reprocessed interval: the committed batch it replaces
-            batch_options["replaces"] = str(plan.replaces.batch_seq)
+        # A reprocessed interval: the committed batch it replaces.
+        replaces = plan.replaces.batch_seq if plan.replaces is not None else None
         none_outputs = any(plan.sink(s.name).guarantee == NO_GUARANTEE for s in spec.sinks)
         written_before = written_already(coordinator, plan, attempt) if none_outputs else None
         for i, sink in enumerate(spec.sinks):
@@ -156,8 +154,8 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
                 log.info("batch %s: %s not written (guarantee none: %s)", plan.batch_id, sink.name, written_before)
                 continue
             frame = outputs[sink.name].repartition(sink_plan.splits)
-            job_options = {**batch_options, "sink": sink.name}
-            sink_kind(sink.kind).pre_commit(frame, sink, sink_plan, runtime.deployment, job_options)
+            options = job_options(spec.name, deployment, sink.name, seq, plan.created_at_ms, attempt, replaces)
+            sink_kind(sink.kind).pre_commit(frame, sink, sink_plan, runtime.deployment, options)
             seconds[sink.name] = time.perf_counter() - started
             log.info("batch %s: %s pre-committed and voted in %.1f s", plan.batch_id, sink.name, seconds[sink.name])
         faults.fault_point(JOB_AFTER_VOTES)

@@ -11,7 +11,7 @@ import pytest
 
 from onceflow.sinks.api import BatchId, Outcome, Plan
 from onceflow.pipeline.spec import SinkSpec
-from onceflow.testing.conformance import SinkConformance
+from onceflow.testing.conformance import Held, SinkConformance
 from onceflow_postgres_sink.tables import create_tables, split_target
 from onceflow_postgres_sink.writer import MarkerTaken, SplitAttempt, prepare_split, vote_for
 
@@ -30,13 +30,18 @@ class PostgresHarness:
         with psycopg.connect(self.uri, autocommit=True) as conn:
             create_tables(conn, self.sink.target, [("key", "string"), ("value", "bigint")])
 
-    def pre_commit(self, batch_seq, attempt, rows, replaces=None):
+    def pre_commit(self, batch_seq, attempt, rows, replaces=None, task_attempt=0):
         batch_id = str(BatchId(batch_seq))
         splits = [prepare_split(self.uri, self.sink.target, ["key", "value"],
                                 [pa.RecordBatch.from_pylist(list(rows[i::self.sink.splits]), SCHEMA)],
-                                SplitAttempt(self.pipeline, self.sink.name, batch_seq, batch_id, i, attempt))
+                                SplitAttempt(self.pipeline, self.sink.name, batch_seq, batch_id, i, attempt, task_attempt))
                   for i in range(self.sink.splits)]
         return vote_for(self.sink.name, batch_seq, attempt, self.sink.target, splits, replaces)
+
+    def held(self, batch_seq):
+        """The batch's prepared transactions: PostgreSQL never ends one by itself."""
+        prefix = f"onceflow:{self.pipeline}:{self.sink.name}:b{batch_seq}:"
+        return [Held(f"prepared transaction {gid}") for gid in self.prepared() if gid.startswith(prefix)]
 
     def visible(self):
         schema, table = split_target(self.sink.target)

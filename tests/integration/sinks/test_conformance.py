@@ -7,21 +7,28 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from datetime import timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from onceflow.sinks.files import layout
-from onceflow.sinks.files.staged_writer import write_staged_parquet
 from onceflow.sinks import sink_kind
 from onceflow.core.participant import Vote
+from onceflow.config.kafka_cluster import KafkaCluster
+from onceflow.pipeline.runtime import Deployment
 from onceflow.pipeline.spec import FILES, ICEBERG, KAFKA, PipelineSpec, SinkSpec
 from onceflow.storage import storage_for
-from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE, NO_GUARANTEE
-from onceflow.testing.conformance import AtLeastOnceConformance, NoGuaranteeConformance, SinkConformance
+from onceflow.storage.base import PendingStorage
+from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE, NO_GUARANTEE, SinkPlan
+from onceflow.testing.conformance import (
+    AtLeastOnceConformance, Held, NoGuaranteeConformance, SinkConformance, SparkSideConformance, planned_at_ms,
+)
 
 SCHEMA = pa.schema([("key", pa.string()), ("value", pa.int64())])
+# A deployment names a Kafka cluster, which a files or Iceberg output never asks.
+NO_KAFKA = KafkaCluster("127.0.0.1:9")
 
 
 class FilesHarness:
@@ -34,19 +41,28 @@ class FilesHarness:
         self.kind = sink_kind(FILES)
         self.root = self.kind.location(self.sink, warehouse)
         self.spec = PipelineSpec(self.pipeline, ("t",), "m:f", (self.sink,))
-        self.warehouse = warehouse
+        self.deployment = Deployment(warehouse, NO_KAFKA)
 
     def participant(self):
-        from onceflow.pipeline.runtime import Deployment
+        return self.kind.participant(self.spec, self.sink, self.deployment)
 
-        return self.kind.participant(self.spec, self.sink, Deployment(self.warehouse, kafka=None))
+    def frame(self, spark, rows):
+        return spark.createDataFrame(rows, "key string, value bigint")
 
-    def pre_commit(self, batch_seq, attempt, rows, replaces=None):
+    def pre_commit(self, batch_seq, attempt, rows, replaces=None, task_attempt=0):
         participant = self.participant()
-        entries = [write_staged_parquet([pa.RecordBatch.from_pylist(list(rows[i::self.sink.splits]), SCHEMA)],
-                                        participant.staging_uri(batch_seq, attempt), split=i, storage=participant.storage)
+        entries = [participant.stage([pa.RecordBatch.from_pylist(list(rows[i::self.sink.splits]), SCHEMA)],
+                                     batch_seq, attempt, split=i, task_attempt=task_attempt)
                    for i in range(self.sink.splits)]
         return participant.vote_for(batch_seq, attempt, [e for e in entries if e is not None], replaces=replaces)
+
+    def held(self, batch_seq):
+        storage = storage_for(self.root)
+        staging = layout.batch_staging(self.root, batch_seq)
+        held = [Held(f"staged file {layout.join(staging, path)}") for path in storage.list_tree(staging)]
+        if isinstance(storage, PendingStorage):
+            held += [Held(f"pending upload {name}") for name in storage.pending_names(layout.batch_dir(self.root, batch_seq))]
+        return held
 
     def job_failed(self, vote):
         storage = storage_for(self.root)
@@ -73,6 +89,10 @@ class TestFilesSinkConformance(SinkConformance):
         return FilesHarness(f"file://{tmp_path}/warehouse")
 
 
+class TestFilesSparkSide(SparkSideConformance):
+    sink_harness = TestFilesSinkConformance.sink_harness
+
+
 class KafkaHarness:
     """A kafka sink on the test broker (each record's value is ``key=value``): each split's transaction opened, written and left open as its
     Spark task leaves it (a retried attempt first fences the batch's ids, as the kind's pre_commit
@@ -88,28 +108,29 @@ class KafkaHarness:
         self.topic = create_topic(broker.config(), partitions=self.PARTITIONS, prefix="kit")
         self.sink = SinkSpec("out", KAFKA, self.topic, splits=2, guarantee=guarantee)
         self.spec = PipelineSpec(self.pipeline, ("t",), "m:f", (self.sink,))
+        self.deployment = Deployment(warehouse, broker)
 
     def participant(self):
-        from onceflow.pipeline.runtime import Deployment
+        return sink_kind(KAFKA).participant(self.spec, self.sink, self.deployment)
 
-        return sink_kind(KAFKA).participant(self.spec, self.sink, Deployment(self.warehouse, self.broker))
+    def frame(self, spark, rows):
+        """What a transform hands a Kafka sink: binary key and value (here ``key=value``, as ``visible`` reads it)."""
+        return spark.createDataFrame([(str(r["key"]).encode(), f"{r['key']}={r['value']}".encode()) for r in rows],
+                                     "key binary, value binary")
 
-    def pre_commit(self, batch_seq, attempt, rows, replaces=None):
-        from onceflow.sinks.kafka.fencing import fence_transactional_ids
+    def pre_commit(self, batch_seq, attempt, rows, replaces=None, task_attempt=0):
         from onceflow.sinks.kafka.participant import vote_payload
         from onceflow.sinks.kafka.writer import DirectSplitWriter, TransactionalSplitWriter, staged_uri
-        from onceflow.core.plan import SinkPlan
 
         batch_id = layout.batch_id(batch_seq)
         transactional = self.sink.guarantee == EXACTLY_ONCE
-        if attempt > 1 and transactional:
-            ids = sink_kind(KAFKA).transactional_ids(self.pipeline, SinkPlan("out", KAFKA, self.sink.splits), batch_seq)
-            fence_transactional_ids(self.broker.config(), ids)
+        sink_kind(KAFKA).fence_earlier_attempts(self.broker.config(), self.sink_plan(batch_seq), attempt)
         handles = []
         for split in range(self.sink.splits):
             part = list(rows[split::self.sink.splits])
+            # The data source tags a staged copy with Spark's task attempt id, unique in the application.
             where = (self.broker.config(), self.pipeline, "out", batch_id, split, self.topic,
-                     staged_uri(self.warehouse, self.pipeline, "out", batch_id, split, attempt))
+                     staged_uri(self.warehouse, self.pipeline, "out", batch_id, split, f"{attempt}-{task_attempt}"))
             writer = (TransactionalSplitWriter(*where) if transactional
                       else DirectSplitWriter(*where, guarantee=self.sink.guarantee))
             writer.begin()
@@ -119,6 +140,28 @@ class KafkaHarness:
             handles.append(writer.precommit())
         return Vote("out", batch_seq, attempt, vote_payload(handles), records=sum(h.records for h in handles),
                     replaces=replaces)
+
+    def sink_plan(self, batch_seq):
+        plan = SinkPlan("out", KAFKA, self.sink.splits, guarantee=self.sink.guarantee)
+        return dataclasses.replace(plan, transactional_ids=sink_kind(KAFKA).transactional_ids(self.pipeline, plan, batch_seq))
+
+    def held(self, batch_seq):
+        """The batch's staged copies, and its transactions still open as their coordinators describe them
+        (the splits' and their repairs'), which the broker aborts within the transaction timeout; a broker
+        that does not describe transactions (docs/brokers.md) shows the staged copies alone."""
+        from onceflow.config.warehouse_layout import kafka_staging_dir
+        from onceflow.kafka.ids import repair_id
+        from onceflow.sinks.kafka.txn_protocol import TransactionState, describe_transactions
+
+        staging = kafka_staging_dir(self.warehouse, self.pipeline, "out", layout.batch_id(batch_seq))
+        held = [Held(f"staged copy {staging}/{path}") for path in storage_for(staging).list_tree(staging)]
+        if not self.broker.broker.describes_transactions:
+            return held
+        ids = self.sink_plan(batch_seq).transactional_ids
+        views = describe_transactions(self.broker.config(), [*ids, *map(repair_id, ids)])
+        timeout = timedelta(milliseconds=self.sink.transaction_timeout_ms)
+        return held + [Held(f"open transaction {txn_id} ({view})", ends_within=timeout)
+                       for txn_id, view in sorted(views.items()) if view.state is TransactionState.ONGOING]
 
     def aged(self, vote, by):
         from onceflow.sinks.kafka.participant import handles_of, vote_payload
@@ -147,6 +190,10 @@ class TestKafkaSinkConformance(SinkConformance):
     @pytest.fixture
     def sink_harness(self, one_kafka_broker, tmp_path):
         return KafkaHarness(one_kafka_broker, f"file://{tmp_path}/warehouse")
+
+
+class TestKafkaSparkSide(SparkSideConformance):
+    sink_harness = TestKafkaSinkConformance.sink_harness
 
 
 class TestKafkaSinkAtLeastOnce(AtLeastOnceConformance):
@@ -195,21 +242,33 @@ class IcebergHarness:
         self.spec = PipelineSpec(self.pipeline, ("t",), "m:f", (self.sink,))
         self.catalog = tables.open_catalog(CONN_ID, self.properties)
         tables.prepared_table(self.catalog, self.sink.target, SCHEMA, (), "conformance table")
+        self.deployment = Deployment(f"file://{tmp_path}/warehouse", NO_KAFKA, None, {self.sink.catalog: self.properties})
 
     def participant(self):
-        from onceflow.pipeline.runtime import Deployment
+        return sink_kind(ICEBERG).participant(self.spec, self.sink, self.deployment)
 
-        return sink_kind(ICEBERG).participant(self.spec, self.sink, Deployment("file:///unused", None, None,
-                                                                             {self.sink.catalog: self.properties}))
+    def frame(self, spark, rows):
+        return spark.createDataFrame(rows, "key string, value bigint")
 
-    def pre_commit(self, batch_seq, attempt, rows, replaces=None):
+    def pre_commit(self, batch_seq, attempt, rows, replaces=None, task_attempt=0):
         from onceflow.sinks.iceberg import tables
 
-        table, planned_at_ms = self.catalog.load_table(self.sink.target), 1_000 + batch_seq
+        table, planned_at = self.catalog.load_table(self.sink.target), planned_at_ms(batch_seq)
         files = [f for i in range(self.sink.splits) for f in tables.write_data_files(
-            table, self.pipeline, self.sink.name, batch_seq, planned_at_ms, attempt,
+            table, self.pipeline, self.sink.name, batch_seq, planned_at, attempt,
             [pa.RecordBatch.from_pylist(list(rows[i::self.sink.splits]), SCHEMA)])]
-        return self.participant().vote_for(batch_seq, planned_at_ms, attempt, table.location(), files, replaces=replaces)
+        return self.participant().vote_for(batch_seq, planned_at, attempt, table.location(), files, replaces=replaces)
+
+    def held(self, batch_seq):
+        """Files under the batch's directory that no snapshot of the table added: a reader never sees them,
+        and only onceflow, or a table's orphan file removal, deletes them."""
+        from onceflow.sinks.iceberg import tables
+        from onceflow.sinks.iceberg.participant import _files_added_by, _list_files
+
+        table = self.catalog.load_table(self.sink.target)
+        added = {f.file_path for s in table.metadata.snapshots for f in _files_added_by(table, s)}
+        where = tables.batch_dir(table.location(), self.pipeline, self.sink.name, batch_seq, planned_at_ms(batch_seq))
+        return [Held(f"data file {path}") for path in _list_files(table.io, where) if path not in added]
 
     def job_failed(self, vote):
         pass  # the data source's abort leaves the files to the rollback, which deletes the batch's directory
@@ -233,3 +292,7 @@ class TestIcebergSinkConformance(SinkConformance):
     @pytest.fixture
     def sink_harness(self, tmp_path):
         return IcebergHarness(tmp_path)
+
+
+class TestIcebergSparkSide(SparkSideConformance):
+    sink_harness = TestIcebergSinkConformance.sink_harness

@@ -122,12 +122,26 @@ def test_records_too_large_for_their_topic_are_withheld_and_the_batch_commits(sp
     assert report.outputs["clicks_dead_letter"].records == report.malformed
 
 
-def test_a_retried_attempt_ends_the_earlier_attempts_transactions_before_its_writers_start(spark, one_kafka_broker, tmp_path):
+def test_a_retried_attempt_ends_the_earlier_attempts_transactions_before_its_writers_start(spark, one_kafka_broker, tmp_path,
+                                                                                          monkeypatch):
     # Attempt 1 votes and dies, leaving its Kafka transactions open. Attempt 2 ends them itself, one id
     # at a time, before any of its writers starts (all writers' init_transactions aborting them at the
     # same moment once left a Tansu partition stuck for ever, docs/brokers.md). Attempt 3 commits.
+    # And every kind's pre_commit gets the job_options onceflow.sinks.api.JOB_OPTIONS documents.
     from onceflow.core import faults
+    from onceflow.sinks import sink_kind
+    from onceflow.sinks.api import JOB_OPTIONS, OPTIONAL_JOB_OPTIONS
 
+    passed = []
+
+    def recording(pre_commit):
+        def pre_commit_recorded(self, frame, sink, sink_plan, deployment, job_options):
+            passed.append((sink.name, job_options))
+            return pre_commit(self, frame, sink, sink_plan, deployment, job_options)
+        return pre_commit_recorded
+
+    for kind in map(type, map(sink_kind, ("files", "kafka"))):
+        monkeypatch.setattr(kind, "pre_commit", recording(kind.pre_commit))
     pipeline = clickstream_runtime(one_kafka_broker, tmp_path)
     produced = produce(one_kafka_broker, pipeline.spec.topics[0], 300, seed=11)
     enriched = pipeline.spec.sink("clicks_enriched").target
@@ -146,5 +160,7 @@ def test_a_retried_attempt_ends_the_earlier_attempts_transactions_before_its_wri
         faults.disarm()
     result = run_batch(spark, pipeline, plan.batch_seq)
     assert result.attempt == 3 and pipeline.coordinator.commit(plan.batch_seq).state.value == "committed"
+    required = set(JOB_OPTIONS) - set(OPTIONAL_JOB_OPTIONS)
+    assert passed and all(set(options) == required and options["sink"] == sink for sink, options in passed), passed
     report = audit_clickstream(pipeline)
     assert report.ok and report.input_records == produced, report.summary()

@@ -246,7 +246,8 @@ def test_every_module_that_declares_a_point_is_listed_in_its_packages_entry_poin
 
     from tests.support import ROOT
 
-    for project, sources in ((ROOT, ROOT / "src"), (ROOT / "examples" / "postgres_sink", ROOT / "examples" / "postgres_sink")):
+    kinds = sorted(ROOT.glob("examples/*_sink"))  # the example sink kinds' packages
+    for project, sources in ((ROOT, ROOT / "src"), *((kind, kind) for kind in kinds)):
         listed = set(tomllib.loads((project / "pyproject.toml").read_text())["project"]["entry-points"]
                      .get(faults.ENTRY_POINT_GROUP, {}).values())
         declaring = set()
@@ -256,3 +257,22 @@ def test_every_module_that_declares_a_point_is_listed_in_its_packages_entry_poin
             if calls and path.name != "faults.py":
                 declaring.add(".".join(path.relative_to(sources).with_suffix("").parts))
         assert declaring == listed, f"{project.name}: declaring {sorted(declaring)}, listed {sorted(listed)}"
+
+
+def test_a_recording_collects_every_point_reached_armed_or_not_and_only_inside_it():
+    point = faults.declare("test.recorded", "a point of this test")
+    faults.fault_point(point)
+    with faults.recording() as reached:
+        faults.fault_point(point)
+        faults.arm(point, "raise")
+        with pytest.raises(faults.InjectedFault):
+            faults.fault_point(point)
+    faults.fault_point(point)
+    assert reached == {point}
+
+
+def test_a_point_is_listed_when_an_entry_point_names_the_module_that_declared_it():
+    unlisted = faults.declare("test.unlisted", "declared by a test module, which no entry point names")
+    assert faults.DECLARED_IN[unlisted] == __name__
+    listed = faults.listed_points()
+    assert unlisted not in listed and "files.commit.before_publish" in listed

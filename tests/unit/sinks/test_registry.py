@@ -25,10 +25,12 @@ def test_the_built_in_kinds_say_where_their_output_lives_and_what_to_fence():
     assert kafka.transactional_ids("p", SinkPlan("enriched", KAFKA, 2), 3) == ("onceflow.p.enriched.b3.0", "onceflow.p.enriched.b3.1")
 
 
-def test_an_unknown_kind_is_refused_naming_the_known_ones():
-    with pytest.raises(ConfigurationError, match="kind 'delta' is not valid: use one of 'files', 'iceberg', 'kafka'"):
+def test_an_unknown_kind_is_refused_naming_the_installed_ones_and_how_a_package_adds_one():
+    installed = r"sink kind 'delta' is not installed: the installed kinds are 'files', 'iceberg', 'kafka'"
+    how = r"installed \(pip install\) .* with an entry point in group 'onceflow.sinks' naming it"
+    with pytest.raises(ConfigurationError, match=f"^sink 't': {installed}.*{how}"):
         SinkSpec("t", "delta", "db.table")
-    with pytest.raises(ConfigurationError, match="sink kind 'delta' is not known"):
+    with pytest.raises(ConfigurationError, match=f"^{installed}.*{how}"):
         sink_kind("delta")
 
 

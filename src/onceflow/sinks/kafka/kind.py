@@ -146,15 +146,19 @@ class KafkaKind(SinkKind):
             "max_record_bytes": str(self.max_record_bytes(sink, deployment)),
             "partitioner": self.partitioner(sink),
         }
-        if int(job_options["attempt"]) > 1 and sink_plan.transactional_ids:
-            # An earlier attempt may have left transactions open. End them here, one id at a time, before
-            # the writers' init_transactions would all at once: Tansu 0.6 loses track of concurrent aborts
-            # and leaves later commits on those partitions pending for ever (docs/brokers.md).
+        self.fence_earlier_attempts(deployment.kafka.config(), sink_plan, int(job_options["attempt"]))
+        frame.write.format(FORMAT).mode("append").options(**options).save()
+
+    def fence_earlier_attempts(self, config: Mapping[str, Any], sink_plan, attempt: int) -> None:
+        """[Spark driver, before the writers start] An earlier attempt may have left transactions open. End
+        them here, one id at a time, before the writers' init_transactions would all at once: Tansu 0.6
+        loses track of concurrent aborts and leaves later commits on those partitions pending for ever
+        (docs/brokers.md)."""
+        if attempt > 1 and sink_plan.transactional_ids:
             from onceflow.sinks.kafka.fencing import fence_transactional_ids
 
-            fence_transactional_ids(deployment.kafka.config(), sink_plan.transactional_ids)
+            fence_transactional_ids(config, sink_plan.transactional_ids)
             faults.fault_point(AFTER_FENCING)
-        frame.write.format(FORMAT).mode("append").options(**options).save()
 
     def committed_output(self, spark, sink, pipeline, deployment, scope):
         """The whole topic as a read_committed consumer sees it, each record by the batch its onceflow

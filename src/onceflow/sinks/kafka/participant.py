@@ -9,7 +9,9 @@ puts the handles in the vote with ``vote_payload``. Then::
                           is still open and younger than
                           safety_fraction * transaction.timeout.ms
     commit(vote)          where each split stands (its coordinator, or the
-                          data) -> EndTxn(commit) for the open ones -> wait
+                          data); a split's id that another task attempt
+                          holds open is fenced first (_loser_holds)
+                          -> EndTxn(commit) for the open ones -> wait
                           while a coordinator says PrepareCommit -> read until
                           every split is visible (one scan); repair from the
                           staged copy any split the broker aborted; then
@@ -38,11 +40,12 @@ from typing import Any, Iterable, Mapping, Sequence
 from confluent_kafka import KafkaException, Producer
 
 from onceflow.core import faults
+from onceflow.core.batch_id import BatchId
 from onceflow.core.participant import Outcome, Participant, Result, Vote
 from onceflow.core.plan import Plan
 from onceflow.kafka.config import base_config, producer_config
 from onceflow.sinks.kafka.fencing import FencingError, fence_transactional_ids
-from onceflow.kafka.ids import is_split_id, repair_id
+from onceflow.kafka.ids import is_split_id, repair_id, transactional_id
 from onceflow.kafka.produce import produce_waiting
 from onceflow.config.broker_profiles import PROFILES, BrokerProfile
 from onceflow.sinks.kafka.txn_protocol import (
@@ -317,7 +320,15 @@ class KafkaSinkParticipant(Participant):
         return [self._settle_read_back(obs, h, before[i], replies.get(i), after.get(i)) for i, h in enumerate(handles)]
 
     def _commit_described(self, obs: Observer, handles: list[TxnHandle]) -> list[Result]:
-        views = describe_transactions(self.config, [h.transactional_id for h in handles], self.timeout_s)
+        ids = [h.transactional_id for h in handles]
+        views = describe_transactions(self.config, ids, self.timeout_s)
+        losers = [h.transactional_id for h in handles if self._loser_holds(views, h)]
+        if losers:
+            try:
+                fence_transactional_ids(self.config, losers, self.timeout_s)
+            except FencingError as exc:
+                return [Result(Outcome.RETRY_LATER, str(exc))] * len(handles)
+            views = describe_transactions(self.config, ids, self.timeout_s)
         states = [_recorded_state(views, h) for h in handles]
         ongoing = [i for i, state in enumerate(states) if state is TransactionState.ONGOING]
         replies = dict(zip(ongoing, self._end_txns([handles[i] for i in ongoing], commit=True)))
@@ -354,6 +365,16 @@ class KafkaSinkParticipant(Participant):
                                           f"its coordinator shows {views.get(h.transactional_id, 'nothing')}")
         results.update(self._finish_hanging(obs, [(i, handles[i], view) for i, view in hanging.items()], set(replies)))
         return [results[i] for i in range(len(handles))]
+
+    def _loser_holds(self, views: Mapping[str, CoordinatorView], h: TxnHandle) -> bool:
+        """Another task attempt of the split (Spark's retried or speculative copy, a zombie attempt) began a
+        transaction on the split's id after the voted one flushed: its init_transactions aborted the voted
+        transaction (repaired from the staged copy), and its own holds the split's partitions until the
+        broker's timeout. Only the voted epoch may commit, and the id is this batch's alone (an older plan's
+        id, shared with later batches, is never fenced here): fence it."""
+        view = views.get(h.transactional_id)
+        return (view is not None and view.state is TransactionState.ONGOING and not view.is_of(h.producer_id, h.epoch)
+                and h.transactional_id == transactional_id(self.pipeline, self.name, h.split, int(BatchId.parse(h.batch_id))))
 
     def _finish_hanging(self, obs: Observer, hanging: list[tuple[int, TxnHandle, SplitView]],
                         ended_here: set[int]) -> dict[int, Result]:

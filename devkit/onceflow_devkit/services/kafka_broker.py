@@ -52,6 +52,9 @@ WRONG_PID_END_TXN_IS_HARMLESS = "EndTxn with a wrong producer id leaves the tran
 LARGE_TRANSACTIONS = "transactions of 250,000+ records per partition commit and stay readable"
 # - CreatePartitions (KIP-195): Tansu 0.6 answers UNSUPPORTED_FEATURE (measured: test_offsets.py).
 ADDS_PARTITIONS = "CreatePartitions (adding partitions to a topic)"
+# - DescribeProducers gives each open transaction's first offset: noida-db 0.2.3 lists producers
+#   without one (measured: test_broker_capabilities.py), so it names none.
+NAMES_OPEN_TRANSACTIONS = "DescribeProducers names the transactions open in a partition"
 
 APACHE_KAFKA = frozenset(
     {
@@ -67,6 +70,7 @@ APACHE_KAFKA = frozenset(
         WRONG_PID_END_TXN_IS_HARMLESS,
         LARGE_TRANSACTIONS,
         ADDS_PARTITIONS,
+        NAMES_OPEN_TRANSACTIONS,
     }
 )
 CAPABILITIES: dict[str, frozenset[str]] = {

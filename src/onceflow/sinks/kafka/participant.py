@@ -26,7 +26,9 @@ Idempotency: ``commit`` asks the coordinator or looks at the data before
 acting, so a retried commit of a committed (or repaired) split returns ALREADY_DONE and never writes a
 second copy. A repair runs under the split's repair id: initialising it
 fences any other repairer and aborts a repair that crashed half-way, and the
-data is observed again after that fence, so a repair is published once.
+data is observed again after that fence, so a repair is published once; a
+repair that another open transaction hides from read_committed readers is
+looked for past the last stable offset too (``visibility.confirm_aborted``).
 ``abort`` is EndTxn(abort) + fencing, both repeatable.
 """
 
@@ -38,6 +40,7 @@ import time
 from typing import Any, Iterable, Mapping, Sequence
 
 from confluent_kafka import KafkaException, Producer
+from kafka.errors import KafkaError
 
 from onceflow.core import faults
 from onceflow.core.batch_id import BatchId
@@ -56,6 +59,7 @@ from onceflow.sinks.kafka.txn_protocol import (
     TransactionState,
     describe_transactions,
     end_txns,
+    open_transactions,
     write_commit_markers,
 )
 from onceflow.sinks.kafka.visibility import Observer, SplitView, State, confirm_aborted, observe
@@ -109,6 +113,7 @@ SETTLE: dict[tuple[State, Read], Settled] = {
         State.COMMITTED:     (_A,      _C,           _A,        _C),
         State.REPAIRED:      (_A,      _I,           _A,        _A),
         State.ABORTED:       (_R,      _R,           _R,        _R),
+        State.HELD_BACK:     (_R,      _R,           _R,        _R),  # the repair's fence decides: ``_repair``
         State.OPEN:          (_O,      _O,           _O,        _O),
         State.UNKNOWN:       (_U,      _U,           _U,        _U),
         State.INCONSISTENT:  (_I,      _I,           _I,        _I),
@@ -136,6 +141,7 @@ ABORT_LEFT: dict[tuple[State, bool], Left] = {
     for state, row in {
         #                    hides aborted  shows aborted
         State.ABORTED:       (_AB,          _AB),
+        State.HELD_BACK:     (_NE,          _NE),
         State.OPEN:          (_NE,          _NE),
         State.UNKNOWN:       (_NE,          _NE),
         State.COMMITTED:     (_CO,          _SH),
@@ -527,6 +533,22 @@ class KafkaSinkParticipant(Participant):
             "before re-running",
         )
 
+    def _held_back(self, h: TxnHandle, where: str, view: SplitView) -> Result:
+        """The broker aborted the split, and a repair's records wait behind another open transaction."""
+        partitions = [v.partition for v in view.partitions if v.hidden_repairs]
+        try:
+            holders = "; ".join(f"p{p}: {', '.join(map(str, txns)) or 'DescribeProducers names none'}" for p, txns in sorted(
+                open_transactions(self.config, h.topic, partitions, self.timeout_s).items()))
+        except KafkaError as exc:  # naming them is a courtesy: the answer stands without it
+            holders = f"DescribeProducers did not name them: {exc}"
+        return Result(
+            Outcome.RETRY_LATER,
+            f"{where}: the broker aborted its transaction, and the records of its repair are held back "
+            f"({view.describe()}): an open transaction holds the partition's last stable offset before them "
+            f"({holders}), so no read can tell yet whether the repair committed, and nothing is published again. "
+            "Commit again once that transaction ends (docs/brokers.md, \"A repair held back\")",
+        )
+
     def _repair(self, obs: Observer, h: TxnHandle, where: str) -> Result:
         """Re-publish the staged copy in a fresh transaction under the repair id, once."""
         if not self._staged_exists(h):
@@ -544,6 +566,8 @@ class KafkaSinkParticipant(Participant):
             again = self._observe(obs, h)
             if again.state is State.REPAIRED:
                 return Result(Outcome.ALREADY_DONE, f"{where}: repaired earlier")
+            if again.state is State.HELD_BACK:  # not a repair this fence ended: one held back by another producer
+                return self._held_back(h, where, again)
             if again.state is State.UNKNOWN:
                 return self._unknown(where, again)
             if again.state is not State.ABORTED:
@@ -566,6 +590,8 @@ class KafkaSinkParticipant(Participant):
         after = self._observe(obs, h, settle=True)
         if after.state is State.REPAIRED:
             return Result(Outcome.DONE, f"{where}: transaction was aborted by the broker; repaired from the staged copy ({h.records} records)")
+        if after.state is State.HELD_BACK:
+            return self._held_back(h, where, after)
         if after.state is State.UNKNOWN:
             return self._unknown(where, after)
         return self._inconsistent(where, after)

@@ -330,6 +330,34 @@ class MarkerOutcome:
         return "not open" + (f"; held back by {', '.join(self.holders)}" if self.holders else "")
 
 
+@dataclass(frozen=True)
+class OpenTransaction:
+    """A transaction open in a partition (DescribeProducers): it holds the partition's last stable offset."""
+
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+
+    def __str__(self) -> str:
+        return f"producer {self.producer_id} since offset {self.start_offset}"
+
+
+def open_transactions(config: Mapping[str, Any], topic: str, partitions: Sequence[int],
+                      timeout_s: float = 30.0) -> dict[int, tuple[OpenTransaction, ...]]:
+    """Per partition of ``topic``, the transactions open in it (DescribeProducers: READ on the topic)."""
+    from kafka import KafkaAdminClient
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+
+    admin = KafkaAdminClient(**kafka_python_config(config), request_timeout_ms=int(min(timeout_s, 30) * 1000))
+    try:
+        described = admin.describe_producers([KafkaTopicPartition(topic, p) for p in partitions])
+    finally:
+        admin.close()
+    return {tp.partition: tuple(OpenTransaction(p.producer_id, p.producer_epoch, p.current_transaction_start_offset)
+                                for p in state.active_producers if p.current_transaction_start_offset >= 0)
+            for tp, state in described.items()}
+
+
 def write_commit_markers(config: Mapping[str, Any], topic: str, partitions: Sequence[int], producer_id: int,
                          producer_epoch: int, timeout_s: float = 30.0) -> dict[int, MarkerOutcome]:
     """Write a COMMIT marker for the transaction (producer id, epoch) to each of ``partitions`` that
@@ -342,25 +370,15 @@ def write_commit_markers(config: Mapping[str, Any], topic: str, partitions: Sequ
     does. Writing markers needs the CLUSTER_ACTION permission; a refusal is an answer like any other.
     """
     from confluent_kafka.admin import AdminClient
-    from kafka import KafkaAdminClient
-    from kafka.structs import TopicPartition as KafkaTopicPartition
 
     from onceflow.kafka.config import base_config
 
     timeout_ms = int(min(timeout_s, 30) * 1000)
     settings = kafka_python_config(config)
-    admin = KafkaAdminClient(**settings, request_timeout_ms=timeout_ms)
-    try:
-        holders = admin.describe_producers([KafkaTopicPartition(topic, p) for p in partitions])
-    finally:
-        admin.close()
-    open_in = [tp.partition for tp, state in holders.items()
-               if any((p.producer_id, p.producer_epoch) == (producer_id, producer_epoch)
-                      and p.current_transaction_start_offset >= 0 for p in state.active_producers)]
-    others = {tp.partition: tuple(f"producer {p.producer_id} since offset {p.current_transaction_start_offset}"
-                                  for p in state.active_producers if p.current_transaction_start_offset >= 0
-                                  and (p.producer_id, p.producer_epoch) != (producer_id, producer_epoch))
-              for tp, state in holders.items()}
+    holders = open_transactions(config, topic, partitions, timeout_s)
+    ours = (producer_id, producer_epoch)
+    open_in = [p for p, txns in holders.items() if any((t.producer_id, t.producer_epoch) == ours for t in txns)]
+    others = {p: tuple(str(t) for t in txns if (t.producer_id, t.producer_epoch) != ours) for p, txns in holders.items()}
     outcome = {p: MarkerOutcome(holders=others.get(p, ())) for p in partitions if p not in open_in}
     if not open_in:
         return outcome

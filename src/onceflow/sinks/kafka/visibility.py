@@ -21,7 +21,12 @@ partition).
   an older open transaction holds the partition back.
 - COMMITTED: every original record is visible.
 - REPAIRED: none of the originals, every record of a repair is visible.
-- ABORTED: the transaction ended and nothing of it is visible.
+- ABORTED: the transaction ended and nothing of it is visible, nor hidden:
+  no record of a repair lies past the last stable offset either.
+- HELD_BACK: the transaction ended and nothing of it is visible, but records
+  of a repair lie past the last stable offset, held back by an open
+  transaction (the repair's own, or another producer's): read_committed
+  cannot yet tell whether that repair committed.
 - INCONSISTENT: anything else (partial output): fail loudly.
 - UNKNOWN: a partition was neither read past the probe nor decided open
   before the time ran out (no progress for ``timeout_s``).
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 import enum
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
@@ -54,6 +59,7 @@ class State(enum.Enum):
     COMMITTED = "committed"
     REPAIRED = "repaired"
     ABORTED = "aborted"
+    HELD_BACK = "aborted, a repair held back"
     INCONSISTENT = "inconsistent"
     UNKNOWN = "unknown"  # the scan did not finish in time: decide nothing
 
@@ -67,6 +73,7 @@ class PartitionView:
     stable_end: int   # where the scan stopped (the last stable offset when it ended on EOF)
     open: bool        # the last stable offset has not passed the split's probe
     complete: bool = True  # the scan passed the probe, or knew the partition open
+    hidden_repairs: int = 0  # records of a repair past stable_end, committed or not (only ``confirm_aborted`` counts them)
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,7 @@ class SplitView:
         return ", ".join(
             f"p{v.partition}: {v.original} original + {v.repaired} repaired of {v.expected}"
             + (f" (transaction open: stable end {v.stable_end})" if v.open else "")
+            + (f" ({v.hidden_repairs} repair records past the stable end {v.stable_end})" if v.hidden_repairs else "")
             for v in self.partitions
         )
 
@@ -96,6 +104,7 @@ class Observer:
 
     def __init__(self, config: Mapping[str, Any], timeout_s: float = 30.0):
         self.timeout_s = timeout_s
+        self._config = config
         self._samples: list[str] = []
         self._consumer = Consumer(
             consumer_config(
@@ -148,6 +157,56 @@ class Observer:
         ``quiet_s`` (default ``timeout_s``); a split still OPEN then is reported OPEN.
         """
         return self._scan(handles, from_start=False, wait=True, quiet_s=quiet_s)
+
+    def count_hidden_repairs(self, handles: Sequence[TxnHandle], views: Sequence[SplitView]) -> list[SplitView]:
+        """``views`` again, with each partition's records of a repair of its split past where the scan stopped.
+
+        Read with read_uncommitted up to the high watermark, on a consumer of
+        its own: such a record may be committed (held back by another open
+        transaction) or not, but where there is none, no repair was committed
+        before this read began. A partition not read to its end in time makes
+        the view UNKNOWN.
+        """
+        starts: dict[tuple[str, int], int] = {}
+        wanted: dict[tuple[str, int], list[tuple[tuple, int, PartitionView]]] = {}
+        for i, (h, view) in enumerate(zip(handles, views)):
+            for v in view.partitions:
+                tp = (h.topic, v.partition)
+                starts[tp] = min(starts.get(tp, v.stable_end), v.stable_end)
+                wanted.setdefault(tp, []).append((tuple(handle_headers(h)), i, v))
+        counts: list[dict[int, int]] = [{} for _ in handles]
+        ended: set[tuple[str, int]] = set()
+        consumer = Consumer(consumer_config(self._config, "onceflow-visibility", **{
+            "isolation.level": "read_uncommitted", "enable.partition.eof": True, "fetch.wait.max.ms": 50}))
+        try:
+            consumer.assign([TopicPartition(t, p, start) for (t, p), start in starts.items()])
+            deadline = time.monotonic() + self.timeout_s
+            while len(ended) < len(starts) and time.monotonic() < deadline:
+                messages = consumer.consume(num_messages=1_000, timeout=0.05)
+                if messages:
+                    deadline = time.monotonic() + self.timeout_s
+                for m in messages:
+                    tp = (m.topic(), m.partition())
+                    error = m.error()
+                    if error is not None:
+                        if error.code() != KafkaError._PARTITION_EOF:
+                            raise RuntimeError(f"reading {tp[0]}[{tp[1]}] past its last stable offset failed: {error}")
+                        ended.add(tp)
+                        continue
+                    headers = m.headers() or []
+                    for key, i, v in wanted.get(tp, ()):
+                        n = len(key)
+                        if (m.offset() >= v.stable_end and len(headers) > n and headers[n][0] == REPAIR_HEADER
+                                and tuple(headers[:n]) == key):
+                            counts[i][v.partition] = counts[i].get(v.partition, 0) + 1
+        finally:
+            consumer.close()
+        counted = []
+        for i, (h, view) in enumerate(zip(handles, views)):
+            partitions = tuple(replace(v, hidden_repairs=counts[i].get(v.partition, 0),
+                                       complete=v.complete and (h.topic, v.partition) in ended) for v in view.partitions)
+            counted.append(SplitView(_state(partitions), partitions))
+        return counted
 
     def _scan(self, handles: Sequence[TxnHandle], from_start: bool, wait: bool,
               quiet_s: float | None = None) -> list[SplitView]:
@@ -332,7 +391,12 @@ def _state(views: tuple[PartitionView, ...]) -> State:
     if any(v.open for v in views):
         # Markers are written partition by partition: a commit in flight may show in some only.
         return State.OPEN
-    if any(v.original or v.repaired for v in views):
+    if any(v.original for v in views):
+        return State.INCONSISTENT
+    if any(v.hidden_repairs and v.repaired < v.expected for v in views):
+        # An open transaction holds the last stable offset inside or before a repair: it may be committed.
+        return State.HELD_BACK
+    if any(v.repaired for v in views):
         return State.INCONSISTENT
     return State.ABORTED
 
@@ -351,6 +415,13 @@ def confirm_aborted(observer: Observer, handles: Sequence[TxnHandle], views: Seq
     split's probe starts the read before the marker (INCONSISTENT). Reading
     from the start sees the marker and counts every record. Only these rare
     paths pay for the longer scan.
+
+    Then each partition is read past where that scan stopped, with
+    read_uncommitted up to the high watermark: a repair there is held back by
+    an open transaction (its own, or another producer's: an earlier batch
+    still in flight, a zombie, another application) and may be committed.
+    Such a split is HELD_BACK, never ABORTED: a repair on that verdict would
+    publish the staged copy a second time once the transaction ends.
     """
     aborted = [i for i, v in enumerate(views) if v.state in (State.ABORTED, State.INCONSISTENT)]
     if not aborted:
@@ -359,4 +430,9 @@ def confirm_aborted(observer: Observer, handles: Sequence[TxnHandle], views: Seq
     confirmed = list(views)
     for i, view in zip(aborted, again):
         confirmed[i] = view
+    suspects = [i for i in aborted if confirmed[i].state in (State.ABORTED, State.INCONSISTENT)]
+    if suspects:
+        counted = observer.count_hidden_repairs([handles[i] for i in suspects], [confirmed[i] for i in suspects])
+        for i, view in zip(suspects, counted):
+            confirmed[i] = view
     return confirmed

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from onceflow.sinks.kafka.fencing import fence_transactional_ids
 from onceflow.sinks.kafka.participant import KafkaSinkParticipant, handles_of
-from onceflow.sinks.kafka.txn_protocol import TransactionState, describe_transactions, end_txn
+from onceflow.sinks.kafka.txn_protocol import OpenTransaction, TransactionState, describe_transactions, end_txn, open_transactions
 from onceflow.core.participant import Outcome
 from onceflow_devkit.services.kafka_broker import (
     DESCRIBE_TRANSACTIONS,
@@ -25,6 +25,7 @@ from onceflow_devkit.services.kafka_broker import (
     KEEPS_OPEN_TXNS_ON_RESTART,
     LARGE_TRANSACTIONS,
     LSO_FROM_LIST_OFFSETS,
+    NAMES_OPEN_TRANSACTIONS,
     REINIT_HIDES_ABORTED,
     STALE_EPOCH_ERRORS,
     WRONG_PID_END_TXN_IS_HARMLESS,
@@ -153,6 +154,16 @@ def test_list_offsets_read_committed_answers_the_last_stable_offset(kafka_broker
 
     assert while_open == 6
     assert committed == 6 + 7 + 1  # past the commit marker
+
+
+def test_describe_producers_names_the_transaction_open_in_a_partition_and_its_first_offset(kafka_broker, tmp_path):
+    require(kafka_broker, NAMES_OPEN_TRANSACTIONS)
+    config = kafka_broker.config()
+    topic = create_topic(config, partitions=1, prefix="holders")
+    produce_txn(config, topic, [b"c"] * 5, 0, True)  # 5 records and a marker: offsets 0-5
+    [split] = handles_of(precommit_batch(config, topic, tmp_path, _pipeline(), (7,)))  # open from offset 6
+
+    assert open_transactions(config, topic, [0]) == {0: (OpenTransaction(split.producer_id, split.epoch, 6),)}
 
 
 def test_a_transaction_of_260000_records_in_one_partition_commits_and_reads_back(kafka_broker, tmp_path):

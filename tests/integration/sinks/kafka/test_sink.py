@@ -18,7 +18,7 @@ from confluent_kafka import KafkaException, Producer
 from onceflow.sinks.kafka.fencing import fence_transactional_ids
 from onceflow.kafka.ids import repair_id, transactional_ids
 from onceflow.sinks.kafka.participant import KafkaSinkParticipant, handles_of, vote_payload
-from onceflow.sinks.kafka.txn_protocol import end_txn
+from onceflow.sinks.kafka.txn_protocol import describe_transactions, end_txn
 from onceflow.sinks.kafka.headers import REPAIR, record_headers
 from onceflow.sinks.kafka.writer import TRANSACTION_VERSION, PreCommitError, TransactionalSplitWriter, staged_uri
 from onceflow.core.batch_view import batch_rows, format_rows
@@ -29,7 +29,7 @@ from onceflow.core.participant import Outcome, Vote
 from onceflow.core.plan import Plan, SinkPlan
 from onceflow.core.planning import PlanConfig
 from onceflow.core.states import BatchState
-from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
+from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS, NAMES_OPEN_TRANSACTIONS
 from tests.doubles.helpers import source
 from tests.integration.kafka.helpers import create_topic, precommit_batch, read_committed
 from tests.support import require
@@ -227,6 +227,44 @@ def test_repair_that_crashed_half_way_is_published_once(kafka_broker, topic, pip
 
     assert result.outcome is Outcome.DONE, result.detail
     assert _audit(kafka_broker, topic) == Counter(_expected(0, 120))
+
+
+def test_a_repair_held_back_by_another_producers_open_transaction_is_published_once(
+    kafka_broker, topic, pipeline, tmp_path, precommit_in_child
+):
+    # Another producer opens a transaction in every partition after the broker aborted the split and
+    # before the commit repairs it (an interval batch still in flight, a zombie, another application):
+    # the last stable offset stays before the repair's records, so read_committed cannot see them. The
+    # retried commit must not take them for absent and publish the staged copy a second time.
+    require(kafka_broker, HIDES_ABORTED_RECORDS)
+    config = kafka_broker.config()
+    handle = precommit_in_child(config, topic, staged_uri(str(tmp_path), pipeline, "out", BATCH, 0, 0), 90, pipeline=pipeline)
+    assert len(handle.partitions) == PARTITIONS, handle.partitions
+    fence_transactional_ids(config, [handle.transactional_id])  # what a broker timeout does
+    pin_txn_id = f"other-app-{uuid.uuid4().hex[:6]}"
+    pin = Producer({**config, "transactional.id": pin_txn_id})
+    pin.init_transactions(30)
+    pin.begin_transaction()
+    for partition in range(PARTITIONS):
+        pin.produce(topic, b"pinned", partition=partition)
+    pin.flush(30)
+    participant = _participant(kafka_broker, pipeline, tmp_path, timeout_s=5)
+    vote = _vote(handle)
+
+    repaired = participant.commit(vote)  # repairs behind the open transaction
+    retried = participant.commit(vote)  # the commit task's retry, while it is still open
+    pin.abort_transaction(30)
+    after = participant.commit(vote)
+
+    assert _audit(kafka_broker, topic) == Counter(_expected(0, 90))  # one copy of every record
+    for result in (repaired, retried):
+        assert result.outcome is Outcome.RETRY_LATER, result.detail
+        assert f"batch {BATCH} split 0 ({handle.transactional_id})" in result.detail, result.detail
+        assert "held back" in result.detail, result.detail
+        if kafka_broker.has(NAMES_OPEN_TRANSACTIONS):  # and what holds it back
+            pin_id = describe_transactions(config, [pin_txn_id])[pin_txn_id].producer_id
+            assert f"producer {pin_id} since offset" in result.detail, result.detail
+    assert after.outcome is Outcome.ALREADY_DONE and "repaired" in after.detail, after.detail
 
 
 def test_a_repair_without_its_staged_copy_fails_loudly(kafka_broker, topic, pipeline, tmp_path, precommit_in_child):

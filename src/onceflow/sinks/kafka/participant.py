@@ -377,9 +377,13 @@ class KafkaSinkParticipant(Participant):
         transaction on the split's id after the voted one flushed: its init_transactions aborted the voted
         transaction (repaired from the staged copy), and its own holds the split's partitions until the
         broker's timeout. Only the voted epoch may commit, and the id is this batch's alone (an older plan's
-        id, shared with later batches, is never fenced here): fence it."""
+        id, shared with later batches, is never fenced here): fence it. A later attempt's init_transactions
+        keeps the id's producer id and bumps its epoch; a coordinator naming another producer id is no
+        later attempt of this vote (a handle the coordinator does not know), and is left to the checks
+        that never take "no error" as proof."""
         view = views.get(h.transactional_id)
-        return (view is not None and view.state is TransactionState.ONGOING and not view.is_of(h.producer_id, h.epoch)
+        return (view is not None and view.state is TransactionState.ONGOING
+                and view.producer_id == h.producer_id and view.producer_epoch > h.epoch
                 and h.transactional_id == transactional_id(self.pipeline, self.name, h.split, int(BatchId.parse(h.batch_id))))
 
     def _finish_hanging(self, obs: Observer, hanging: list[tuple[int, TxnHandle, SplitView]],

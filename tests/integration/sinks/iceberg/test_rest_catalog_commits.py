@@ -1,5 +1,5 @@
 """Commits through a REST catalog that loses an answer, or whose table another writer changes:
-an append racing the commit, a new optional column, a renamed column.
+an append racing the commit, a new optional column, a renamed column, a compaction.
 
 The catalog is the dev kit's REST catalog; between it and the sink runs, where a test needs it,
 an ``AnswerDroppingProxy``, which forwards a commit to the catalog and then closes the
@@ -99,3 +99,22 @@ def test_a_column_another_writer_renamed_fails_the_batch_before_writing_naming_t
     catalog = tables.open_catalog("onceflow_iceberg", table.properties)
     with pytest.raises(ConfigurationError, match=r"sink 'counts': the output's columns do not fit table .*more columns: i\b"):
         tables.prepared_table(catalog, table.identifier, SCHEMA, PARTITION_BY, "sink 'counts'")
+
+
+def test_after_another_writer_compacts_the_table_a_batch_commits_and_a_repeated_commit_is_not_appended(rest_catalog):
+    """Another writer rewrites every data file into one (a compaction through pyiceberg): the next
+    batch commits beside it, and a repeated commit of the compacted batch, found by its batch id,
+    appends nothing though its files are no longer the table's."""
+    _, table = table_behind(None, rest_catalog, "compacted")
+    first = voted(table)
+    assert table.sink().commit(first).outcome is Outcome.DONE
+    compacted = table.table()
+    compacted.overwrite(compacted.scan().to_arrow())  # the same rows, in new files
+    assert table.rows() == 8 and not {f["path"] for f in first.payload["files"]} & {
+        task.file.file_path for task in table.table().scan().plan_files()}
+
+    second = voted(table, seq=SEQ + 1)
+    assert table.sink().commit(second).outcome is Outcome.DONE
+    again = table.sink().commit(first)
+    assert again.outcome is Outcome.ALREADY_DONE, again.detail
+    assert table.rows() == 16 and table.batch_snapshots() == ["0000000007", "0000000008"]

@@ -16,6 +16,8 @@
 - ``postgres_server``: a PostgreSQL cluster of Debian's package, two-phase commit enabled; it also
   holds the metadata database of every Airflow the system tests start.
 - ``redis_server``: Debian's Redis, the broker of the Celery executor's test.
+- ``rest_catalog``: Iceberg's REST catalog server (from its jars), its SQLite file and its
+  warehouse in the session's directories; each test names tables in a namespace of its own.
 - ``airflow_home``: a migrated SQLite Airflow home pointing at dags/ and plugins/.
 
 Service state lives in ``.onceflow/test/``. Processes are started so they die
@@ -38,6 +40,7 @@ from onceflow_devkit.services.hdfs import HdfsCluster, start_hdfs
 from onceflow_devkit.services.kafka_broker import COMPATIBLE, DEFAULT_BROKER, KafkaBroker, start_broker
 from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID, PostgresServer, start_postgres
 from onceflow_devkit.services.process import ANY_PORT_VAR, ManagedProcess
+from onceflow_devkit.services.rest_catalog import RestCatalog, start_rest_catalog
 from onceflow_devkit.services.s3 import ACCESS_KEY as S3_ACCESS_KEY, SECRET_KEY as S3_SECRET_KEY, S3Endpoint, start_moto
 from onceflow_devkit.services.spark_connect import SparkConnectServer, start_connect_server
 from onceflow_devkit.services.spark_standalone import SparkStandalone, start_standalone
@@ -158,6 +161,17 @@ def postgres_server() -> PostgresServer:
     shared_services.register(SharedService("postgres", (proc,), (server.port,)))
     yield server
     shared_services.unregister("postgres")
+    proc.stop(grace=5)
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(tmp_path_factory) -> RestCatalog:
+    proc = _fresh_process("iceberg-rest")
+    catalog = start_rest_catalog(proc, f"file://{tmp_path_factory.mktemp('rest-lake')}", die_with_parent=True)
+    shared_services.register(SharedService("iceberg-rest", (proc,), (catalog.port,),
+                                           restore=lambda: catalog.restart(kill=True, die_with_parent=True)))
+    yield catalog
+    shared_services.unregister("iceberg-rest")
     proc.stop(grace=5)
 
 

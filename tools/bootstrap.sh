@@ -46,9 +46,10 @@ if ! command -v chromium >/dev/null 2>&1; then
     || echo "onceflow setup: chromium could not be installed (apt-get install chromium, as root); the UI browser test will skip" >&2
 fi
 
-# Apache Kafka, the broker the demo and the tests run on, and HDFS (a NameNode and a DataNode, for
-# the tests of Hadoop storage) come from Maven Central as jars (devkit/kafka/pom.xml,
-# devkit/hdfs/pom.xml; cached in ~/.cache/onceflow, fetched below once).
+# Apache Kafka, the broker the demo and the tests run on, HDFS (a NameNode and a DataNode, for
+# the tests of Hadoop storage) and Iceberg's REST catalog come from Maven Central as jars
+# (devkit/kafka/pom.xml, devkit/hdfs/pom.xml, devkit/iceberg-rest/pom.xml; cached in
+# ~/.cache/onceflow, fetched below once).
 if ! command -v mvn >/dev/null 2>&1; then
   apt_install maven "to fetch Apache Kafka's and HDFS's jars" \
     || fail "Maven (mvn) fetches Apache Kafka's and HDFS's jars and could not be installed. Install it (apt-get install maven), or run on a compatible broker: ONCEFLOW_TEST_BROKERS=noida make test, onceflow demo --broker noida"
@@ -70,6 +71,7 @@ fi
 fetch_jars() {
   .venv/bin/python -m onceflow_devkit.services.apache_kafka >/dev/null || fail "fetching Apache Kafka's jars with Maven failed (see above)"
   .venv/bin/python -m onceflow_devkit.services.hdfs >/dev/null || fail "fetching HDFS's jars with Maven failed (see above)"
+  .venv/bin/python -m onceflow_devkit.services.rest_catalog >/dev/null || fail "fetching the Iceberg REST catalog's jars with Maven failed (see above)"
 }
 
 stamp=.venv/.onceflow-installed

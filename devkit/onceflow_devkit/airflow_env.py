@@ -6,7 +6,7 @@ formats: ``onceflow_kafka`` (kafka: extra = librdkafka settings),
 ``onceflow_spark`` (spark: host = master; or, given a Spark Connect server,
 spark_connect: host and port), ``onceflow_s3`` (aws: login,
 password, extra endpoint_url/region_name), ``onceflow_iceberg`` (extra: the
-embedded catalog's properties, ``services.iceberg_catalog``), ``onceflow_postgres``
+dev kit's catalog's properties, ``services.iceberg_catalog``: the REST catalog given, else the SQL one), ``onceflow_postgres``
 (postgres: the dev kit's PostgreSQL server, ``services.postgres``). Airflow's own
 metadata database is a database of that server (``local_airflow.metadata_database``).
 """
@@ -23,6 +23,7 @@ from onceflow_devkit.local_airflow.metadata_database import SQLITE_FALLBACK, air
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
 from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID, PostgresServer
 from onceflow_devkit.services.redis import RedisServer
+from onceflow_devkit.services.rest_catalog import RestCatalog
 from onceflow_devkit.services.spark_connect import SparkConnectServer
 from onceflow.config.kafka_cluster import KafkaCluster
 from onceflow.config.s3_connection import S3Connection
@@ -47,13 +48,15 @@ def onceflow_airflow(
     triggerer: bool = False,
     postgres: PostgresServer | None = None,
     celery: RedisServer | None = None,
+    iceberg_rest: RestCatalog | None = None,
 ) -> LocalAirflow:
     """``python``: the interpreter of the Airflow install to run (default: this one).
     ``spark_connect``: the spark tasks run as clients of that server instead of spark-submit.
     ``postgres``: the dev kit's PostgreSQL: it holds Airflow's metadata database (one per home, migrated)
     and is connection ``onceflow_postgres`` (the shop example's payments table). Without it, Airflow's
     metadata is SQLite, and a warning says so. ``celery``: the CeleryExecutor with two workers, that
-    Redis server its broker, instead of the LocalExecutor."""
+    Redis server its broker, instead of the LocalExecutor. ``iceberg_rest``: the Iceberg catalog
+    connection is that REST catalog's, not the SQL catalog of the warehouse."""
     python = Path(python) if python else Path(sys.executable)
     if postgres is None:
         log.warning(SQLITE_FALLBACK)
@@ -74,7 +77,7 @@ def onceflow_airflow(
     )
     airflow.set_connection("onceflow_spark", spark_connect.connection() if spark_connect else
                            {"conn_type": "spark", "host": spark_master})
-    for conn_id, properties in embedded_catalogs(warehouse, s3).items():
+    for conn_id, properties in embedded_catalogs(warehouse, s3, rest=iceberg_rest).items():
         airflow.set_connection(conn_id, {"conn_type": "onceflow_iceberg", "extra": properties})
     if postgres is not None:
         airflow.set_connection(POSTGRES_CONN_ID, postgres.connection())

@@ -3,8 +3,9 @@
 What `make demo` runs. On a clean embedded stack of its own (under
 ``<ONCEFLOW_HOME>/demo``) it:
 
-1. starts Kafka and S3, creates the topics and produces click events, some
-   of them malformed;
+1. starts Kafka and S3, and on a local warehouse Iceberg's REST catalog (the
+   SQL catalog on an S3 one: the REST server writes no S3), creates the
+   topics and produces click events, some of them malformed;
 2. starts a Spark Connect server, the fastest Spark the embedded stack
    offers: the spark tasks are its clients, so no batch starts a JVM;
    then runs batches of the ``clickstream_exactly_once`` DAG with ``airflow
@@ -51,6 +52,7 @@ def stop_demo() -> int:
     if (home / "airflow").is_dir():
         LocalAirflow(home / "airflow", DAGS_FOLDER).stop(grace=10)
     _spark_connect_process(home).stop(grace=10)
+    _iceberg_rest_process(home).stop(grace=10)
     EmbeddedStack(home / "stack").down()
     _say(f"[demo]    Airflow and the stack of {home} are stopped")
     return 0
@@ -60,6 +62,12 @@ def _spark_connect_process(home):
     from onceflow_devkit.services.process import ManagedProcess
 
     return ManagedProcess("spark-connect", home / "spark-connect")
+
+
+def _iceberg_rest_process(home):
+    from onceflow_devkit.services.process import ManagedProcess
+
+    return ManagedProcess("iceberg-rest", home / "iceberg-rest")
 
 
 def run_demo(broker: str = DEFAULT_BROKER, warehouse: str | None = None, keep_running: bool = False) -> int:
@@ -74,6 +82,7 @@ def run_demo(broker: str = DEFAULT_BROKER, warehouse: str | None = None, keep_ru
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
     from onceflow_devkit.local_airflow.metadata import MetadataDb
     from onceflow_devkit.local_airflow.metadata_database import SQLITE_FALLBACK
+    from onceflow_devkit.services.rest_catalog import start_rest_catalog
     from onceflow_devkit.services.spark_connect import start_connect_server
 
     started = time.monotonic()
@@ -82,6 +91,8 @@ def run_demo(broker: str = DEFAULT_BROKER, warehouse: str | None = None, keep_ru
     stack.down()
     spark_connect = _spark_connect_process(home)
     spark_connect.stop(grace=10)
+    iceberg_rest = _iceberg_rest_process(home)
+    iceberg_rest.stop(grace=10)
     shutil.rmtree(home, ignore_errors=True)  # every demo starts from nothing
     info = stack.up(broker=broker)
     _say(f"[stack]   kafka ({info.kafka.name}) on {info.kafka.bootstrap}, S3 on {info.s3.endpoint_url}; state in {home}")
@@ -95,7 +106,11 @@ def run_demo(broker: str = DEFAULT_BROKER, warehouse: str | None = None, keep_ru
         if s3 is not None:
             s3.client().create_bucket(Bucket=warehouse.split("://", 1)[1].split("/", 1)[0])
         forget_embedded_catalogs(warehouse)  # the demo starts from nothing, its S3 store included
-        runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, info.kafka, s3, embedded_catalogs(warehouse, s3)))
+        rest = None if s3 is not None else start_rest_catalog(iceberg_rest, f"{warehouse.rstrip('/')}/iceberg")
+        catalog = f"Iceberg REST catalog on {rest.uri}" if rest else "Iceberg SQL catalog (an S3 warehouse)"
+        _say(f"[iceberg] {catalog}")
+        runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, info.kafka, s3,
+                                                          embedded_catalogs(warehouse, s3, rest=rest)))
 
         # The hourly example's too: its DAG is there (paused) to be backfilled from the UI.
         topics = ["clicks", *(s.target for spec in (CLICKSTREAM, CLICKSTREAM_HOURLY) for s in spec.sinks if s.kind == "kafka")]
@@ -106,10 +121,10 @@ def run_demo(broker: str = DEFAULT_BROKER, warehouse: str | None = None, keep_ru
         _say(f"[input]   produced {len(events)} click events to 'clicks' ({malformed} malformed on purpose)")
 
         airflow = onceflow_airflow(home / "airflow", info.kafka, warehouse, s3, spark_connect=server,
-                                   postgres=info.postgres)
+                                   postgres=info.postgres, iceberg_rest=rest)
         airflow.migrate()
         faulty = onceflow_airflow(home / "airflow", info.kafka, warehouse, s3, spark_connect=server,
-                                  postgres=info.postgres, extra_env={"ONCEFLOW_FAULTS": FAULT})
+                                  postgres=info.postgres, extra_env={"ONCEFLOW_FAULTS": FAULT}, iceberg_rest=rest)
         metadata = MetadataDb(airflow.sql_alchemy_conn)
         database = f"PostgreSQL on {info.postgres.host}:{info.postgres.port}" if info.postgres else SQLITE_FALLBACK
         _say(f"[airflow] home {home / 'airflow'}; warehouse {warehouse}; metadata database: {database}")
@@ -154,12 +169,13 @@ def run_demo(broker: str = DEFAULT_BROKER, warehouse: str | None = None, keep_ru
             airflow.start(timeout=180, detach=True)
             _say(f"[ui]      the onceflow page: {airflow.api_url}/plugin/onceflow (Airflow's UI, Plugins > onceflow);"
                  f" each DAG run has an 'onceflow batch' tab")
-            _say(f"[demo]    the stack and Airflow are still up (`onceflow demo --stop` ends them); look again with:\n          {recheck}")
+            _say(f"[demo]    the stack, the catalog and Airflow are still up (`onceflow demo --stop` ends them); look again with:\n          {recheck}")
         else:
             _say("[demo]    run `onceflow demo --keep-running` to look at the batches, outputs and the onceflow page afterwards")
         return 0 if ok else 1
     finally:
         if not keep_running:
             spark_connect.stop(grace=10)
+            iceberg_rest.stop(grace=10)
             stack.down()
             _say("[stack]   stopped")

@@ -61,6 +61,7 @@ class RunTarget:
     started: float = field(default_factory=time.monotonic)
     spark_server: Any | None = None  # services.spark_connect.RestartableConnectServer in Spark Connect mode
     table_server: Any | None = None  # services.postgres.RestartablePostgres of the table output (--postgres)
+    catalog: Any | None = None  # services.rest_catalog.RestCatalog of the Iceberg outputs (a file warehouse)
     task_of: dict[str, str | None] = field(default_factory=dict)  # task instance id -> task id
     conf: dict[str, Any] = field(default_factory=dict)  # the run's conf
     vote_age_guard_s: float = 0.0  # how old a Kafka vote may be at commit (half the sinks' transaction timeout)
@@ -549,6 +550,38 @@ def _crash_table_server(target: RunTarget, fault: schedule.Fault) -> Injection:
     return Injection(fault.kind, True, f"{what}, started again {fault.detail['down_s']} s later", at)
 
 
+def _iceberg_done(target: RunTarget) -> bool:
+    """Every Iceberg output of the run's batch is committed (its done record written)."""
+    status = _this_runs_batch(target)
+    return status is not None and all(sink.name in status.done for sink in target.runtime.spec.sinks
+                                      if sink.kind == "iceberg")
+
+
+def _kill_catalog(target: RunTarget, fault: schedule.Fault) -> Injection:
+    """The Iceberg REST catalog SIGKILLed ``after_s`` into the commit task, before the table's commit
+    is done (else the kill met no commit), and started again on its port ``down_s`` later."""
+    from onceflow_devkit.services.process import ServiceError
+
+    if _wait_for(target, lambda: _task_process(target, "commit")) is None:
+        return Injection(fault.kind, False, "the commit task never ran")
+    if not target.wait(fault.detail["after_s"]):
+        return Injection(fault.kind, False, f"the run ended within {fault.detail['after_s']} s of the commit task starting")
+    if _iceberg_done(target):
+        return Injection(fault.kind, False, f"the table's commit was done {fault.detail['after_s']} s into the commit task")
+    at = target.elapsed()
+    if not target.catalog.proc.kill():
+        return Injection(fault.kind, False, "the REST catalog was not running", at)
+    if _iceberg_done(target):  # done between the look and the kill: the kill may have come after it
+        return Injection(fault.kind, False, "the table's commit was done as its catalog went down", at)
+    what = f"the REST catalog SIGKILLed {fault.detail['after_s']} s into the commit task, before the table's commit was done"
+    time.sleep(fault.detail["down_s"])
+    try:
+        target.catalog.restart()
+    except ServiceError as exc:  # the runner starts it again after the run
+        return Injection(fault.kind, True, f"{what}; starting it again failed: {exc}", at)
+    return Injection(fault.kind, True, f"{what}, started again on its port {fault.detail['down_s']} s later", at)
+
+
 def _table_prepared(target: RunTarget) -> bool:
     """A transaction of the run's batch is PREPAREd on the table's server."""
     from onceflow_postgres_sink import ids
@@ -683,6 +716,7 @@ INJECTORS: dict[str, Callable[[RunTarget, schedule.Fault], Injection]] = {
     schedule.TIMEOUT_AFTER_DECISION: _timeout_after_decision,
     schedule.POSTGRES_CRASHED: _crash_table_server,
     schedule.POSTGRES_CONNECTIONS_KILLED: _kill_table_connections,
+    schedule.CATALOG_KILLED: _kill_catalog,
 }
 
 

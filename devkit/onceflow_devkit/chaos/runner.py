@@ -90,7 +90,7 @@ class ChaosOptions:
         capabilities = CAPABILITIES[self.broker]
         return schedule.kinds_for(warehouse_on_s3, self.spark, self.mode, ADDS_PARTITIONS in capabilities,
                                   cluster=self.broker == CLUSTER, times_out=TXN_TIMEOUT_ABORTS in capabilities,
-                                  postgres=self.postgres)
+                                  postgres=self.postgres, rest_catalog=not warehouse_on_s3)
 
     @property
     def transaction_timeout_ms(self) -> int:
@@ -113,7 +113,7 @@ class ChaosOptions:
             raise ConfigurationError(f"--executor {self.executor!r}: choose one of {', '.join(EXECUTORS)}")
         if self.spark not in schedule.SPARK_MODES:
             raise ConfigurationError(f"--spark {self.spark!r}: choose one of {', '.join(schedule.SPARK_MODES)}")
-        impossible = set(self.kinds or ()) - set(self.possible_kinds(True))
+        impossible = set(self.kinds or ()) - set(self.possible_kinds(True)) - set(self.possible_kinds(False))
         if impossible:
             raise ConfigurationError(f"fault kinds {sorted(impossible)} cannot happen with --broker {self.broker} "
                                      f"--spark {self.spark} --mode {self.mode}"
@@ -125,6 +125,9 @@ class ChaosOptions:
             raise ConfigurationError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(schedule.ALL_KINDS)}")
         if self.warehouse == "file" and schedule.S3_FAULTS in (self.kinds or ()):
             raise ConfigurationError("fault kind s3_faults needs --warehouse s3")
+        if self.warehouse == "s3" and schedule.CATALOG_KILLED in (self.kinds or ()):
+            raise ConfigurationError("fault kind catalog_killed needs --warehouse file: only a file warehouse's "
+                                     "tables are in the REST catalog")
         if self.postgres and self.mode != "offsets":
             raise ConfigurationError("--postgres adds its table to the clickstream DAG of --mode offsets only")
 
@@ -195,6 +198,7 @@ class _Run:
         self.spark_server = None
         self.redis = None  # the Celery broker's process (--executor celery)
         self.table_server = None  # services.postgres.RestartablePostgres of the table output (--postgres)
+        self.catalog = None  # services.rest_catalog.RestCatalog of a file warehouse's tables
         self._home_lock = None
         self.oversized_at: dict[int, tuple[int, int]] = {}  # faulted run n -> where its oversized record is
         self.backfill = options.mode == "backfill"
@@ -232,11 +236,18 @@ class _Run:
         else:
             self.warehouse = f"file://{self.home / 'warehouse'}"
         forget_embedded_catalogs(self.warehouse)
+        if options.warehouse == "file":  # the REST server writes no S3: an S3 warehouse keeps the SQL catalog
+            from onceflow_devkit.services.process import ManagedProcess, pick_port
+            from onceflow_devkit.services.rest_catalog import start_rest_catalog
+
+            self.catalog = start_rest_catalog(ManagedProcess("iceberg-rest", self.home / "iceberg-rest"),
+                                              f"{self.warehouse}/iceberg", port=pick_port(None))
         # The harness reads S3 directly: audits must not depend on the proxy's luck.
         spec = pipeline_spec(options)
         table_env = self._start_table_server() if options.postgres else {}
         direct_s3 = info.s3 if clients_s3 else None
-        self.runtime = PipelineRuntime(spec, Deployment(self.warehouse, info.kafka, direct_s3, embedded_catalogs(self.warehouse, direct_s3)))
+        self.runtime = PipelineRuntime(spec, Deployment(self.warehouse, info.kafka, direct_s3,
+                                                        embedded_catalogs(self.warehouse, direct_s3, rest=self.catalog)))
         # On the cluster every topic has the brokers' replication (3, min.insync.replicas 2): with one
         # replica a killed node loses records it acknowledged, and the input with them.
         ensure_topics(info.kafka.config(), ["clicks", *(s.target for s in spec.sinks if s.kind == "kafka")], partitions=2,
@@ -257,7 +268,7 @@ class _Run:
             extra_env={"ONCEFLOW_SCHEDULE": "none", "CLICKSTREAM_TRANSACTION_TIMEOUT_MS": str(options.transaction_timeout_ms),
                        **({"CLICKSTREAM_TABLE_CONNECTION": TABLE_CONN_ID} if options.postgres else {}), **injection},
             spark_connect=self.spark_server.server if self.spark_server else None, postgres=info.postgres,
-            celery=self._start_celery_broker(),
+            celery=self._start_celery_broker(), iceberg_rest=self.catalog,
         )
         if self.table_server is not None:
             self.airflow.set_connection(TABLE_CONN_ID, self.table_server.server.connection())
@@ -320,7 +331,7 @@ class _Run:
         """What a killed run of this home left running besides its stack: its pid files go with the home."""
         from onceflow_devkit.services.process import ManagedProcess
 
-        for name in ("spark-connect", "redis", "postgres-table"):
+        for name in ("spark-connect", "redis", "postgres-table", "iceberg-rest"):
             ManagedProcess(name, self.home / name).stop(grace=5)
 
     def _hold_home(self) -> None:
@@ -363,6 +374,8 @@ class _Run:
             self.redis.stop(grace=5)
         if self.table_server is not None:
             self.table_server.stop()
+        if self.catalog is not None:
+            self.catalog.proc.stop(grace=5)
         if self.spark_server is not None:
             self.spark_server.stop()
         if self.proxy is not None:
@@ -383,7 +396,8 @@ class _Run:
         thread = None
         if fault is not None:
             target = RunTarget(api, self.dag_id, run_id, self.airflow, self.stack, self.runtime, self.proxy, self.fired_log,
-                               finished, started, spark_server=self.spark_server, table_server=self.table_server, conf=conf,
+                               finished, started, spark_server=self.spark_server, table_server=self.table_server,
+                               catalog=self.catalog, conf=conf,
                                vote_age_guard_s=self.options.transaction_timeout_ms * DEFAULT_SAFETY_FRACTION / 1000)
 
             def work() -> None:
@@ -411,6 +425,9 @@ class _Run:
         if self.table_server is not None and self.table_server.process.running_pid() is None:
             self.say(f"[chaos]   the table's PostgreSQL was down after run {run_id}: starting it again")
             self.table_server.start()
+        if self.catalog is not None and self.catalog.proc.running_pid() is None:
+            self.say(f"[chaos]   the Iceberg REST catalog was down after run {run_id}: starting it again")
+            self.catalog = self.catalog.restart()
         return run_id, state, (result[0] if result else None), time.monotonic() - started
 
 

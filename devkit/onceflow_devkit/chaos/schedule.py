@@ -54,6 +54,8 @@ POSTGRES_CRASHED = "postgres_crashed"  # the table's server crashes (every proce
 # Every connection to the table's server terminated (pg_terminate_backend) again and again for a while,
 # from the batch's first PREPARE (writers of other splits) or from the commit task's start (the commit's).
 POSTGRES_CONNECTIONS_KILLED = "postgres_connections_killed"
+# With the dev kit's Iceberg REST catalog (a file warehouse; an S3 one keeps the SQL catalog):
+CATALOG_KILLED = "catalog_killed"  # the REST catalog SIGKILLed as the commit runs, started again on its port seconds later
 
 PROCESS_KINDS = (KILL_SPARK_SUBMIT, KILL_PYTHON_WORKER, KILL_TASK_PROCESS, LOSE_WORKER)
 BROKER_KINDS = (BROKER_RESTART, BROKER_UNREACHABLE, BROKER_FENCE, BROKER_ABORT_AFTER_COMMIT)
@@ -65,7 +67,7 @@ CLUSTER_KINDS = (NODE_KILLED, CONTROLLER_KILLED, COORDINATOR_KILLED)
 TIMEOUT_KINDS = (TIMEOUT_BEFORE_DECISION, TIMEOUT_AFTER_DECISION)
 POSTGRES_KINDS = (POSTGRES_CRASHED, POSTGRES_CONNECTIONS_KILLED)
 ALL_KINDS = (POINT_CRASH, POINT_RAISE, *PROCESS_KINDS, *BROKER_KINDS, S3_FAULTS, *CONNECT_KINDS, *INPUT_KINDS, *RUN_KINDS,
-             *CLUSTER_KINDS, *TIMEOUT_KINDS, *POSTGRES_KINDS)
+             *CLUSTER_KINDS, *TIMEOUT_KINDS, *POSTGRES_KINDS, CATALOG_KILLED)
 # How the spark task runs its job: spark-submit (a driver JVM per batch) or Spark Connect.
 SPARK_MODES = ("submit", "connect")
 
@@ -77,17 +79,19 @@ _ANY_MAX_HITS = 12  # '*' fires at the n-th step reached; a run takes roughly 20
 
 def kinds_for(warehouse_on_s3: bool, spark: str = "submit", mode: str = "offsets",
               adds_partitions: bool = True, cluster: bool = False, times_out: bool = False,
-              postgres: bool = False) -> tuple[str, ...]:
+              postgres: bool = False, rest_catalog: bool = False) -> tuple[str, ...]:
     """The kinds that can happen: S3 faults need an S3 warehouse, a spark-submit JVM exists only
     in submit mode, a Spark Connect client and server only in connect mode; the input kinds
     change the input of an offsets pipeline only, and a partition is added only on a broker
     that can (``adds_partitions``). Nodes die only in a ``cluster``; a transaction times out
     only on a broker that ``times_out``, and is waited for in offsets mode only. The
-    PostgreSQL kinds need a table among the outputs (``postgres``)."""
+    PostgreSQL kinds need a table among the outputs (``postgres``), the catalog's the REST catalog
+    (``rest_catalog``)."""
     absent = {*(() if warehouse_on_s3 else (S3_FAULTS,)), *(CONNECT_KINDS if spark == "submit" else (KILL_SPARK_SUBMIT,)),
               *(() if mode == "offsets" else (*INPUT_KINDS, *RUN_KINDS, *TIMEOUT_KINDS)),
               *(() if adds_partitions else (PARTITION_ADDED,)), *(() if cluster else CLUSTER_KINDS),
-              *(() if times_out else TIMEOUT_KINDS), *(() if postgres else POSTGRES_KINDS)}
+              *(() if times_out else TIMEOUT_KINDS), *(() if postgres else POSTGRES_KINDS),
+              *(() if rest_catalog else (CATALOG_KILLED,))}
     return tuple(k for k in ALL_KINDS if k not in absent)
 
 
@@ -166,6 +170,8 @@ def draw(rng: random.Random, kind: str, points: Sequence[str]) -> Fault:
         return Fault(kind, {"after_s": round(rng.uniform(0.0, 1.5), 2), "down_s": round(rng.uniform(1.0, 8.0), 2)})
     if kind == POSTGRES_CONNECTIONS_KILLED:  # from the batch's first PREPARE or the commit task's start, for how long
         return Fault(kind, {"at": rng.choice(("prepare", "commit")), "for_s": round(rng.uniform(1.0, 6.0), 2)})
+    if kind == CATALOG_KILLED:  # seconds after the commit task starts, and how long the catalog stays down
+        return Fault(kind, {"after_s": round(rng.uniform(0.0, 1.5), 2), "down_s": round(rng.uniform(1.0, 8.0), 2)})
     if kind == S3_FAULTS:
         # Shares of S3 requests to fail in this batch, by S3 fault kind.
         return Fault(kind, {"error_share": round(rng.uniform(0.03, 0.12), 3)})

@@ -1,13 +1,17 @@
-"""The embedded Iceberg catalog: pyiceberg's SQL catalog on a local SQLite file,
-its tables under the warehouse (``<warehouse>/iceberg``), on the local
-filesystem or the embedded S3.
+"""The dev kit's Iceberg catalogs, as the properties the connection ``onceflow_iceberg`` carries.
 
-Production points the catalog connection elsewhere (a REST catalog, or the
-SQL catalog on Postgres): docs/iceberg.md shows both. Nothing here is a
-server: the catalog is the SQLite file, which every process on this machine
-finds from the warehouse alone (beside it when local; for an S3 warehouse in
-a directory named after it), so the Airflow tasks, the Spark job, the audit
-and the tests all open the same catalog.
+Two kinds, chosen by the caller:
+
+- **REST** (``rest=``): the dev kit's REST catalog server (``services.rest_catalog``), what users
+  run in production (Polaris, Nessie, Lakekeeper, Glue's or Unity's REST endpoints); a local
+  warehouse.
+- **SQL**: pyiceberg's SQL catalog on a local SQLite file, its tables under the warehouse
+  (``<warehouse>/iceberg``), on the local filesystem or the embedded S3. Nothing is a server: the
+  catalog is the SQLite file, which every process on this machine finds from the warehouse alone
+  (beside it when local; for an S3 warehouse in a directory named after it), so the Airflow
+  tasks, the Spark job, the audit and the tests all open the same catalog.
+
+docs/iceberg.md shows both, and the SQL catalog on Postgres.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 
 from onceflow.config.s3_connection import S3Connection
 from onceflow.storage.local import local_path
+from onceflow_devkit.services.rest_catalog import RestCatalog
 
 CONN_ID = "onceflow_iceberg"  # what the example pipelines name (SinkSpec.catalog)
 
@@ -47,8 +52,12 @@ def _state_dir(warehouse: str) -> Path:
     return local_path(warehouse) / "_iceberg"
 
 
-def embedded_catalogs(warehouse: str, s3: S3Connection | None = None) -> dict[str, dict[str, str]]:
-    """{CONN_ID: properties} of the embedded catalog of onceflow warehouse ``warehouse``."""
+def embedded_catalogs(warehouse: str, s3: S3Connection | None = None,
+                      rest: RestCatalog | None = None) -> dict[str, dict[str, str]]:
+    """{CONN_ID: properties} of the embedded catalog of onceflow warehouse ``warehouse``: the REST
+    catalog ``rest`` (its tables under its own warehouse) when given, else the SQL catalog."""
+    if rest is not None:
+        return {CONN_ID: rest.properties()}
     warehouse = warehouse.rstrip("/")
     return {CONN_ID: catalog_properties(_state_dir(warehouse), f"{warehouse}/iceberg", s3)}
 

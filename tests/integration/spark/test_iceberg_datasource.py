@@ -1,5 +1,6 @@
 """Iceberg outputs through real Spark: a pipeline writes ``page_minute_counts`` both
-as a Parquet directory and as an Iceberg table, on a local and an S3 warehouse.
+as a Parquet directory and as an Iceberg table: through the dev kit's REST catalog (a local
+warehouse), or the SQL catalog on a local and an S3 warehouse.
 
 Plan -> Spark job (the onceflow_iceberg data source writes the data files on
 executors) -> commit; the table, read through its catalog, holds the same rows
@@ -35,12 +36,18 @@ def transform(records, batch_id):
 
 
 def iceberg_pipeline(broker, tmp_path, warehouse_kind: str, request):
+    """``warehouse_kind``: "rest" (the session's REST catalog, a local warehouse), or the SQL
+    catalog on a "local" or "s3" warehouse."""
     tag = uuid.uuid4().hex[:8]
     base = unique_clickstream(tag)
     table = SinkSpec("page_minute_table", "iceberg", f"cs_{tag}.page_minute_counts", catalog=CONN_ID,
                      partition_by=("day(window_start)",))
     spec = dataclasses.replace(base, transform=f"{__name__}:transform", sinks=(*base.sinks, table))
     ensure_topics(broker.config(), [spec.topics[0], *(s.target for s in spec.sinks if s.kind == "kafka")])
+    if warehouse_kind == "rest":
+        warehouse = f"file://{tmp_path}/warehouse"
+        return PipelineRuntime(spec, Deployment(warehouse, broker, None,
+                                                {CONN_ID: request.getfixturevalue("rest_catalog").properties()}))
     if warehouse_kind == "local":
         warehouse, s3 = f"file://{tmp_path}/warehouse", None
         lake = f"file://{tmp_path}/lake"
@@ -53,7 +60,8 @@ def iceberg_pipeline(broker, tmp_path, warehouse_kind: str, request):
 
 
 @pytest.mark.parametrize("warehouse_kind", [
-    # On a local warehouse, make test's replay audit (test_replay_audit) checks the table batch by batch.
+    # Through the REST catalog, make test's replay audit (test_replay_audit) checks the table batch by batch.
+    pytest.param("rest", marks=pytest.mark.slow),
     pytest.param("local", marks=pytest.mark.slow),
     "s3",
 ])
@@ -100,7 +108,7 @@ def test_a_job_that_dies_after_writing_the_table_is_rolled_back_and_its_replay_c
     of the same ranges commits it once."""
     from onceflow.core import faults
 
-    runtime = iceberg_pipeline(one_kafka_broker, tmp_path, "local", request)
+    runtime = iceberg_pipeline(one_kafka_broker, tmp_path, "rest", request)
     produce(one_kafka_broker, runtime.spec.topics[0], 400, seed=5)
     coordinator = runtime.coordinator
     with runtime.offset_source() as source:

@@ -75,7 +75,7 @@ def test_replay_matches_every_output_then_finds_each_tampering(spark, _brokers, 
     shows_aborted = not kafka_broker.has(HIDES_ABORTED_RECORDS)
     # The connection's broker profile tells the audit what the dev kit knows of the broker.
     assert runtime_broker_hides(kafka_broker) is not shows_aborted
-    runtime = iceberg_pipeline(kafka_broker, tmp_path, "local", request)
+    runtime = iceberg_pipeline(kafka_broker, tmp_path, "rest", request)
     produce(kafka_broker, runtime.spec.topics[0], 1000, seed=5)
     first, second = commit_batches(spark, runtime, 2)
     # An attempt that pre-committed everything and was rolled back: its records and files must not count.

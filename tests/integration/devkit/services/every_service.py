@@ -83,6 +83,15 @@ def _spark_connect(stack: ExitStack, home: Path) -> None:
     _report("spark-connect", started, proc.directory)
 
 
+def _iceberg_rest(stack: ExitStack, home: Path) -> None:
+    from onceflow_devkit.services.rest_catalog import start_rest_catalog
+
+    started = time.monotonic()
+    proc = _process(stack, home, "iceberg-rest")
+    start_rest_catalog(proc, f"file://{home}/warehouse/iceberg", die_with_parent=True)
+    _report("iceberg-rest", started, proc.directory)
+
+
 def _spark_standalone(stack: ExitStack, home: Path) -> None:
     from onceflow_devkit.services.spark_standalone import start_standalone
 
@@ -126,6 +135,7 @@ def _airflow(stack: ExitStack, home: Path) -> None:
 STARTERS: dict[str, Callable[[ExitStack, Path], object]] = {
     "stack": _stack, "redis": _redis, "spark-connect": _spark_connect, "hdfs": _hdfs,
     "spark-standalone": _spark_standalone, "compatible-brokers": _compatible_brokers, "airflow": _airflow,
+    "iceberg-rest": _iceberg_rest,
 }
 
 

@@ -28,7 +28,7 @@ from tests.support import ROOT
 LONG_PATH = 150  # characters: a socket's path under it would pass 107 bytes
 PACKAGES = (onceflow, onceflow_devkit, onceflow_examples, onceflow_postgres_sink)
 # Started side by side, one process each, so that the JVMs' starts overlap.
-SERVICE_GROUPS = (("stack", "redis", "compatible-brokers"), ("spark-connect",), ("hdfs", "spark-standalone"))
+SERVICE_GROUPS = (("stack", "redis", "compatible-brokers"), ("spark-connect", "iceberg-rest"), ("hdfs", "spark-standalone"))
 
 
 def _package_roots() -> list[Path]:
@@ -92,8 +92,8 @@ def _started(checkout: Path, *groups: tuple[str, ...], timeout: float) -> dict[s
 def test_every_service_starts_from_a_checkout_whose_path_is_150_characters_long(long_checkout):
     assert len(str(long_checkout)) >= LONG_PATH
     services = _started(long_checkout, *SERVICE_GROUPS, timeout=400)
-    assert sorted(services) == ["hdfs", "kafka", "kafka-noida", "kafka-tansu", "postgres", "redis", "s3",
-                                "spark-connect", "spark-standalone"], services
+    assert sorted(services) == ["hdfs", "iceberg-rest", "kafka", "kafka-noida", "kafka-tansu", "postgres", "redis",
+                                "s3", "spark-connect", "spark-standalone"], services
 
 
 @pytest.mark.slow  # Airflow's metadata database is migrated on the clone's new PostgreSQL first

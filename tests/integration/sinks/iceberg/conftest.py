@@ -1,5 +1,6 @@
-"""A fresh Iceberg table per test: pyiceberg's SQL catalog on SQLite, the
-warehouse on the local filesystem or on the embedded S3 (over HTTP)."""
+"""A fresh Iceberg table per test, in a namespace of its own: through the dev kit's REST catalog
+(a local warehouse), or pyiceberg's SQL catalog on SQLite with the warehouse on the local
+filesystem (slow set) or on the embedded S3 (over HTTP)."""
 
 from __future__ import annotations
 
@@ -38,9 +39,12 @@ class TableUnderTest:
         return [s.summary["onceflow.batch"] for s in self.table().metadata.snapshots if s.summary["onceflow.batch"]]
 
 
-@pytest.fixture(params=["local", "s3"])
+# make test runs the REST catalog and the SQL catalog on S3 (the REST catalog's server writes no S3).
+@pytest.fixture(params=["rest", pytest.param("local", marks=pytest.mark.slow), "s3"])
 def iceberg_table(request, tmp_path) -> TableUnderTest:
-    if request.param == "local":
+    if request.param == "rest":
+        properties = request.getfixturevalue("rest_catalog").properties()
+    elif request.param == "local":
         warehouse = f"file://{tmp_path}/lake"
         properties = catalog_properties(tmp_path / "catalog", warehouse)
     else:

@@ -1,4 +1,5 @@
-"""The Iceberg sink participant against a real SQLite catalog, on local and S3 warehouses.
+"""The Iceberg sink participant against real catalogs: the REST catalog, and the SQL catalog
+on local and S3 warehouses.
 
 Each test writes real data files with pyiceberg's writer the way a Spark task
 does, drives the participant the way the coordinator does, and then reads the

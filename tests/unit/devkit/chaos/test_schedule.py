@@ -54,7 +54,10 @@ def test_each_mode_draws_only_the_kinds_that_can_happen_in_it():
     assert not set(schedule.INPUT_KINDS) & set(schedule.kinds_for(True, "submit", mode="backfill"))
     assert set(schedule.RUN_KINDS) <= set(connect) and not set(schedule.RUN_KINDS) & set(schedule.kinds_for(True, "connect", mode="backfill"))
     assert set(submit) | set(connect) == set(schedule.ALL_KINDS) - {*schedule.CLUSTER_KINDS, *schedule.TIMEOUT_KINDS,
-                                                                     *schedule.POSTGRES_KINDS}
+                                                                     *schedule.POSTGRES_KINDS, schedule.CATALOG_KILLED}
+    # The REST catalog's kind only where the tables are in it (a file warehouse's).
+    assert schedule.CATALOG_KILLED in schedule.kinds_for(False, "submit", rest_catalog=True)
+    assert schedule.CATALOG_KILLED not in schedule.kinds_for(False, "submit")
     # The repair path: the commit task crashes right after COMMIT (the injector then aborts at the broker).
     [fault] = schedule.fault_sequence(1, 1, (schedule.BROKER_ABORT_AFTER_COMMIT,))
     assert faults.parse(fault.run_param) == {"ledger.decision.after_write": ("crash", 1)}

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from onceflow.config.settings import ConfigurationError
-from onceflow.config.kafka_cluster import REDACTED, KafkaCluster, is_secret, redact  # noqa: F401  (redaction lives with the settings it guards)
+from onceflow.config.kafka_cluster import REDACTED, KafkaCluster, check_sasl_mechanism, is_secret, redact  # noqa: F401  (redaction lives with the settings it guards)
 
 
 
@@ -106,6 +106,19 @@ def consumer_config(source: KafkaCluster | Mapping[str, Any], group_id: str, **o
     return config
 
 
+def principal(config: Mapping[str, Any]) -> str:
+    """Who the cluster takes this client for, as its ACLs name it (as far as the settings tell)."""
+    protocol = str(config.get("security.protocol", "PLAINTEXT")).upper()
+    mechanism = str(config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "GSSAPI").upper()
+    if protocol.startswith("SASL") and config.get("sasl.username") and mechanism != "GSSAPI":
+        return f"User:{config['sasl.username']}"
+    if protocol.startswith("SASL"):
+        return "this client's Kerberos principal"
+    if protocol == "SSL":
+        return "the principal of this client's TLS certificate"
+    return "User:ANONYMOUS"
+
+
 # librdkafka setting -> kafka-python setting, for the connection of txn_protocol.
 _KAFKA_PYTHON_KEYS = {
     "bootstrap.servers": "bootstrap_servers",
@@ -129,6 +142,7 @@ _UNSUPPORTED_PREFIXES = ("ssl.keystore.", "ssl.certificate.pem", "ssl.key.pem", 
 def kafka_python_config(source: KafkaCluster | Mapping[str, Any]) -> dict[str, Any]:
     """The same connection, for kafka-python (used only for FindCoordinator/EndTxn)."""
     config = base_config(source)
+    check_sasl_mechanism(config)
     out: dict[str, Any] = {}
     for key, value in config.items():
         if key in _KAFKA_PYTHON_KEYS:

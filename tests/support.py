@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,21 @@ def hdfs_client_storage(spark, cluster: HdfsCluster, conf_dir: Path):
     storage = HadoopStorage(jvm, conf)
     assert storage.exists(f"{cluster.uri}/")
     return storage
+
+
+@contextmanager
+def spark_worker_env(spark, **env: str):
+    """Inside it, the Python workers of functions ``spark`` wraps (UDFs, the data sources a job registers)
+    get ``env`` as ``spark.executorEnv.*`` gives it: a deployment hands executors their Kafka secrets that
+    way (docs/deploying.md), and a session's settings are fixed once it runs."""
+    environment = spark.sparkContext.environment
+    before = {k: environment.get(k) for k in env}
+    environment.update(env)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                environment.pop(key, None)
+            else:
+                environment[key] = value

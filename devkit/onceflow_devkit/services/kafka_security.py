@@ -20,14 +20,16 @@ import json
 import secrets
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from onceflow.kafka.acls import PRINCIPALS
 from onceflow_devkit.services.process import ServiceError, write_private
 
 if TYPE_CHECKING:
+    from onceflow.kafka.acls import Grant
     from onceflow_devkit.services.kafka_broker import KafkaBroker
 
 MECHANISM = "SCRAM-SHA-512"
@@ -160,3 +162,42 @@ class SecuredKafka:
         from dataclasses import replace
 
         return replace(self.broker, client_config={**self.security.client_config(user), **overrides})
+
+
+def _bindings(grants: Iterable["Grant"], kind) -> list:
+    """``grants`` as the Admin API's ``kind`` (AclBinding to create, AclBindingFilter to delete)."""
+    from confluent_kafka.admin import AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    types = {"TOPIC": ResourceType.TOPIC, "GROUP": ResourceType.GROUP, "TRANSACTIONAL_ID": ResourceType.TRANSACTIONAL_ID,
+             "CLUSTER": ResourceType.BROKER}
+    return [kind(types[g.resource.name], g.name, ResourcePatternType[g.pattern.upper()], g.principal, "*",
+                 AclOperation[g.acl.operation.upper()], AclPermissionType.ALLOW) for g in grants]
+
+
+def apply_grants(admin_config: Mapping[str, Any], grants: Iterable["Grant"], revoke: bool = False,
+                 timeout_s: float = 30.0) -> None:
+    """Create (or, ``revoke``, delete) the ACLs of ``grants`` through the Admin API, as ``kafka-acls.sh``
+    does, and return once the broker's authorizer shows them so (it learns them from the metadata log)."""
+    from confluent_kafka.admin import AclBinding, AclBindingFilter, AclOperation, AdminClient, AclPermissionType, \
+        ResourcePatternType, ResourceType
+
+    grants = list(grants)
+    if not grants:
+        return
+    admin = AdminClient(dict(admin_config))
+    calls = (admin.delete_acls(_bindings(grants, AclBindingFilter), request_timeout=timeout_s) if revoke
+             else admin.create_acls(_bindings(grants, AclBinding), request_timeout=timeout_s))
+    for future in calls.values():
+        future.result(timeout_s)
+    every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                             AclPermissionType.ANY)
+    wanted = _bindings(grants, AclBinding)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        shown = set(admin.describe_acls(every, request_timeout=timeout_s).result(timeout_s))
+        if all((binding in shown) != revoke for binding in wanted):
+            return
+        if time.monotonic() > deadline:
+            raise ServiceError(f"the broker's authorizer did not show {'the removal of ' if revoke else ''}"
+                               f"{len(wanted)} ACL(s) within {timeout_s:.0f} s")
+        time.sleep(0.05)

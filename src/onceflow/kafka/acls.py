@@ -28,6 +28,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from onceflow.kafka.config import ASSIGN_ONLY_GROUP
 from onceflow.kafka.ids import pipeline_prefix
 
 
@@ -50,6 +51,7 @@ class Of(enum.Enum):
     INPUT_TOPICS = "input topics"
     OUTPUT_TOPICS = "Kafka sinks' topics"
     OFFSETS_GROUP = "offsets group"
+    READERS_GROUP = "readers' group"
     TRANSACTIONAL_IDS = "transactional ids"
     CLUSTER = "cluster"
 
@@ -84,13 +86,17 @@ class Acl:
         return f"{self.principal.role}-{self.operation.lower()}-{self.of.name.lower().replace('_', '-')}"
 
 
+READERS_GROUP_WHY = ("the group id librdkafka's consumers need: they look up its coordinator (FindCoordinator) even "
+                     "though onceflow's readers only assign() and never commit to it")
 ACLS: tuple[Acl, ...] = (
     Acl(SPARK, "Read", Of.INPUT_TOPICS, "read the batch's planned ranges (Fetch)"),
+    Acl(SPARK, "Describe", Of.READERS_GROUP, READERS_GROUP_WHY),
     Acl(SPARK, "Write", Of.OUTPUT_TOPICS, "produce each split's records in its transaction"),
     Acl(SPARK, "Write", Of.TRANSACTIONAL_IDS, "InitProducerId and AddPartitionsToTxn for each split; a retried "
         "attempt fences the earlier attempt's ids"),
     Acl(AIRFLOW, "Read", Of.INPUT_TOPICS, "plan: the input's partitions and last stable offsets; the offsets mirror "
         "(OffsetCommit) and the lag on the page and in the triggerer"),
+    Acl(AIRFLOW, "Describe", Of.READERS_GROUP, READERS_GROUP_WHY),
     Acl(AIRFLOW, "Read", Of.OFFSETS_GROUP, "commit: mirror the batch's input offsets to the consumer group, so lag "
         "tools show the truth; the page reads them back"),
     Acl(AIRFLOW, "Read", Of.OUTPUT_TOPICS, "commit: read each split back until it is visible; rollback: see it aborted"),
@@ -120,6 +126,8 @@ class PipelineResources:
             return [(Resource.TOPIC, t, "literal") for t in self.output_topics]
         if of is Of.OFFSETS_GROUP:
             return [(Resource.GROUP, self.offsets_group, "literal")]
+        if of is Of.READERS_GROUP:
+            return [(Resource.GROUP, ASSIGN_ONLY_GROUP, "literal")]
         if of is Of.TRANSACTIONAL_IDS:
             return [(Resource.TRANSACTIONAL_ID, pipeline_prefix(self.pipeline), "prefixed")]
         return [(Resource.CLUSTER, "kafka-cluster", "literal")]

@@ -89,8 +89,16 @@ def _with_defaults(config: dict[str, Any], overrides: Mapping[str, Any]) -> dict
 RECEIVE_MESSAGE_MAX_BYTES = 2_147_483_647
 
 
-def consumer_config(source: KafkaCluster | Mapping[str, Any], group_id: str, **overrides: Any) -> dict[str, Any]:
-    """A read_committed consumer that never commits offsets on its own."""
+# librdkafka's consumer needs a group id, and looks up the group's coordinator even when it only assign()s
+# (FindCoordinator: DESCRIBE on the group, an ACL like any other). Every onceflow consumer that reads by
+# assign() carries this one and never commits to it. The dot keeps it apart from pipelines' own groups.
+ASSIGN_ONLY_GROUP = "onceflow.readers"
+
+
+def consumer_config(source: KafkaCluster | Mapping[str, Any], group_id: str = ASSIGN_ONLY_GROUP,
+                    **overrides: Any) -> dict[str, Any]:
+    """A read_committed consumer that never commits offsets on its own (of ``group_id``: the pipeline's
+    consumer group where offsets are mirrored, else the group of assign()-only readers)."""
     config = base_config(source)
     _refuse(config, "isolation.level", {"read_committed"}, "read_uncommitted would show open and aborted transactions")
     config.setdefault("receive.message.max.bytes", RECEIVE_MESSAGE_MAX_BYTES)

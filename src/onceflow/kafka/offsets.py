@@ -67,7 +67,6 @@ class KafkaOffsetSource:
         self._consumer = Consumer(
             consumer_config(
                 config,
-                "onceflow-offset-source",
                 **{
                     "enable.partition.eof": True,
                     "auto.offset.reset": "earliest",

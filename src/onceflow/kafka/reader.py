@@ -48,7 +48,6 @@ SCHEMA = pa.schema(
     ]
 )
 FIELDS = tuple(SCHEMA.names)
-READER_GROUP = "onceflow-range-reader"  # never committed to: assign() only
 # Per-record accessors of the fields that come from the message itself. Each
 # is a call into the client per record (``headers()`` costs the most), so
 # only the fields asked for are read.
@@ -114,7 +113,6 @@ class RangeReader:
         self._consumer = Consumer(
             consumer_config(
                 config,
-                READER_GROUP,
                 **{"enable.partition.eof": True, "auto.offset.reset": "error", "fetch.wait.max.ms": 100},
             )
         )

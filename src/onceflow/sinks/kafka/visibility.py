@@ -100,7 +100,6 @@ class Observer:
         self._consumer = Consumer(
             consumer_config(
                 config,
-                "onceflow-visibility",
                 **{
                     "enable.partition.eof": True,
                     "fetch.wait.max.ms": 50,

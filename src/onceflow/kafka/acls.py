@@ -174,3 +174,19 @@ def grants(resources: PipelineResources, users: Mapping[str, str] | None = None,
     return [Grant(acl, users[acl.principal.role], resource, name, pattern)
             for acl in acls if acl.required or not required_only
             for resource, name, pattern in resources.named(acl.of)]
+
+
+def script(resources: PipelineResources, users: Mapping[str, str] | None = None, bootstrap: str = "BROKER:9093",
+           command_config: str = "admin.properties") -> str:
+    """The pipeline's grants as a shell script of ``kafka-acls.sh`` commands, each under the row's why;
+    rows that are not required are printed commented out, with what they buy."""
+    users = {**default_users(), **(users or {})}
+    lines = [f"# The ACLs of pipeline {resources.pipeline}: what onceflow's two principals need, and nothing more.",
+             f"# {command_config}: the settings of a principal allowed to create ACLs (no password on a command line)."]
+    for principal in PRINCIPALS:
+        lines += ["", f"# User:{users[principal.role]} ({principal.role}): {principal.runs}."]
+        for acl in (a for a in ACLS if a.principal == principal):
+            lines.append(f"# {'' if acl.required else 'optional, '}{acl.operation} on the {acl.of.value}: {acl.why}.")
+            lines += [("" if acl.required else "# ") + g.command(bootstrap, command_config)
+                      for g in grants(resources, users, [acl])]
+    return "\n".join(lines)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from onceflow.core import faults
-from onceflow.kafka.acls import AIRFLOW, SPARK, PipelineResources, grants
+from onceflow.kafka.acls import AIRFLOW, SPARK, grants
 from onceflow.kafka.admin import ensure_topics
 from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow.spark.batch_job import run_batch
@@ -30,11 +30,6 @@ class SecuredPipeline:
     spark_side: PipelineRuntime
     admin: PipelineRuntime
     spark_secrets: dict[str, str]
-
-    def resources(self) -> PipelineResources:
-        spec = self.airflow.spec
-        return PipelineResources(spec.name, spec.topics, tuple(s.target for s in spec.sinks if s.kind == "kafka"),
-                                 spec.group_id)
 
     def plan(self, run_id: str):
         self.airflow.check_kafka()
@@ -61,7 +56,7 @@ def secured_pipeline(secured_kafka, tmp_path) -> SecuredPipeline:
         PipelineRuntime(spec, Deployment(warehouse, admin), identity="audit"),
         {"sasl.password": spark_user.client_config["sasl.password"]},
     )
-    granted = grants(pipeline.resources(), required_only=True)
+    granted = grants(spec.kafka_resources(), required_only=True)
     apply_grants(admin.config(), granted)
     yield pipeline
     apply_grants(admin.config(), granted, revoke=True)

@@ -13,6 +13,7 @@ from onceflow.config.settings import ConfigurationError
 from onceflow.kafka.acls import AIRFLOW
 from onceflow.kafka.connection import ConnectionRefused, check_connection
 from onceflow.kafka.offsets import KafkaOffsetSource
+from onceflow.kafka.refusals import NotAuthorized
 from onceflow.sinks.kafka.txn_protocol import describe_transactions
 from onceflow_devkit.services.kafka_security import make_certificates
 from tests.integration.kafka.helpers import create_topic, produce_txn, read_committed
@@ -70,5 +71,6 @@ def test_the_application_users_can_do_nothing_without_acls(secured_kafka):
     topic = create_topic(secured_kafka.broker.config(), partitions=1, prefix="no-acl")
     user = secured_kafka.as_user(AIRFLOW.default_user)
     check_connection(user.config())  # authenticated: the refusal is the authorizer's
-    with KafkaOffsetSource(user.config(), timeout_s=5) as source, pytest.raises(Exception, match="TOPIC_AUTHORIZATION"):
+    with KafkaOffsetSource(user.config(), timeout_s=5) as source, pytest.raises(NotAuthorized) as refused:
         source.partitions([topic])
+    assert str(refused.value).startswith(f"User:{AIRFLOW.default_user} may not READ Topic {topic} (")

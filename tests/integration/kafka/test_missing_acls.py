@@ -163,3 +163,35 @@ def test_a_missing_acl_names_itself_at_once_loses_nothing_and_the_pipeline_goes_
     ends = group.committed([TopicPartition(pipeline.spec.topics[0], p) for p in (0, 1)], timeout=30)
     group.close()
     assert [tp.offset for tp in ends] == [RECORDS // 2] * 2, "the consumer group mirrors the committed ends"
+
+
+def test_writing_a_dropped_commit_marker_takes_alter_or_cluster_action_on_the_cluster_and_says_so_without(pipeline,
+                                                                                                         secured_kafka):
+    # The repair of a hanging transaction (WriteTxnMarkers) is the optional row. Kafka takes ALTER on the
+    # cluster, or CLUSTER_ACTION: each is tried here on a transaction left open in a partition, its
+    # marker written by the Airflow side as a commit of a hanging split would.
+    from dataclasses import replace
+
+    from onceflow.sinks.kafka.txn_protocol import write_commit_markers
+
+    admin, airflow = secured_kafka.broker.config(), pipeline.airflow.deployment.kafka.config()
+    (alter,) = [a for a in ACLS if not a.required]
+    cluster_action = replace(alter, operation="Cluster_Action")
+    refused_first = None
+    for split, grant in enumerate((alter, cluster_action)):
+        writer = TransactionalSplitWriter(admin, pipeline.spec.name, "out", "0000000009", split, pipeline.output,
+                                          f"{pipeline.admin.deployment.warehouse}/hanging-{split}.arrow")
+        writer.begin()
+        writer.write_batch(pa.RecordBatch.from_pydict({"value": [b"held"] * 3, "partition": [split] * 3}))
+        handle = writer.precommit()
+        marked = write_commit_markers(airflow, pipeline.output, [split], handle.producer_id, handle.epoch)
+        refused_first = refused_first or marked[split].refused
+        assert not marked[split].written
+        granted = grants(pipeline.spec.kafka_resources(), acls=[grant])
+        apply_grants(admin, granted)
+        try:
+            assert write_commit_markers(airflow, pipeline.output, [split], handle.producer_id, handle.epoch)[split].written
+        finally:
+            apply_grants(admin, granted, revoke=True)
+    assert refused_first.startswith(f"User:{AIRFLOW.default_user} may not ALTER or CLUSTER_ACTION Cluster (WriteTxnMarkers")
+    assert [v for _, v, _ in read_committed(admin, pipeline.output, 2)] == [b"held"] * 6  # both markers made them visible

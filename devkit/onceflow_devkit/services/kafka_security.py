@@ -171,7 +171,7 @@ def _bindings(grants: Iterable["Grant"], kind) -> list:
     types = {"TOPIC": ResourceType.TOPIC, "GROUP": ResourceType.GROUP, "TRANSACTIONAL_ID": ResourceType.TRANSACTIONAL_ID,
              "CLUSTER": ResourceType.BROKER}
     return [kind(types[g.resource.name], g.name, ResourcePatternType[g.pattern.upper()], g.principal, "*",
-                 AclOperation[g.acl.operation.upper()], AclPermissionType.ALLOW) for g in grants]
+                 AclOperation[g.operation], AclPermissionType.ALLOW) for g in grants]
 
 
 def apply_grants(admin_config: Mapping[str, Any], grants: Iterable["Grant"], revoke: bool = False,

@@ -24,6 +24,7 @@ Rows that are not ``required`` buy one thing, and their absence costs only that 
 from __future__ import annotations
 
 import enum
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -75,7 +76,7 @@ class Acl:
     """One grant of the table: ``principal`` may ``operation`` the pipeline's ``of``."""
 
     principal: Principal
-    operation: str  # as kafka-acls.sh spells it: Read, Write, Describe, Alter...
+    operation: str  # as kafka-acls.sh spells it: Read, Write, Describe, Alter, DescribeConfigs...
     of: Of
     why: str
     required: bool = True
@@ -106,6 +107,12 @@ ACLS: tuple[Acl, ...] = (
     Acl(AIRFLOW, "Alter", Of.CLUSTER, "commit: write the commit marker a transaction coordinator dropped "
         "(WriteTxnMarkers, ALTER or CLUSTER_ACTION on the cluster). Without it such a hanging split's commit answers "
         "retry-later, naming the split, the permission and the remedy", required=False),
+    Acl(AIRFLOW, "DescribeConfigs", Of.CLUSTER, "plan: check each Kafka sink's transaction_timeout_ms against the "
+        "brokers' transaction.max.timeout.ms. Without it the plan logs a warning, and a timeout over the limit is "
+        "refused by init_transactions in the Spark job instead", required=False),
+    Acl(SPARK, "DescribeConfigs", Of.OUTPUT_TOPICS, "the Spark driver: read each sink topic's max.message.bytes, to "
+        "withhold the records over it. Without it the producer's own limit is used (a warning says so), and a topic "
+        "set lower fails the batch", required=False),
 )
 
 
@@ -147,10 +154,10 @@ class Grant:
     def principal(self) -> str:
         return f"User:{self.user}"
 
-    def describe(self) -> str:
-        """What the grant allows, in the words a refusal uses."""
-        prefix = " (prefix)" if self.pattern == "prefixed" else ""
-        return f"{self.principal} may {self.acl.operation.upper()} {self.resource.label} {self.name}{prefix}"
+    @property
+    def operation(self) -> str:
+        """The operation as Kafka's ACL API and the refusals name it: DescribeConfigs -> DESCRIBE_CONFIGS."""
+        return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", self.acl.operation).upper()
 
     def command(self, bootstrap: str = "BROKER:9093", command_config: str = "admin.properties") -> str:
         """This grant as a ``kafka-acls.sh`` command; ``command_config`` holds the admin's own settings

@@ -150,7 +150,7 @@ def test_a_missing_acl_names_itself_at_once_loses_nothing_and_the_pipeline_goes_
         pipeline.run("run-1", broker_aborts_a_split=acl is REPAIR_ROW)
     took = time.monotonic() - started
     said = str(refused.value)
-    assert any(f"{g.principal} may not {acl.operation.upper()} {g.resource.label} {g.name}" in said for g in missing), said
+    assert any(f"{g.principal} may not {g.operation} {g.resource.label} {g.name}" in said for g in missing), said
     assert "onceflow acls --pipeline" in said
     assert took < FAST_S, f"the refusal took {took:.1f} s: {said}"
 
@@ -175,8 +175,8 @@ def test_writing_a_dropped_commit_marker_takes_alter_or_cluster_action_on_the_cl
     from onceflow.sinks.kafka.txn_protocol import write_commit_markers
 
     admin, airflow = secured_kafka.broker.config(), pipeline.airflow.deployment.kafka.config()
-    (alter,) = [a for a in ACLS if not a.required]
-    cluster_action = replace(alter, operation="Cluster_Action")
+    (alter,) = [a for a in ACLS if a.operation == "Alter" and a.of is Of.CLUSTER]
+    cluster_action = replace(alter, operation="ClusterAction")
     refused_first = None
     for split, grant in enumerate((alter, cluster_action)):
         writer = TransactionalSplitWriter(admin, pipeline.spec.name, "out", "0000000009", split, pipeline.output,

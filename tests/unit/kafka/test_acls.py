@@ -35,17 +35,24 @@ def test_each_principal_gets_exactly_these_grants_on_a_pipeline():
         (airflow, "Write", "Topic", "orders-dlq", "literal"),
         (airflow, "Write", "TransactionalId", "onceflow.orders.", "prefixed"),
     }
-    assert granted(ORDERS) - granted(ORDERS, required_only=True) == {(airflow, "Alter", "Cluster", "kafka-cluster", "literal")}
+    assert granted(ORDERS) - granted(ORDERS, required_only=True) == {
+        (airflow, "Alter", "Cluster", "kafka-cluster", "literal"),
+        (airflow, "DescribeConfigs", "Cluster", "kafka-cluster", "literal"),
+        (spark, "DescribeConfigs", "Topic", "orders-out", "literal"),
+        (spark, "DescribeConfigs", "Topic", "orders-dlq", "literal"),
+    }
 
 
 def test_normal_work_needs_no_cluster_permission_and_the_spark_side_never_commits_offsets():
     assert not [a for a in ACLS if a.required and a.of is Of.CLUSTER]
     assert not [a for a in ACLS if a.principal is SPARK and a.of in (Of.OFFSETS_GROUP, Of.CLUSTER)]
+    assert not [a for a in ACLS if a.principal is SPARK and a.operation != "Read" and a.of is Of.INPUT_TOPICS]
 
 
 def test_every_row_belongs_to_a_principal_and_says_why_and_rows_are_told_apart_by_key():
     assert {a.principal for a in ACLS} == set(PRINCIPALS)
-    assert all(a.why and a.operation in ("Read", "Write", "Describe", "Alter") for a in ACLS)
+    assert all(a.why and a.operation in ("Read", "Write", "Describe", "Alter", "DescribeConfigs") for a in ACLS)
+    assert {g.operation for g in grants(ORDERS)} == {"READ", "WRITE", "DESCRIBE", "ALTER", "DESCRIBE_CONFIGS"}
     assert len({a.key for a in ACLS}) == len(ACLS)
 
 

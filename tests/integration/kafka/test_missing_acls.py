@@ -120,21 +120,26 @@ class Pipeline:
         return values
 
 
-@pytest.fixture
-def pipeline(secured_kafka, tmp_path) -> Pipeline:
+def granted_pipeline(secured_kafka, tmp_path, replication: int = 1) -> Pipeline:
+    """A pipeline of its own on ``secured_kafka``, its principals granted exactly the required rows."""
     tag = uuid.uuid4().hex[:8]
     spec = PipelineSpec(f"acl-{tag}", (f"acl-in-{tag}",), "m:f", (SinkSpec("out", KAFKA, f"acl-out-{tag}", splits=2),),
                         max_records_per_partition=1000)
-    ensure_topics(secured_kafka.broker.config(), [spec.topics[0], spec.sinks[0].target])
+    ensure_topics(secured_kafka.broker.config(), [spec.topics[0], spec.sinks[0].target], replication_factor=replication)
     warehouse = f"file://{tmp_path}/warehouse"
     runtime = lambda broker, who: PipelineRuntime(spec, Deployment(warehouse, broker), identity=who)  # noqa: E731
     pipeline = Pipeline(spec, runtime(secured_kafka.as_user(AIRFLOW.default_user), "airflow"),
                         runtime(secured_kafka.as_user(SPARK.default_user), "spark-driver"),
                         runtime(secured_kafka.broker, "admin"))
-    granted = grants(spec.kafka_resources(), required_only=True)
-    apply_grants(secured_kafka.broker.config(), granted)
+    apply_grants(secured_kafka.broker.config(), grants(spec.kafka_resources(), required_only=True))
+    return pipeline
+
+
+@pytest.fixture
+def pipeline(secured_kafka, tmp_path) -> Pipeline:
+    pipeline = granted_pipeline(secured_kafka, tmp_path)
     yield pipeline
-    apply_grants(secured_kafka.broker.config(), granted, revoke=True)
+    apply_grants(secured_kafka.broker.config(), grants(pipeline.spec.kafka_resources(), required_only=True), revoke=True)
 
 
 @pytest.mark.parametrize("acl", REQUIRED, ids=[a.key for a in REQUIRED])

@@ -74,3 +74,31 @@ def test_the_application_users_can_do_nothing_without_acls(secured_kafka):
     with KafkaOffsetSource(user.config(), timeout_s=5) as source, pytest.raises(NotAuthorized) as refused:
         source.partitions([topic])
     assert str(refused.value).startswith(f"User:{AIRFLOW.default_user} may not READ Topic {topic} (")
+
+
+@pytest.mark.slow  # a 3-node cluster of its own: about 20 s to start, then two runs
+def test_a_three_node_secured_cluster_replicates_over_sasl_ssl_and_a_pipeline_commits_with_the_printed_acls(tmp_path):
+    from confluent_kafka.admin import AdminClient
+
+    from onceflow_devkit.services.apache_kafka import start_apache_cluster
+    from onceflow_devkit.services.kafka_broker import CLUSTER, KafkaBroker
+    from onceflow_devkit.services.kafka_security import SecuredKafka, Security
+    from tests.conftest import TEST_HOME
+    from tests.integration.kafka.test_missing_acls import RECORDS, granted_pipeline
+
+    home = TEST_HOME / f"secured-cluster-{tmp_path.name}"
+    cluster = start_apache_cluster(home, secure=True, die_with_parent=True)
+    try:
+        secured = SecuredKafka(KafkaBroker(cluster.bootstrap, cluster.client_config(), name=CLUSTER),
+                               Security(str(home / "security")))
+        pipeline = granted_pipeline(secured, tmp_path, replication=3)
+        produced = pipeline.produce(RECORDS, 0)
+        pipeline.run("run-1")
+        produced += pipeline.produce(RECORDS, RECORDS)
+        pipeline.run("run-2")
+        admin = secured.broker.config()
+        assert sorted(v for _, v, _ in read_committed(admin, pipeline.output, 2)) == sorted(produced)
+        partitions = AdminClient(admin).list_topics(pipeline.output, timeout=10).topics[pipeline.output].partitions
+        assert all(len(p.isrs) == 3 for p in partitions.values()), "every replica in sync: the nodes replicate as kafka-node"
+    finally:
+        cluster.stop(kill=True)

@@ -7,6 +7,8 @@
   ``ONCEFLOW_KAFKA_BOOTSTRAP`` is set, the external one. Choose with
   ``ONCEFLOW_TEST_BROKERS=apache,apache-3.9,noida,tansu,external``.
 - ``restart_broker``: restart the embedded broker a test runs on.
+- ``secured_kafka``: Apache Kafka 4.x on SASL_SSL (SCRAM-SHA-512) with the ACL authorizer, started on
+  first use; its ``broker`` is the dev kit admin's, ``as_user(name)`` any other user's.
 - ``spark``: a local[2] SparkSession whose Python workers use this venv.
 - ``spark_standalone``: a Spark standalone master and worker (cluster mode).
 - ``spark_connect_server``: a Spark Connect server (local[2]) whose Python
@@ -38,6 +40,7 @@ import pytest
 
 from onceflow_devkit.services.hdfs import HdfsCluster, start_hdfs
 from onceflow_devkit.services.kafka_broker import COMPATIBLE, DEFAULT_BROKER, KafkaBroker, start_broker
+from onceflow_devkit.services.kafka_security import SecuredKafka, Security
 from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID, PostgresServer, start_postgres
 from onceflow_devkit.services.process import ANY_PORT_VAR, ManagedProcess
 from onceflow_devkit.services.rest_catalog import RestCatalog, start_rest_catalog
@@ -199,7 +202,8 @@ class _Brokers:
             else:
                 s3 = self.request.getfixturevalue("s3_endpoint") if name == "tansu" else None
                 proc = _fresh_process(f"kafka-{name}")
-                self.running[name] = (start_broker(name, proc, s3=s3, die_with_parent=True), proc)
+                kind, secure = name.removesuffix(SECURED), name.endswith(SECURED)
+                self.running[name] = (start_broker(kind, proc, s3=s3, die_with_parent=True, secure=secure), proc)
                 shared_services.register(SharedService(f"kafka-{name}", (proc,), (proc.port(),),
                                                        restore=lambda: self.restart(name, kill=True)))
         return self.running[name][0]
@@ -211,7 +215,8 @@ class _Brokers:
         port = proc.port()
         proc.stop(grace=0 if kill else 10)
         s3 = self.request.getfixturevalue("s3_endpoint") if name == "tansu" else None
-        self.running[name] = (start_broker(name, proc, s3=s3, port=port, die_with_parent=True), proc)
+        kind, secure = name.removesuffix(SECURED), name.endswith(SECURED)
+        self.running[name] = (start_broker(kind, proc, s3=s3, port=port, die_with_parent=True, secure=secure), proc)
         return self.running[name][0]
 
     def stop_all(self) -> None:
@@ -226,6 +231,15 @@ def _brokers(request):
     brokers = _Brokers(request)
     yield brokers
     brokers.stop_all()
+
+
+SECURED = "-secured"
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(_brokers) -> SecuredKafka:
+    broker = _brokers.get(DEFAULT_BROKER + SECURED)
+    return SecuredKafka(broker, Security(str(_brokers.running[DEFAULT_BROKER + SECURED][1].directory / "security")))
 
 
 @pytest.fixture(params=_broker_params())

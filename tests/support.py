@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,19 @@ class SecretWatch:
         found += [f"XCom {key!r} of {task}" for (task, key), value in api.xcom_values(dag_id, run_id).items()
                   if self.secret in json.dumps(value)]
         return found
+@contextmanager
+def spark_worker_env(spark, **env: str):
+    """Inside it, the Python workers of functions ``spark`` wraps (UDFs, the data sources a job registers)
+    get ``env`` as ``spark.executorEnv.*`` gives it: a deployment hands executors their Kafka secrets that
+    way (docs/deploying.md), and a session's settings are fixed once it runs."""
+    environment = spark.sparkContext.environment
+    before = {k: environment.get(k) for k in env}
+    environment.update(env)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                environment.pop(key, None)
+            else:
+                environment[key] = value

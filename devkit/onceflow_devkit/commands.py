@@ -1,6 +1,6 @@
 """The dev kit's ``onceflow`` commands (entry point group ``onceflow.commands``).
 
-    onceflow services up [--broker noida|tansu]   start the embedded stack; writes <home>/stack.env
+    onceflow services up [--broker B] [--secure]  start the embedded stack; writes <home>/stack.env
     onceflow services down                        stop it
     onceflow services status [--json]             what runs, where
     onceflow demo [--warehouse URI]               the end-to-end demo through Airflow
@@ -24,14 +24,20 @@ from pathlib import Path
 from onceflow.ops.cli import add_pipeline_arguments, runtime_from_args
 from onceflow_devkit.chaos.schedule import ALL_KINDS
 from onceflow_devkit.services.kafka_broker import BROKERS, CLUSTER, COMPATIBLE, DEFAULT_BROKER, STACK_BROKERS
+from onceflow_devkit.services.kafka_security import USERS, Security
 from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
 
 
 def _services(args: argparse.Namespace) -> int:
     stack = EmbeddedStack(onceflow_home())
     if args.action == "up":
-        info = stack.up(broker=args.broker)
-        print(f"kafka ({info.kafka.name}): {info.kafka.bootstrap}")
+        info = stack.up(broker=args.broker, secure=args.secure)
+        print(f"kafka ({info.kafka.name}{', secured' if info.security else ''}): {info.kafka.bootstrap}")
+        if info.security:
+            security = Security(info.security)
+            print(f"kafka users:       {', '.join(USERS)} (SCRAM-SHA-512; passwords in {security.directory}/users.json)")
+            print(f"kafka's CA:        {security.ca_file}")
+            print(f"admin for tools:   kafka-acls.sh --command-config {security.admin_properties}")
         print(f"s3 (moto_server):  {info.s3.endpoint_url}")
         print(f"state and logs:    {stack.home}")
         print(f"client settings:   set -a; . {stack.env_file}; set +a")
@@ -132,6 +138,9 @@ def add_commands(sub) -> None:
     services.add_argument("--broker", choices=STACK_BROKERS, default=DEFAULT_BROKER,
                           help=f"Kafka broker (default: {DEFAULT_BROKER}, Apache Kafka 4.x; {CLUSTER}: three nodes of "
                           "it; noida and tansu are Kafka-compatible brokers)")
+    services.add_argument("--secure", action="store_true",
+                          help="Apache Kafka on SASL_SSL (SCRAM-SHA-512) with the ACL authorizer: no ACL, no access; "
+                          "stack.env connects as the Airflow side's user (grant its ACLs: onceflow acls)")
     services.add_argument("--json", action="store_true", help="status as JSON")
     services.set_defaults(func=_services)
 

@@ -99,7 +99,7 @@ def run_demo(broker: str = DEFAULT_BROKER, warehouse: str | None = None, keep_ru
     try:
         # Its Python workers get the embedded S3's keys, as a deployment gives them to its server.
         server = start_connect_server(spark_connect, env=info.env())
-        _say(f"[spark]   Spark Connect server on {server.url} (local[2]); the spark tasks are its clients")
+        _say(f"[spark]   Spark Connect server on {server.address} (local[2]); the spark tasks are its clients")
         if warehouse is None:
             warehouse = f"file://{home / 'warehouse'}"
         s3 = info.s3 if is_s3_uri(warehouse) else None

@@ -14,6 +14,8 @@ tests can also hold onceflow to what Apache Kafka does.
 - **A cluster**: ``start_apache_cluster`` runs 3 such nodes, each its own
   ManagedProcess (a test kills, restarts or SIGSTOPs one), with replication
   factor 3 and min.insync.replicas 2.
+- **Secured** (``secure=True``): SASL_SSL with SCRAM users and the ACL authorizer
+  (``kafka_security``); the credentials live beside the nodes' directories.
 
 Small heap, serial GC and the C1 compiler only: a node starts in a few seconds
 on 2 cores and takes a few hundred MB.
@@ -33,7 +35,8 @@ from pathlib import Path
 from typing import Mapping
 
 from onceflow_devkit.services.jars import DEVKIT, SMALL_JVM, fetch_jars
-from onceflow_devkit.services.process import ManagedProcess, ServiceError, free_ports, pick_port, port_is_free
+from onceflow_devkit.services.kafka_security import ADMIN, Security, secure as secured_in
+from onceflow_devkit.services.process import ManagedProcess, ServiceError, free_ports, pick_port, port_is_free, write_private
 
 VERSIONS = {"apache": "4.4.0", "apache-3.9": "3.9.2"}
 POM = DEVKIT / "kafka" / "pom.xml"
@@ -71,9 +74,20 @@ class NodeSpec:
     cluster_id: str
     replication: int = 1
     settings: dict[str, str] = field(default_factory=dict)
+    # The directory of the cluster's credentials (``kafka_security``); None: PLAINTEXT, no authorizer.
+    security: str | None = None
+
+    @property
+    def secured(self) -> Security | None:
+        return Security(self.security) if self.security else None
+
+    def client_config(self) -> dict[str, str]:
+        """The dev kit admin's settings for this node (none on PLAINTEXT)."""
+        return self.secured.client_config(ADMIN) if self.secured else {}
 
     def properties(self, data_dir: Path) -> dict[str, str]:
         r, isr = str(self.replication), str(min(2, max(1, self.replication - 1)))
+        secured = self.secured.listeners(self.port, self.controller_port) if self.secured else {}
         return {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
@@ -103,6 +117,7 @@ class NodeSpec:
             "num.recovery.threads.per.data.dir": "1",
             "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
             **DEFAULT_SETTINGS,
+            **secured,
             **self.settings,
         }
 
@@ -111,7 +126,8 @@ def _write_config(proc: ManagedProcess, spec: NodeSpec) -> Path:
     proc.data_dir.mkdir(parents=True, exist_ok=True)
     (proc.directory / "node.json").write_text(json.dumps(asdict(spec), indent=2))
     server = proc.directory / "server.properties"
-    server.write_text("".join(f"{k}={v}\n" for k, v in spec.properties(proc.data_dir).items()))
+    # Secured, it holds the node's own password: readable by its owner only.
+    write_private(server, "".join(f"{k}={v}\n" for k, v in spec.properties(proc.data_dir).items()))
     log = proc.data_dir / "kafka.log"
     if is_3x(spec.version):  # log4j 1.x (reload4j)
         (proc.directory / "log4j.properties").write_text(
@@ -155,18 +171,30 @@ def _format_once(proc: ManagedProcess, spec: NodeSpec, server: Path) -> None:
     """Format the node's storage unless it already is (a restart keeps records and open transactions)."""
     if (proc.data_dir / "log" / "meta.properties").exists():
         return
+    users = []
+    if spec.secured:  # the SCRAM users, from a file the tool reads (@file): no password on a command line
+        arguments = proc.directory / "scram.args"
+        write_private(arguments, spec.secured.scram_arguments())
+        users = [f"@{arguments}"]
     argv = _java(spec, proc, "kafka.tools.StorageTool", "format", "-t", spec.cluster_id, "-c", str(server),
-                 "--ignore-formatted")
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=proc.directory)
+                 "--ignore-formatted", *users)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=proc.directory)
+    finally:
+        if users:
+            arguments.unlink(missing_ok=True)
     if done.returncode != 0:
-        raise ServiceError(f"formatting Apache Kafka's storage failed:\n{(done.stdout + done.stderr)[-3000:]}")
+        # The tool prints the bootstrap records, the users' salted credentials among them: not those.
+        said = "\n".join(line for line in (done.stdout + done.stderr).splitlines() if "Scram" not in line)
+        raise ServiceError(f"formatting Apache Kafka's storage failed:\n{said[-3000:]}")
 
 
-def answers(bootstrap: str, node_id: int | None = None) -> bool:
-    """Whether the broker at ``bootstrap`` serves metadata (naming itself, when ``node_id`` is given)."""
+def answers(bootstrap: str, node_id: int | None = None, config: Mapping[str, str] | None = None) -> bool:
+    """Whether the broker at ``bootstrap`` serves metadata (naming itself, when ``node_id`` is given);
+    ``config``: the client settings it asks with (a secured node's admin)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 1000, "log_level": 0})
+    admin = AdminClient({**(config or {}), "bootstrap.servers": bootstrap, "socket.timeout.ms": 1000, "log_level": 0})
     brokers = admin.list_topics(timeout=2).brokers
     return bool(brokers) and (node_id is None or node_id in brokers)
 
@@ -181,7 +209,7 @@ def launch(proc: ManagedProcess, spec: NodeSpec, die_with_parent: bool = False, 
     while not (port_is_free(spec.port) and port_is_free(spec.controller_port)) and time.monotonic() < deadline:
         time.sleep(0.1)
     argv = _java(spec, proc, "kafka.Kafka", str(server))
-    ready = (lambda: answers(f"127.0.0.1:{spec.port}", spec.node_id)) if wait else (lambda: True)
+    ready = (lambda: answers(f"127.0.0.1:{spec.port}", spec.node_id, spec.client_config())) if wait else (lambda: True)
     return proc.start(argv, port=spec.port, ready=ready, timeout=timeout, die_with_parent=die_with_parent)
 
 
@@ -193,7 +221,7 @@ def _await_answers(nodes: list[tuple[ManagedProcess, NodeSpec]], timeout: float)
             if proc.running_pid() is None:
                 raise ServiceError(f"{proc.name} exited during start-up; log {proc.log_file}:\n{proc.log_tail()}")
             try:
-                if answers(f"127.0.0.1:{spec.port}", spec.node_id):
+                if answers(f"127.0.0.1:{spec.port}", spec.node_id, spec.client_config()):
                     waiting.remove((proc, spec))
             except Exception:  # not up yet
                 pass
@@ -221,17 +249,19 @@ def saved_spec(proc: ManagedProcess) -> NodeSpec | None:
 
 
 def start_node(proc: ManagedProcess, version: str, port: int, settings: Mapping[str, str] | None = None,
-               die_with_parent: bool = False) -> str:
-    """Start (or restart, keeping data, controller port and settings) a single-node cluster; its bootstrap."""
+               die_with_parent: bool = False, secure: bool = False) -> NodeSpec:
+    """Start (or restart, keeping data, controller port, settings and credentials) a single-node
+    cluster; what it runs as. ``secure``: SASL_SSL and the ACL authorizer (``kafka_security``)."""
     spec = saved_spec(proc)
-    if spec is None or spec.version != version:
+    if spec is None or spec.version != version or bool(spec.security) != secure:
         if spec is not None:  # another Kafka's data: start afresh
             shutil.rmtree(proc.data_dir, ignore_errors=True)
         controller = pick_port(None)
-        spec = NodeSpec(version, 1, port, controller, f"1@127.0.0.1:{controller}", new_cluster_id())
+        security = secured_in(proc.directory / "security").directory if secure else None
+        spec = NodeSpec(version, 1, port, controller, f"1@127.0.0.1:{controller}", new_cluster_id(), security=security)
     spec = replace(spec, port=port, settings=dict(settings) if settings is not None else spec.settings)
     launch(proc, spec, die_with_parent=die_with_parent)
-    return f"127.0.0.1:{port}"
+    return spec
 
 
 @dataclass
@@ -247,6 +277,10 @@ class ApacheCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{self.spec(i).port}" for i in range(len(self.procs)))
+
+    def client_config(self) -> dict[str, str]:
+        """The dev kit admin's settings (none on PLAINTEXT)."""
+        return self.spec(0).client_config()
 
     def kill(self, i: int) -> None:
         self.procs[i].kill()
@@ -272,7 +306,10 @@ class ApacheCluster:
         """The index of the node that leads the KRaft metadata quorum now (DescribeQuorum)."""
         from kafka import KafkaAdminClient
 
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000)
+        from onceflow.kafka.config import kafka_python_config
+
+        settings = kafka_python_config({**self.client_config(), "bootstrap.servers": self.bootstrap})
+        admin = KafkaAdminClient(**settings, request_timeout_ms=10_000)
         try:
             leader = admin.describe_metadata_quorum()["topics"][0]["partitions"][0]["leader_id"]
         finally:
@@ -304,17 +341,22 @@ class ApacheCluster:
 
 
 def start_apache_cluster(home: Path, nodes: int = 3, version: str = VERSIONS["apache"],
-                         settings: Mapping[str, str] | None = None, die_with_parent: bool = False) -> ApacheCluster:
+                         settings: Mapping[str, str] | None = None, die_with_parent: bool = False,
+                         secure: bool = False) -> ApacheCluster:
     """Start a new cluster of ``nodes`` nodes in ``home/kafka-<id>/`` (whatever was there goes), all at
-    once: a quorum needs a majority before any node answers."""
+    once: a quorum needs a majority before any node answers. ``secure``: SASL_SSL and the ACL
+    authorizer, the credentials in ``home/security/`` (``kafka_security``)."""
     fetch(version)
     procs = [ManagedProcess(f"kafka-{i + 1}", Path(home) / f"kafka-{i + 1}").reset() for i in range(nodes)]
+    if secure:
+        shutil.rmtree(Path(home) / "security", ignore_errors=True)
+    security = secured_in(Path(home) / "security").directory if secure else None
     free = free_ports(2 * nodes)
     ports = list(zip(free[::2], free[1::2]))
     voters = ",".join(f"{i + 1}@127.0.0.1:{controller}" for i, (_, controller) in enumerate(ports))
     cluster_id = new_cluster_id()
     specs = [NodeSpec(version, i + 1, port, controller, voters, cluster_id, replication=min(nodes, 3),
-                      settings=dict(settings or {})) for i, (port, controller) in enumerate(ports)]
+                      settings=dict(settings or {}), security=security) for i, (port, controller) in enumerate(ports)]
     with ThreadPoolExecutor(nodes) as pool:  # formatting runs a JVM per node
         list(pool.map(lambda node: _format_once(*node, _write_config(*node)), zip(procs, specs)))
     # Started from this thread, not the pool's: die_with_parent (PR_SET_PDEATHSIG) fires when the

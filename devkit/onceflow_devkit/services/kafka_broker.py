@@ -148,24 +148,31 @@ def start_broker(
     port: int | None = None,
     die_with_parent: bool = False,
     settings: Mapping[str, str] | None = None,
+    secure: bool = False,
 ) -> KafkaBroker:
     """Start a broker; Tansu stores its log in S3 so it survives restarts, Apache
     Kafka keeps its data (and open transactions) in ``proc``'s directory.
 
     ``port`` pins the port (a restart keeps the address clients know); by
     default the usual Kafka port is used when free. ``settings``: Apache Kafka
-    server properties (e.g. ``transaction.max.timeout.ms``), kept across restarts.
+    server properties (e.g. ``transaction.max.timeout.ms``), kept across restarts. ``secure``: Apache
+    Kafka on SASL_SSL with the ACL authorizer (``kafka_security``); the broker returned carries the dev
+    kit admin's settings.
     """
+    if secure and kind not in (*apache_kafka.VERSIONS, CLUSTER):
+        raise ServiceError(f"a secured broker is Apache Kafka: {kind} has no SASL_SSL listener or ACLs here; "
+                           f"choose one of {', '.join((*apache_kafka.VERSIONS, CLUSTER))}")
     if kind == CLUSTER:  # its nodes' directories and ports live under proc's directory
-        cluster = apache_kafka.start_apache_cluster(proc.directory, settings=settings, die_with_parent=die_with_parent)
-        return KafkaBroker(cluster.bootstrap, name=kind)
+        cluster = apache_kafka.start_apache_cluster(proc.directory, settings=settings, die_with_parent=die_with_parent,
+                                                    secure=secure)
+        return KafkaBroker(cluster.bootstrap, cluster.client_config(), name=kind)
     port = port or pick_port(DEFAULT_PORT)
     bootstrap = f"127.0.0.1:{port}"
     env = dict(os.environ)
     if kind in apache_kafka.VERSIONS:
-        bootstrap = apache_kafka.start_node(proc, apache_kafka.VERSIONS[kind], port, settings=settings,
-                                            die_with_parent=die_with_parent)
-        return KafkaBroker(bootstrap, name=kind)
+        node = apache_kafka.start_node(proc, apache_kafka.VERSIONS[kind], port, settings=settings,
+                                       die_with_parent=die_with_parent, secure=secure)
+        return KafkaBroker(bootstrap, node.client_config(), name=kind)
     profile = kind  # a compatible broker's profile has its name (onceflow.config.broker_profiles)
     if kind == "noida":
         argv = [_noida_binary(), "start", "--only", "kafka", "--kafka-port", str(port), "--data-dir", str(proc.data_dir)]

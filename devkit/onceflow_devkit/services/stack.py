@@ -17,7 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from onceflow_devkit.services.apache_kafka import ApacheCluster
+from onceflow.kafka.acls import AIRFLOW
 from onceflow_devkit.services.kafka_broker import CLUSTER, DEFAULT_BROKER, STACK_BROKERS, KafkaBroker, start_broker
+from onceflow_devkit.services.kafka_security import SecuredKafka, Security
 from onceflow_devkit.services.postgres import PostgresServer, postgres_bin, start_postgres
 from onceflow_devkit.services.process import ManagedProcess, ServiceError, pick_port, write_private
 from onceflow_devkit.services.s3 import S3Endpoint, start_moto
@@ -30,24 +32,32 @@ def onceflow_home() -> Path:
 
 @dataclass(frozen=True)
 class StackInfo:
-    kafka: KafkaBroker
+    kafka: KafkaBroker  # a secured broker's: the dev kit admin's settings (its own commands create topics)
     s3: S3Endpoint
     postgres: PostgresServer | None = None  # None: PostgreSQL is not installed (Airflow falls back to SQLite)
+    security: str | None = None  # a secured broker's credentials (``kafka_security``)
+
+    def kafka_as(self, user: str) -> KafkaBroker:
+        """The broker as ``user`` sees it (a secured broker's other users; the one broker otherwise)."""
+        return SecuredKafka(self.kafka, Security(self.security)).as_user(user) if self.security else self.kafka
 
     def env(self) -> dict[str, str]:
-        """The variables that point onceflow's CLI and Spark jobs at this stack."""
-        return {"ONCEFLOW_KAFKA_BOOTSTRAP": self.kafka.bootstrap, "ONCEFLOW_S3_ENDPOINT": self.s3.endpoint_url,
-                **self.kafka.profile_env(), **self.s3.credentials_env()}
+        """The variables that point onceflow's CLI and Spark jobs at this stack: on a secured broker, as
+        the Airflow side's user (``onceflow.kafka.acls``), whose ACLs ``onceflow acls`` prints."""
+        return {**self.kafka_as(AIRFLOW.default_user).environment(), "ONCEFLOW_S3_ENDPOINT": self.s3.endpoint_url,
+                **self.s3.credentials_env()}
 
     def to_json(self) -> str:
         return json.dumps({"kafka": asdict(self.kafka), "s3": asdict(self.s3),
-                           "postgres": asdict(self.postgres) if self.postgres else None}, indent=2)
+                           "postgres": asdict(self.postgres) if self.postgres else None, "security": self.security},
+                          indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> "StackInfo":
         raw = json.loads(text)
         postgres = raw.get("postgres")
-        return cls(KafkaBroker(**raw["kafka"]), S3Endpoint(**raw["s3"]), PostgresServer(**postgres) if postgres else None)
+        return cls(KafkaBroker(**raw["kafka"]), S3Endpoint(**raw["s3"]), PostgresServer(**postgres) if postgres else None,
+                   raw.get("security"))
 
 
 class EmbeddedStack:
@@ -112,23 +122,28 @@ class EmbeddedStack:
         for i in self.dead_kafka_nodes():
             cluster.start(i)
 
-    def up(self, broker: str = DEFAULT_BROKER) -> StackInfo:
+    def up(self, broker: str = DEFAULT_BROKER, secure: bool = False) -> StackInfo:
         """Start whatever is not running. Idempotent; stale PID files from a
-        killed run are detected and replaced."""
+        killed run are detected and replaced. ``secure``: Apache Kafka on SASL_SSL
+        with the ACL authorizer (``kafka_security``)."""
         if broker not in STACK_BROKERS:
             raise ServiceError(f"unknown broker {broker!r}: choose one of {', '.join(STACK_BROKERS)}")
         running = self.info()
         if running is not None:
-            if running.kafka.name == broker:
+            if running.kafka.name == broker and bool(running.security) == secure:
                 return running
             raise ServiceError(
-                f"the stack in {self.home} runs {running.kafka.name}, not {broker}: "
-                "run `onceflow services down` first"
+                f"the stack in {self.home} runs {running.kafka.name}{' secured' if running.security else ''}, not "
+                f"{broker}{' secured' if secure else ''}: run `onceflow services down` first"
             )
         self.down()  # a half-up stack (one service died) is restarted whole
         s3 = start_moto(self.s3_proc, die_with_parent=self.die_with_parent, port=self._port())
-        kafka = start_broker(broker, self.kafka_proc, s3=s3, die_with_parent=self.die_with_parent, port=self._port())
-        info = StackInfo(kafka, s3, self._start_postgres())
+        kafka = start_broker(broker, self.kafka_proc, s3=s3, die_with_parent=self.die_with_parent, port=self._port(),
+                             secure=secure)
+        security = str(self.kafka_proc.directory / "security") if secure else None
+        if security:
+            Security(security).write_admin_properties()
+        info = StackInfo(kafka, s3, self._start_postgres(), security)
         # Both hold the embedded services' keys: readable by their owner only.
         write_private(self.info_file, info.to_json())
         write_private(self.env_file, "".join(f"{k}={shlex.quote(v)}\n" for k, v in info.env().items()))
@@ -162,7 +177,8 @@ class EmbeddedStack:
             return info.kafka
         port = self.kafka_proc.port()
         self.kafka_proc.stop(grace=0 if kill else 10)
-        return start_broker(info.kafka.name, self.kafka_proc, s3=info.s3, port=port, die_with_parent=self.die_with_parent)
+        return start_broker(info.kafka.name, self.kafka_proc, s3=info.s3, port=port, die_with_parent=self.die_with_parent,
+                            secure=bool(info.security))
 
     def down(self) -> list[str]:
         """Stop every service by PID; returns the names that were running."""

@@ -15,7 +15,8 @@ expression becomes a ``CronDataIntervalTimetable``), accepts
 from arguments or, when omitted, from the environment at parse time:
 ``ONCEFLOW_WAREHOUSE`` (required), ``ONCEFLOW_SPARK_CONN`` (default
 ``onceflow_spark``), ``ONCEFLOW_KAFKA_CONN`` (``onceflow_kafka``),
-``ONCEFLOW_S3_CONN`` (``onceflow_s3``), ``ONCEFLOW_SCHEDULE`` (a cron
+``ONCEFLOW_SPARK_KAFKA_CONN`` (the spark task's own Kafka connection, for a principal that only
+writes: docs/security.md; default: the Kafka connection), ``ONCEFLOW_S3_CONN`` (``onceflow_s3``), ``ONCEFLOW_SCHEDULE`` (a cron
 expression, ``none`` for triggered runs only, or ``input: records=N,
 max_age_s=T``; default: the spec's).
 ``schedule=when_input(records=N, max_age_s=T)`` (``onceflow.config.input_schedule``)
@@ -140,6 +141,7 @@ def pipeline_dag(
     warehouse: str | None = None,
     schedule: Any = "spec",
     kafka_conn_id: str | None = None,
+    spark_kafka_conn_id: str | None = None,
     aws_conn_id: str | None = None,
     spark_conn_id: str | None = None,
     spark_conf: dict[str, str] | None = None,
@@ -163,6 +165,7 @@ def pipeline_dag(
             "pipeline_dag, or set ONCEFLOW_WAREHOUSE for the DAG processor and workers"
         )
     kafka_conn_id = kafka_conn_id or os.environ.get("ONCEFLOW_KAFKA_CONN", "onceflow_kafka")
+    spark_kafka_conn_id = spark_kafka_conn_id or os.environ.get("ONCEFLOW_SPARK_KAFKA_CONN") or kafka_conn_id
     aws_conn_id = aws_conn_id or os.environ.get("ONCEFLOW_S3_CONN", "onceflow_s3")
     spark_conn_id = spark_conn_id or os.environ.get("ONCEFLOW_SPARK_CONN", "onceflow_spark")
     # Every protocol task may finish a batch (a plan's recovery, a rollback that finds COMMIT decided):
@@ -231,7 +234,7 @@ def pipeline_dag(
                 "--batch", "{{ ti.xcom_pull(task_ids='plan')['batch_seq'] }}",
             ],  # the spec goes in the environment, added at run time (operators.spark): never an argument
             conf={**submit_defaults(), **(spark_conf or {})},
-            env_vars=_spark_env(kafka_conn_id, aws_conn_id, warehouse, catalog_conn_ids(spec)),
+            env_vars=_spark_env(spark_kafka_conn_id, aws_conn_id, warehouse, catalog_conn_ids(spec)),
             spark_binary=spark_binary or default_spark_binary(),
             execution_timeout=spark_timeout or spark_timeout_of(spec),
             deployed=deployed,

@@ -17,6 +17,26 @@ _SECRET_MARKERS = ("password", "secret", "token", "jaas", "credentials", "key.pe
 REDACTED = "[redacted]"
 
 
+# The SASL mechanisms every onceflow client takes from a connection's settings alone: librdkafka, and the
+# kafka-python client that ends transactions (txn_protocol). Any other is refused when the connection is read.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI")
+WHY_NOT = {
+    "OAUTHBEARER": "onceflow's EndTxn client (kafka-python) takes an OAUTHBEARER token only from a token provider "
+                   "object, which no connection setting can give",
+}
+
+
+def check_sasl_mechanism(config: Mapping[str, Any]) -> None:
+    """A ConfigurationError naming the mechanism when not every onceflow client can use it."""
+    mechanism = config.get("sasl.mechanism") or config.get("sasl.mechanisms")
+    if mechanism is None or str(mechanism).upper() in SASL_MECHANISMS:
+        return
+    why = WHY_NOT.get(str(mechanism).upper(), "not every onceflow client speaks it")
+    raise settings.ConfigurationError(
+        f"Kafka setting sasl.mechanism={mechanism!r} is not supported: {why}. Use one of {', '.join(SASL_MECHANISMS)} "
+        "(SCRAM-SHA-512 over SASL_SSL is what onceflow is tested with)")
+
+
 def is_secret(key: str) -> bool:
     return any(m in key.lower() for m in _SECRET_MARKERS)
 
@@ -39,6 +59,7 @@ class KafkaCluster:
         if named != "apache":  # the setting among the client settings (a connection's extra) names it
             object.__setattr__(self, "profile", named)
         profile(self.profile)
+        check_sasl_mechanism(client_config)
 
     @property
     def broker(self) -> BrokerProfile:
@@ -73,6 +94,18 @@ class KafkaCluster:
         """``ONCEFLOW_KAFKA_CONFIG`` naming the profile, for a process that takes the cluster from its environment."""
         named = self._profile_setting()
         return {settings.KAFKA_CONFIG_VAR: json.dumps({**self.client_config, **named})} if named else {}
+
+    def environment(self) -> dict[str, str]:
+        """This cluster as a process's environment, which ``from_environment`` reads back: its settings in
+        ``ONCEFLOW_KAFKA_CONFIG`` and their secrets apart in ``ONCEFLOW_KAFKA_SECRETS``."""
+        public = {k: v for k, v in self.client_config.items() if not is_secret(k)}
+        secret = {k: v for k, v in self.client_config.items() if is_secret(k)}
+        env = {settings.KAFKA_BOOTSTRAP_VAR: self.bootstrap}
+        if public or self._profile_setting():
+            env[settings.KAFKA_CONFIG_VAR] = json.dumps({**public, **self._profile_setting()})
+        if secret:
+            env[settings.KAFKA_SECRETS_VAR] = json.dumps(secret)
+        return env
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.bootstrap!r}, {redact(self.client_config)!r})"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from onceflow.config.settings import ConfigurationError
-from onceflow.config.kafka_cluster import REDACTED, KafkaCluster, is_secret, redact  # noqa: F401  (redaction lives with the settings it guards)
+from onceflow.config.kafka_cluster import REDACTED, KafkaCluster, check_sasl_mechanism, is_secret, redact  # noqa: F401  (redaction lives with the settings it guards)
 
 
 
@@ -89,8 +89,16 @@ def _with_defaults(config: dict[str, Any], overrides: Mapping[str, Any]) -> dict
 RECEIVE_MESSAGE_MAX_BYTES = 2_147_483_647
 
 
-def consumer_config(source: KafkaCluster | Mapping[str, Any], group_id: str, **overrides: Any) -> dict[str, Any]:
-    """A read_committed consumer that never commits offsets on its own."""
+# librdkafka's consumer needs a group id, and looks up the group's coordinator even when it only assign()s
+# (FindCoordinator: DESCRIBE on the group, an ACL like any other). Every onceflow consumer that reads by
+# assign() carries this one and never commits to it. The dot keeps it apart from pipelines' own groups.
+ASSIGN_ONLY_GROUP = "onceflow.readers"
+
+
+def consumer_config(source: KafkaCluster | Mapping[str, Any], group_id: str = ASSIGN_ONLY_GROUP,
+                    **overrides: Any) -> dict[str, Any]:
+    """A read_committed consumer that never commits offsets on its own (of ``group_id``: the pipeline's
+    consumer group where offsets are mirrored, else the group of assign()-only readers)."""
     config = base_config(source)
     _refuse(config, "isolation.level", {"read_committed"}, "read_uncommitted would show open and aborted transactions")
     config.setdefault("receive.message.max.bytes", RECEIVE_MESSAGE_MAX_BYTES)
@@ -104,6 +112,19 @@ def consumer_config(source: KafkaCluster | Mapping[str, Any], group_id: str, **o
     )
     config.update(overrides)
     return config
+
+
+def principal(config: Mapping[str, Any]) -> str:
+    """Who the cluster takes this client for, as its ACLs name it (as far as the settings tell)."""
+    protocol = str(config.get("security.protocol", "PLAINTEXT")).upper()
+    mechanism = str(config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "GSSAPI").upper()
+    if protocol.startswith("SASL") and config.get("sasl.username") and mechanism != "GSSAPI":
+        return f"User:{config['sasl.username']}"
+    if protocol.startswith("SASL"):
+        return "this client's Kerberos principal"
+    if protocol == "SSL":
+        return "the principal of this client's TLS certificate"
+    return "User:ANONYMOUS"
 
 
 # librdkafka setting -> kafka-python setting, for the connection of txn_protocol.
@@ -129,6 +150,7 @@ _UNSUPPORTED_PREFIXES = ("ssl.keystore.", "ssl.certificate.pem", "ssl.key.pem", 
 def kafka_python_config(source: KafkaCluster | Mapping[str, Any]) -> dict[str, Any]:
     """The same connection, for kafka-python (used only for FindCoordinator/EndTxn)."""
     config = base_config(source)
+    check_sasl_mechanism(config)
     out: dict[str, Any] = {}
     for key, value in config.items():
         if key in _KAFKA_PYTHON_KEYS:

@@ -43,10 +43,16 @@ def _index(what: str, value: int) -> int:
     return int(value)  # a BatchId spells itself with ten digits; an id spells the number
 
 
+def pipeline_prefix(pipeline: str) -> str:
+    """What every transactional id of ``pipeline`` begins with, up to the separator: a prefixed ACL on it
+    grants this pipeline's ids and no other's (``orders.`` is no prefix of ``orders2.``'s ids)."""
+    return f"{PREFIX}.{_check('pipeline', pipeline)}."
+
+
 def transactional_id(pipeline: str, sink: str, split: int, batch: int | None = None, *, slot: int | None = None) -> str:
     """The only transactional.id split ``split`` of ``sink`` in ``pipeline`` may use in batch ``batch``
     (``batch`` None, or ``slot``: the id an older onceflow derived, which its plans still name)."""
-    base = f"{PREFIX}.{_check('pipeline', pipeline)}.{_check('sink', sink)}"
+    base = f"{pipeline_prefix(pipeline)}{_check('sink', sink)}"
     if batch is not None:
         base = f"{base}.b{_index('batch', batch)}"
     elif slot is not None:

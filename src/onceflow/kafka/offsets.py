@@ -35,7 +35,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from onceflow.core.plan import OffsetRange
 from onceflow.core.planning import TopicPartition
-from onceflow.kafka.config import base_config, consumer_config
+from onceflow.kafka import refusals
+from onceflow.kafka.acls import Resource
+from onceflow.kafka.config import ASSIGN_ONLY_GROUP, base_config, consumer_config
 from onceflow.kafka.reader import read_range
 
 STATS_INTERVAL_MS = 50
@@ -67,7 +69,6 @@ class KafkaOffsetSource:
         self._consumer = Consumer(
             consumer_config(
                 config,
-                "onceflow-offset-source",
                 **{
                     "enable.partition.eof": True,
                     "auto.offset.reset": "earliest",
@@ -95,6 +96,8 @@ class KafkaOffsetSource:
         found = []
         for topic in topics:
             meta = self._consumer.list_topics(topic, timeout=self.timeout_s).topics.get(topic)
+            if meta is not None and meta.error is not None:
+                self._check(meta.error.code(), f"the partitions of topic {topic}", topic)
             if meta is None or meta.error is not None or not meta.partitions:
                 reason = meta.error if meta is not None and meta.error is not None else "no partitions"
                 raise KafkaException(f"input topic {topic!r} is not readable ({reason}): create it or fix the pipeline's topics")
@@ -109,7 +112,11 @@ class KafkaOffsetSource:
         admin = AdminClient({k: v for k, v in base_config(self._config).items() if not callable(v)})
         found = {}
         for topic, future in admin.describe_topics(TopicCollection(list(topics)), request_timeout=self.timeout_s).items():
-            topic_id = str(future.result(timeout=self.timeout_s).topic_id)
+            try:
+                topic_id = str(future.result(timeout=self.timeout_s).topic_id)
+            except KafkaException as exc:
+                self._check(exc.args[0].code(), f"the id of topic {topic}", topic)
+                raise
             if topic_id.strip("A=") and topic_id != "None":
                 found[topic] = topic_id
         return found
@@ -120,13 +127,22 @@ class KafkaOffsetSource:
         earliest, stable = self.earliest_offsets(partitions), self.last_stable_offsets(partitions)
         return [OffsetRange(topic, tp.partition, earliest[tp], stable[tp]) for tp in partitions]
 
+    def _check(self, code: int, doing: str, topic: str | None) -> None:
+        """Raise ``NotAuthorized`` for a refusal (``onceflow.kafka.refusals``): this consumer reads ``topic``
+        and carries the assign()-only readers' group."""
+        refusals.check(self._config, code, f"reading {doing}",
+                       {Resource.TOPIC: ("READ", topic or "?"), Resource.GROUP: ("DESCRIBE", ASSIGN_ONLY_GROUP)})
+
     def earliest_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        return {
-            tp: self._consumer.get_watermark_offsets(
-                KafkaTopicPartition(tp.topic, tp.partition), timeout=self.timeout_s, cached=False
-            )[0]
-            for tp in partitions
-        }
+        found = {}
+        for tp in partitions:
+            try:
+                found[tp] = self._consumer.get_watermark_offsets(
+                    KafkaTopicPartition(tp.topic, tp.partition), timeout=self.timeout_s, cached=False)[0]
+            except KafkaException as exc:
+                self._check(exc.args[0].code(), f"the first offset of {tp.topic}[{tp.partition}]", tp.topic)
+                raise
+        return found
 
     def timestamps_at(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
         """The timestamp (epoch ms) of the record at each offset; None where
@@ -178,6 +194,8 @@ class KafkaOffsetSource:
                 for m in consumer.consume(num_messages=100, timeout=0.05):
                     error = m.error()
                     if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                        self._check(error.code(), f"{m.topic()}[{m.partition()}] for its last stable offset" if m.topic()
+                                    else "the last stable offsets", m.topic() or ", ".join(sorted({tp.topic for tp in partitions})))
                         raise OffsetLookupError(
                             f"fetching {m.topic()}[{m.partition()}] for its last stable offset failed: {error}"
                         )

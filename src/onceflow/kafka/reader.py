@@ -32,7 +32,9 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from onceflow.core.plan import OffsetRange
-from onceflow.kafka.config import consumer_config
+from onceflow.kafka import refusals
+from onceflow.kafka.acls import Resource
+from onceflow.kafka.config import ASSIGN_ONLY_GROUP, consumer_config
 
 # The Spark data source that reads ranges with this module (onceflow.sources.kafka.data_source registers it).
 RANGE_FORMAT = "onceflow_kafka_range"
@@ -48,7 +50,6 @@ SCHEMA = pa.schema(
     ]
 )
 FIELDS = tuple(SCHEMA.names)
-READER_GROUP = "onceflow-range-reader"  # never committed to: assign() only
 # Per-record accessors of the fields that come from the message itself. Each
 # is a call into the client per record (``headers()`` costs the most), so
 # only the fields asked for are read.
@@ -61,7 +62,11 @@ _ACCESSORS = {
 
 
 class RangeReadError(RuntimeError):
-    """A range could not be read to its end."""
+    """A range could not be read to its end (``error``: the broker's, when one said why)."""
+
+    def __init__(self, message: str, error: KafkaError | None = None):
+        super().__init__(message)
+        self.error = error
 
 
 def check_fields(fields: Iterable[str]) -> tuple[str, ...]:
@@ -111,10 +116,11 @@ class RangeReader:
         self.timeout_s = timeout_s
         self.fields = check_fields(fields)
         self.schema = pa.schema([SCHEMA.field(f) for f in self.fields])
+        self._config = config
+        self._checked: set[str] = set()  # topics whose metadata showed no refusal
         self._consumer = Consumer(
             consumer_config(
                 config,
-                READER_GROUP,
                 **{"enable.partition.eof": True, "auto.offset.reset": "error", "fetch.wait.max.ms": 100},
             )
         )
@@ -132,12 +138,31 @@ class RangeReader:
         """Yield the committed records of ``rng`` (see the module docstring for how a read ends)."""
         if rng.size == 0:
             return
+        self._check_topic(rng)
         self._consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         try:
             for offsets, columns in _read(self._consumer, rng, batch_size, self.timeout_s, self.fields):
                 yield _batch(self.schema, rng.partition, offsets, columns)
+        except RangeReadError as exc:
+            if exc.error is not None:  # a refusal names the grant it lacks
+                self._check_refusal(exc.error.code(), rng)
+            raise
         finally:
             self._consumer.unassign()
+
+    def _check_topic(self, rng: OffsetRange) -> None:
+        """Once per topic: a fetch of a topic the principal may not read is never answered with an error,
+        the consumer only waits; the topic's metadata says it was refused."""
+        if rng.topic in self._checked:
+            return
+        meta = self._consumer.list_topics(rng.topic, timeout=self.timeout_s).topics.get(rng.topic)
+        if meta is not None and meta.error is not None:
+            self._check_refusal(meta.error.code(), rng)
+        self._checked.add(rng.topic)
+
+    def _check_refusal(self, code: int, rng: OffsetRange) -> None:
+        refusals.check(self._config, code, f"reading {_name(rng)}",
+                       {Resource.TOPIC: ("READ", rng.topic), Resource.GROUP: ("DESCRIBE", ASSIGN_ONLY_GROUP)})
 
 
 def _read(
@@ -159,7 +184,7 @@ def _read(
                 if error is None:
                     continue
                 if error.code() != KafkaError._PARTITION_EOF:
-                    raise RangeReadError(f"reading {_name(rng)} failed: {error}")
+                    raise RangeReadError(f"reading {_name(rng)} failed: {error}", error)
                 if m.offset() >= end:  # EOF at the last stable offset, past skipped markers/aborted records
                     done = True
         new_offsets = [m.offset() for m in records]

@@ -10,6 +10,9 @@
     onceflow skip --pipeline P --reason R [--batch N] [--by WHO]
                                                   quarantine an aborted batch's input records, and
                                                   let the next batch start after them
+    onceflow acls --pipeline P [--spark-user U] [--airflow-user U] [--bootstrap-server B]
+                                                  the Kafka ACLs the pipeline's two principals need,
+                                                  as kafka-acls.sh commands (docs/security.md)
     onceflow audit --pipeline P [--batches 3-7 | --sample N] [--ignore-columns C,...]
                    [--master local[4] | --remote sc://host:15002] [...same options]
                                                   replay committed batches, compare every output
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import os
 import sys
 from contextlib import contextmanager
 from importlib.metadata import entry_points
@@ -156,6 +160,22 @@ def audit_session(spec, remote: str | None = None, master: str | None = None) ->
     yield spark
 
 
+def _acls(args: argparse.Namespace) -> int:
+    """Print the least the pipeline's principals need on a secured Kafka (``onceflow.kafka.acls``)."""
+    from onceflow.kafka.acls import grants, script
+    from onceflow.pipeline.discovery import find_pipeline
+
+    resources = find_pipeline(args.pipeline, spec=args.spec, dags_folder=args.dags_folder).kafka_resources()
+    users = {role: user for role, user in (("spark", args.spark_user), ("airflow", args.airflow_user)) if user}
+    if args.json:
+        print(json.dumps([{"principal": g.principal, "operation": g.acl.operation, "resource_type": g.resource.label,
+                           "name": g.name, "pattern": g.pattern, "required": g.acl.required, "why": g.acl.why}
+                          for g in grants(resources, users)], indent=2))
+    else:
+        print(script(resources, users, args.bootstrap_server, args.command_config))
+    return 0
+
+
 def _audit(args: argparse.Namespace) -> int:
     """Replay committed batches from their plans and compare every output (``onceflow.ops.audit.replay``)."""
     from onceflow.ops.audit.replay import replay_audit
@@ -204,6 +224,20 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--by", type=_words, default=who, required=who is None,
                              help=f"who decided, recorded with the reason (default: {who or 'none: give it'})")
         command.set_defaults(func=_intervene)
+    acls = sub.add_parser("acls", help="the Kafka ACLs the pipeline's principals need (the Spark side that writes, "
+                          "the Airflow side that decides), as kafka-acls.sh commands")
+    acls.add_argument("--pipeline", required=True, help="the pipeline's name (its spec's name)")
+    acls.add_argument("--spec", help="module[:attribute] defining the pipeline's PipelineSpec")
+    acls.add_argument("--dags-folder", help="a DAGs folder whose DAG files define it "
+                      "(default: $ONCEFLOW_DAGS_FOLDER or $AIRFLOW__CORE__DAGS_FOLDER)")
+    acls.add_argument("--spark-user", help="the Spark side's Kafka user (default: onceflow-spark)")
+    acls.add_argument("--airflow-user", help="the Airflow side's Kafka user (default: onceflow-airflow)")
+    acls.add_argument("--bootstrap-server", default=os.environ.get("ONCEFLOW_KAFKA_BOOTSTRAP") or "BROKER:9093",
+                      help="what the commands connect to (default: $ONCEFLOW_KAFKA_BOOTSTRAP)")
+    acls.add_argument("--command-config", default="admin.properties",
+                      help="the settings file of a principal allowed to create ACLs (default: admin.properties)")
+    acls.add_argument("--json", action="store_true", help="the grants as JSON")
+    acls.set_defaults(func=_acls)
     audit = sub.add_parser("audit", help="replay committed batches from their plans and compare every output "
                            "with what it holds; exit 1 on any difference")
     add_pipeline_arguments(audit)

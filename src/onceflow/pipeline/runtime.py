@@ -51,6 +51,13 @@ class PipelineRuntime:
 
         return open_ledger_storage(self.deployment.warehouse, self.storage)
 
+    def check_kafka(self) -> None:
+        """Fail at once, naming the setting, when the Kafka cluster refuses this process's credentials or
+        certificate (``onceflow.kafka.connection``): what every task and the Spark driver do first."""
+        from onceflow.kafka.connection import check_connection
+
+        check_connection(self.deployment.kafka.config())
+
     def check_outputs(self) -> None:
         """Each sink kind's fail-fast check of the deployment (plan task)."""
         for sink in self.spec.sinks:

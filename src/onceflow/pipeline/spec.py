@@ -182,6 +182,13 @@ class PipelineSpec:
     def group_id(self) -> str:
         return self.consumer_group or f"onceflow-{self.name}"
 
+    def kafka_resources(self):
+        """The Kafka resources this pipeline's principals are granted ACLs on (``onceflow.kafka.acls``)."""
+        from onceflow.kafka.acls import PipelineResources
+
+        outputs = tuple(topic for s in self.sinks for topic in sink_kind(s.kind).kafka_topics(s))
+        return PipelineResources(self.name, tuple(self.topics), outputs, self.group_id)
+
     def sink(self, name: str) -> SinkSpec:
         for sink in self.sinks:
             if sink.name == name:

@@ -144,6 +144,11 @@ class SinkKind(Protocol):
     def asset_uri(self, sink: SinkSpec, warehouse: str) -> str:
         """The URI of the output's Airflow Asset [DAG parsing]."""
 
+    def kafka_topics(self, sink: SinkSpec) -> tuple[str, ...]:
+        """The Kafka topics the output is written to: the pipeline's principals are granted their ACLs
+        (``onceflow.kafka.acls``) [onceflow acls]. Default: none."""
+        return ()
+
     def transactional_ids(self, pipeline: str, sink: SinkPlan, batch_seq: int) -> tuple[str, ...]:
         """The ids of the transactions the sink's splits may open in batch ``batch_seq``, derived so
         that a rollback can fence them even when the job died before voting, and never shared with

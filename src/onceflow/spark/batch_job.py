@@ -122,6 +122,7 @@ def overlapping(ranges, others) -> bool:
 def run_batch(spark, runtime, seq: int) -> JobResult:
     coordinator = runtime.coordinator
     spec = runtime.spec
+    runtime.check_kafka()
     plan = coordinator.plan(seq)
     attempt = coordinator.begin_attempt(seq)
     log.info("batch %s of %s: attempt %d, %d records planned", plan.batch_id, spec.name, attempt, plan.records)

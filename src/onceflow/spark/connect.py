@@ -42,6 +42,7 @@ SESSION_NAMESPACE = uuid.UUID("5b0e0f7a-6c1e-4d6b-9a51-0e6c0f10ce11")
 # Closed sessions the server remembers (spark.connect.session.manager.closedSessionsTombstonesSize).
 MAX_GENERATIONS = 1000
 SESSION_CLOSED = "INVALID_HANDLE.SESSION_CLOSED"
+LOOPBACK = ("127.0.0.1", "::1")
 # While set, PySpark's functions (F.col, ...) build Spark Connect expressions; its classic
 # builder sets it for good, which would turn every later local session of the process off.
 CONNECT_MODE_VAR = "SPARK_CONNECT_MODE_ENABLED"
@@ -79,6 +80,41 @@ def session_url(connection_url: str, session_id: str) -> str:
                                  "session of each pipeline's code itself")
     base = connection_url.rstrip(";")
     return f"{base};session_id={session_id}" if "/;" in base else f"{base.rstrip('/')}/;session_id={session_id}"
+
+
+def _host_and_params(connection_url: str) -> tuple[str, dict[str, str]]:
+    """(host:port, parameters) of ``sc://host:port/;name=value;...``."""
+    netloc, _, rest = connection_url.removeprefix("sc://").partition("/")
+    return netloc, dict(p.split("=", 1) for p in rest.split(";") if "=" in p)
+
+
+def check_connection_url(connection_url: str) -> None:
+    """Refuse, naming the fix, a token the client would send over TLS to a server on this machine: the
+    Spark Connect client speaks TLS to every host but ``localhost`` once a token is set, and a server
+    without TLS answers each handshake with an error the client retries for minutes."""
+    from onceflow.config.settings import ConfigurationError
+
+    address, params = _host_and_params(connection_url)
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if "token" in params and params.get("use_ssl", "").lower() != "true" and host in LOOPBACK:
+        raise ConfigurationError(
+            f"the Spark Connect connection to {address} has a token, so the client speaks TLS to it (for every host "
+            "but 'localhost'): set the connection's host to localhost, or give the server TLS and set use_ssl")
+
+
+def refused(exc: BaseException, connection_url: str) -> Exception | None:
+    """A ConfigurationError for a server that refused this client's token (gRPC UNAUTHENTICATED), else None."""
+    from onceflow.config.settings import ConfigurationError
+
+    if "UNAUTHENTICATED" not in str(exc):
+        return None
+    address, params = _host_and_params(connection_url)
+    said = "Invalid authentication token" if "Invalid authentication token" in str(exc) else (
+        "No authentication token provided" if "No authentication token" in str(exc) else "UNAUTHENTICATED")
+    return ConfigurationError(
+        f"the Spark Connect server at {address} refused this client ({said}; the client "
+        f"{'sent a token' if 'token' in params else 'sent no token'}): set the spark connection's password to the "
+        "token the server requires (spark.connect.authenticate.token)")
 
 
 def is_session_closed(exc: BaseException) -> bool:
@@ -119,16 +155,22 @@ def join_session(connection_url: str, code_zips: Sequence[str]):
     are skipped from the one this machine last joined on."""
     from pyspark.sql.connect.session import SparkSession
 
+    check_connection_url(connection_url)
     hint = _generation_hint(connection_url, code_zips)
     start = _read_hint(hint)
     for generation in range(start, MAX_GENERATIONS):
         session_id = code_session_id(code_zips, generation)
-        spark = SparkSession.builder.remote(session_url(connection_url, session_id)).create()
+        spark = None
         try:
+            spark = SparkSession.builder.remote(session_url(connection_url, session_id)).create()
             for code in code_zips:
                 spark.addArtifacts(code, pyfile=True)
         except Exception as exc:
-            close_client(spark)
+            if spark is not None:
+                close_client(spark)
+            refusal = refused(exc, connection_url)
+            if refusal is not None:
+                raise refusal from None
             if not is_session_closed(exc):
                 raise
             continue

@@ -26,7 +26,7 @@ from onceflow.spark.connect import (CONNECT_MODE_VAR, MAX_GENERATIONS, _generati
                                     run_connect_batch, session_url)
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow_devkit.services.process import TCP_ESTABLISHED, ManagedProcess, tcp_sockets
-from onceflow_devkit.services.spark_connect import start_connect_server
+from onceflow_devkit.services.spark_connect import TOKEN_VAR, start_connect_server
 from tests.conftest import TEST_HOME
 from tests.integration.spark.test_batch_job import clickstream_runtime, produce
 
@@ -60,9 +60,17 @@ job.run()
 """
 
 
-def _connections_to(port: int) -> int:
-    """Established TCP connections to ``port`` on this machine."""
-    return sum(state == TCP_ESTABLISHED and remote == port for _local, remote, state, _inode in tcp_sockets())
+def _connections_to(port: int, but_of: int | None = None) -> int:
+    """Established TCP connections to ``port`` on this machine, but those of process ``but_of``."""
+    import psutil
+
+    total = sum(state == TCP_ESTABLISHED and remote == port for _local, remote, state, _inode in tcp_sockets())
+    try:
+        own = 0 if but_of is None else sum(c.status == psutil.CONN_ESTABLISHED and bool(c.raddr) and c.raddr.port == port
+                                           for c in psutil.Process(but_of).net_connections(kind="tcp"))
+    except psutil.NoSuchProcess:
+        own = 0
+    return total - own
 
 
 def python_workers(server_pid: int) -> int:
@@ -148,12 +156,32 @@ def test_a_closed_session_is_followed_by_the_next_generation_which_this_machine_
     assert asked[-1:] == [generation + 1] and generation not in asked
 
 
+def token_env(server) -> dict[str, str]:
+    """The server's token for a client process, in the Spark Connect client's own variable: never an argument."""
+    return {TOKEN_VAR: server.token}
+
+
+def test_a_client_without_the_servers_token_is_refused_at_once_naming_the_setting(spark_connect_server, pipeline):
+    from onceflow.config.settings import ConfigurationError
+
+    code = shipped_code(pipeline.spec)
+    for url, said in ((spark_connect_server.address, "No authentication token provided; the client sent no token"),
+                      (f"{spark_connect_server.address}/;token=not-the-token", "Invalid authentication token")):
+        started = time.monotonic()
+        with pytest.raises(ConfigurationError) as refused:
+            join_session(url, code)
+        assert time.monotonic() - started < 15
+        message = str(refused.value)
+        assert f"the Spark Connect server at localhost:{spark_connect_server.port} refused this client ({said}" in message
+        assert "set the spark connection's password" in message and "not-the-token" not in message
+
+
 def run_client(server, pipeline, plan, code, faults: str) -> subprocess.CompletedProcess:
     """One attempt of the batch in a client process of its own, with ``faults`` armed."""
     return subprocess.run(
-        [sys.executable, "-c", CLIENT, server.url, pipeline.spec.to_json(), pipeline.deployment.to_option(),
+        [sys.executable, "-c", CLIENT, server.address, pipeline.spec.to_json(), pipeline.deployment.to_option(),
          str(plan.batch_seq), ",".join(code)],
-        env={**os.environ, "ONCEFLOW_FAULTS": faults}, capture_output=True, text=True, timeout=120,
+        env={**os.environ, **token_env(server), "ONCEFLOW_FAULTS": faults}, capture_output=True, text=True, timeout=120,
     )
 
 
@@ -190,15 +218,16 @@ def test_a_stopped_task_interrupts_its_queries_on_the_server(spark_connect_serve
     before = _connections_to(broker_port)
     with pause_one_broker():
         task = subprocess.Popen(
-            [sys.executable, "-c", KILLED_TASK, spark_connect_server.url, pipeline.spec.to_json(),
+            [sys.executable, "-c", KILLED_TASK, spark_connect_server.address, pipeline.spec.to_json(),
              pipeline.deployment.to_option(), str(plan.batch_seq), ",".join(code)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **token_env(spark_connect_server)})
         try:
             session_id, tag = task.stdout.readline().split()
             # The read has begun when the server's Python worker connects to the broker (a stopped broker's
             # kernel still accepts the connection); the reader then waits up to 60 s for records.
             deadline = time.monotonic() + 90
-            while _connections_to(broker_port) <= before:
+            # (the task's own connections are its check of the cluster, which a hung broker lets go on after a wait)
+            while _connections_to(broker_port, but_of=task.pid) <= before:
                 assert time.monotonic() < deadline and task.poll() is None, "the job never started reading"
                 time.sleep(0.2)
             time.sleep(1)

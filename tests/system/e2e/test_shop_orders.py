@@ -139,7 +139,8 @@ def test_two_topics_a_release_between_batches_and_every_output_replays_equal(bro
         monkeypatch.setenv(KAFKA_BOOTSTRAP_VAR, broker.bootstrap)
         monkeypatch.setenv(ICEBERG_CATALOGS_VAR, json.dumps(runtime.deployment.catalogs))
         audit = ["audit", "--pipeline", "shop_orders", "--spec", "shop_pipelines.orders:ORDERS",
-                 "--remote", spark_connect_server.url, "--json"]
+                 "--remote", spark_connect_server.address, "--json"]
+        monkeypatch.setenv("SPARK_CONNECT_AUTHENTICATE_TOKEN", spark_connect_server.token)  # the client's own variable
         for name, value in broker.profile_env().items():  # Tansu's profile: the votes say which records count
             monkeypatch.setenv(name, value)
         monkeypatch.setenv(f"AIRFLOW_CONN_{POSTGRES_CONN_ID.upper()}", postgres_server.uri())

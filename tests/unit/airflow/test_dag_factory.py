@@ -72,6 +72,15 @@ def test_secrets_reach_the_driver_as_templates_of_the_connections_never_as_value
     assert "us-east-1" not in json.dumps(env) and "amazonaws" not in json.dumps(env)
 
 
+def test_the_spark_task_may_sign_in_to_kafka_as_a_principal_of_its_own(dag):
+    assert dag.get_task("spark").env_vars["ONCEFLOW_KAFKA_CONFIG"] == "{{ conn.onceflow_kafka.extra }}"
+    own = pipeline_dag(ORDERS, warehouse="file:///data/w", dag_id="orders_writer", spark_kafka_conn_id="kafka_writer")
+    env = own.get_task("spark").env_vars
+    assert env["ONCEFLOW_KAFKA_CONFIG"] == "{{ conn.kafka_writer.extra }}"
+    assert env["ONCEFLOW_KAFKA_BOOTSTRAP"] == "{{ conn.kafka_writer.extra_dejson['bootstrap.servers'] }}"
+    assert own.get_task("commit").kafka_conn_id == "onceflow_kafka"  # the deciding side keeps the pipeline's
+
+
 def test_a_file_warehouse_gives_the_driver_no_aws_settings():
     env = pipeline_dag(ORDERS, warehouse="file:///data/w", dag_id="orders_file").get_task("spark").env_vars
     assert not [k for k in env if k.startswith("AWS_")]

@@ -30,3 +30,13 @@ def test_a_closed_session_is_told_from_other_errors():
     assert not is_session_closed(RuntimeError("[INVALID_HANDLE.SESSION_NOT_FOUND] gone"))
     tags = {job_tag("a,b", 7) for _ in range(2)}
     assert len(tags) == 2 and all(t.startswith("onceflow-a_b-7-") and "," not in t for t in tags)
+
+
+def test_a_token_sent_to_a_loopback_address_without_tls_is_refused_naming_localhost():
+    from onceflow.spark.connect import check_connection_url
+
+    with pytest.raises(ConfigurationError, match="127.0.0.1:15002 has a token, so the client speaks TLS to it .*localhost"):
+        check_connection_url("sc://127.0.0.1:15002/;token=t")
+    check_connection_url("sc://localhost:15002/;token=t")
+    check_connection_url("sc://127.0.0.1:15002/;token=t;use_ssl=true")
+    check_connection_url("sc://127.0.0.1:15002")

@@ -113,6 +113,7 @@ class _BatchOperator(BaseOperator):
         deployed = DeployedPipeline(context["ti"].dag_id, self.pipeline, self.warehouse, self.kafka_conn_id,
                                     self.aws_conn_id)
         runtime = task_runtime(context, deployed)
+        runtime.check_kafka()
         # Whichever task finishes a batch (commit, rollback, a plan's recovery) reports it, once.
         self._finished: list[int] = []
         runtime.coordinator.on_finished = functools.partial(_on_finished, runtime, self._finished)

@@ -13,6 +13,8 @@ from typing import Any, Iterable, Mapping
 
 from confluent_kafka import KafkaException, Producer
 
+from onceflow.kafka import refusals
+from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import producer_config
 
 
@@ -33,6 +35,8 @@ def fence_transactional_ids(config: Mapping[str, Any], ids: Iterable[str], timeo
         try:
             producer.init_transactions(timeout_s)
         except KafkaException as exc:
+            refusals.check(config, exc.args[0].code(), "fencing it: init_transactions",
+                           {Resource.TRANSACTIONAL_ID: ("WRITE", txn_id)})
             raise FencingError(
                 f"could not fence transactional.id {txn_id}: {exc.args[0]}; its open transaction may still be "
                 "pending. Check the broker is reachable and retry the rollback task"

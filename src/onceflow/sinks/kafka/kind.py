@@ -66,6 +66,9 @@ class KafkaKind(SinkKind):
     def location(self, sink, warehouse: str) -> str:
         return sink.target
 
+    def kafka_topics(self, sink) -> tuple[str, ...]:
+        return (sink.target,)
+
     def asset_uri(self, sink, warehouse: str) -> str:
         # The Asset names the topic; a URI needs a host, and the cluster is a connection.
         return f"kafka://kafka/{sink.target}"

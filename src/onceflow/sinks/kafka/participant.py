@@ -46,7 +46,9 @@ from onceflow.core import faults
 from onceflow.core.batch_id import BatchId
 from onceflow.core.participant import Outcome, Participant, Result, Vote
 from onceflow.core.plan import Plan
-from onceflow.kafka.config import base_config, producer_config
+from onceflow.kafka import refusals
+from onceflow.kafka.acls import Resource
+from onceflow.kafka.config import base_config, principal, producer_config
 from onceflow.sinks.kafka.fencing import FencingError, fence_transactional_ids
 from onceflow.kafka.ids import is_split_id, repair_id, transactional_id
 from onceflow.kafka.produce import produce_waiting
@@ -426,9 +428,10 @@ class KafkaSinkParticipant(Participant):
                 f"{_where(h)}: its coordinator reports the commit complete, but the records are not visible "
                 f"({view.describe()}): a partition's commit marker was never written (Apache Kafka drops the markers "
                 f"of a partition whose leader died as the transaction ended), and writing it did not end it "
-                f"({markers}). Give the commit task's Kafka principal CLUSTER_ACTION, or find what holds the "
-                "partition (kafka-transactions.sh find-hanging), then re-run the commit task (docs/brokers.md, "
-                "\"Hanging transactions\")",
+                f"({markers}). Grant the commit task's Kafka principal ({principal(self.config)}) ALTER or "
+                "CLUSTER_ACTION on the cluster (WriteTxnMarkers: the optional grant of `onceflow acls`), or find what "
+                "holds the partition (kafka-transactions.sh find-hanging), then re-run the commit task "
+                "(docs/security.md; docs/brokers.md, \"Hanging transactions\")",
             )
         return results
 
@@ -588,6 +591,8 @@ class KafkaSinkParticipant(Participant):
                 produce_waiting(producer, h.topic, row["value"], row["key"], row["partition"], headers=base + user)
             producer.commit_transaction(self.timeout_s)
         except KafkaException as exc:
+            refusals.check(self.config, exc.args[0].code(), f"{where}: re-publishing its staged copy under {rid}",
+                           {Resource.TOPIC: ("WRITE", h.topic), Resource.TRANSACTIONAL_ID: ("WRITE", rid)})
             return Result(Outcome.RETRY_LATER, f"{where}: repair under {rid} did not complete: {exc.args[0]}")
         finally:
             producer.flush(0)

@@ -43,13 +43,15 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from kafka.admin import TransactionState
-from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
+from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.protocol.producer import EndTxnRequest
 
+from onceflow.kafka import refusals
+from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import kafka_python_config
 
 log = logging.getLogger(__name__)
@@ -143,6 +145,8 @@ def end_txn(
                 code = CONNECTION_CLOSED
             except (KafkaTimeoutError, RequestTimedOutError, NodeNotReadyError):  # the request may have arrived: retry
                 code = 7
+            refusals.check(config, code, f"EndTxn({'commit' if commit else 'abort'}) of the transaction it names",
+                           {Resource.TRANSACTIONAL_ID: ("WRITE", transactional_id)})
             name, action = classify(code)
             if action is not Action.RETRY or time.monotonic() + backoff > deadline:
                 return EndTxnReply(action, code, name, attempts, version)
@@ -238,6 +242,7 @@ class CoordinatorViews:
 
     def __init__(self, config: Mapping[str, Any], request_timeout_s: float = 30.0) -> None:
         self._timeout_ms = int(min(request_timeout_s, 30) * 1000)
+        self._config = config
         self._client = KafkaNetClient(**kafka_python_config(config), request_timeout_ms=self._timeout_ms)
 
     def __enter__(self) -> "CoordinatorViews":
@@ -270,7 +275,7 @@ class CoordinatorViews:
                 by_coordinator: dict[int, list[str]] = {}
                 for txn_id, (error, node) in _find_coordinators(client, wanted, timeout_ms).items():
                     if error:
-                        _skip_or_retry(txn_id, error, retry)
+                        self._skip_or_retry(txn_id, error, retry)
                     else:
                         by_coordinator.setdefault(node, []).append(txn_id)
                 for node, ids in by_coordinator.items():
@@ -283,7 +288,7 @@ class CoordinatorViews:
                         elif entry.error_code == TRANSACTIONAL_ID_NOT_FOUND:
                             views[entry.transactional_id] = CoordinatorView(None, coordinator=node)
                         else:
-                            _skip_or_retry(entry.transactional_id, entry.error_code, retry)
+                            self._skip_or_retry(entry.transactional_id, entry.error_code, retry)
             except (KafkaConnectionError, ConnectionError, KafkaTimeoutError, RequestTimedOutError, NodeNotReadyError):
                 retry = [i for i in wanted if i not in views]
             wanted = retry
@@ -294,19 +299,23 @@ class CoordinatorViews:
         return views
 
 
+    def _skip_or_retry(self, transactional_id: str, error_code: int, retry: list[str]) -> None:
+        """A transient answer is asked again; a refusal names the grant (``NotAuthorized``); any other
+        leaves the id undescribed, for the caller to read its data instead."""
+        refusals.check(self._config, error_code, "DescribeTransactions of the transaction it names",
+                       {Resource.TRANSACTIONAL_ID: ("WRITE", transactional_id)})
+        name, action = classify(error_code)
+        if action is Action.RETRY:
+            retry.append(transactional_id)
+        else:
+            log.warning("DescribeTransactions for %s answered %s: reading its data instead", transactional_id, name)
+
+
 def describe_transactions(config: Mapping[str, Any], transactional_ids: Sequence[str],
                           timeout_s: float = 30.0) -> dict[str, CoordinatorView]:
     """One question to the coordinators (``CoordinatorViews.describe``) on a client of its own."""
     with CoordinatorViews(config, timeout_s) as coordinators:
         return coordinators.describe(transactional_ids, timeout_s)
-
-
-def _skip_or_retry(transactional_id: str, error_code: int, retry: list[str]) -> None:
-    name, action = classify(error_code)
-    if action is Action.RETRY:
-        retry.append(transactional_id)
-    else:
-        log.warning("DescribeTransactions for %s answered %s: reading its data instead", transactional_id, name)
 
 
 @dataclass(frozen=True)
@@ -351,6 +360,10 @@ def open_transactions(config: Mapping[str, Any], topic: str, partitions: Sequenc
     admin = KafkaAdminClient(**kafka_python_config(config), request_timeout_ms=int(min(timeout_s, 30) * 1000))
     try:
         described = admin.describe_producers([KafkaTopicPartition(topic, p) for p in partitions])
+    except KafkaError as exc:
+        refusals.check_exception(config, exc, "DescribeProducers of the partitions an open transaction holds",
+                                 {Resource.TOPIC: ("READ", topic)})
+        raise
     finally:
         admin.close()
     return {tp.partition: tuple(OpenTransaction(p.producer_id, p.producer_epoch, p.current_transaction_start_offset)
@@ -367,7 +380,8 @@ def write_commit_markers(config: Mapping[str, Any], topic: str, partitions: Sequ
     Only for a transaction its coordinator reports CompleteCommit: that is the decision the marker
     carries. The partition leader checks the producer id and epoch (a fenced or newer epoch is
     refused), and takes coordinator epoch -1 as an operator's marker, as Kafka's own admin abort
-    does. Writing markers needs the CLUSTER_ACTION permission; a refusal is an answer like any other.
+    does. Writing markers needs ALTER or CLUSTER_ACTION on the cluster (an optional grant of
+    ``onceflow.kafka.acls``); its refusal is an answer like any other, naming the principal.
     """
     from confluent_kafka.admin import AdminClient
 
@@ -393,7 +407,10 @@ def write_commit_markers(config: Mapping[str, Any], topic: str, partitions: Sequ
                 topics=[marker.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])], coordinator_epoch=-1)])
             reply = client.send_and_receive(leaders[partition].leader, request, timeout_ms=timeout_ms)
             code = next(p.error_code for m in reply.markers for t in m.topics for p in t.partitions)
-            outcome[partition] = MarkerOutcome(written=True) if code == 0 else MarkerOutcome(refused=classify(code)[0])
+            refused = refusals.refusal(config, code, "WriteTxnMarkers: the commit marker its coordinator dropped",
+                                       {Resource.CLUSTER: ("ALTER or CLUSTER_ACTION", "")})
+            outcome[partition] = (MarkerOutcome(written=True) if code == 0 else
+                                  MarkerOutcome(refused=str(refused) if refused else classify(code)[0]))
     except (KafkaConnectionError, ConnectionError, KafkaTimeoutError, RequestTimedOutError, NodeNotReadyError) as exc:
         outcome.update({p: MarkerOutcome(refused=f"no answer ({type(exc).__name__})") for p in open_in if p not in outcome})
     finally:

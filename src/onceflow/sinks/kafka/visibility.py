@@ -45,7 +45,9 @@ from typing import Any, Mapping, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from onceflow.kafka.config import consumer_config
+from onceflow.kafka import refusals
+from onceflow.kafka.acls import Resource
+from onceflow.kafka.config import ASSIGN_ONLY_GROUP, consumer_config
 from onceflow.kafka.offsets import stable_offsets_from_stats
 from onceflow.sinks.kafka.headers import REPAIR_HEADER
 from onceflow.sinks.kafka.writer import PartitionWrite, TxnHandle, handle_headers
@@ -109,7 +111,6 @@ class Observer:
         self._consumer = Consumer(
             consumer_config(
                 config,
-                "onceflow-visibility",
                 **{
                     "enable.partition.eof": True,
                     "fetch.wait.max.ms": 50,
@@ -260,10 +261,14 @@ class Observer:
                 deadline = time.monotonic() + quiet_s
             for m in messages:
                 tp = (m.topic(), m.partition())
+                error = m.error()
+                if error is not None:  # a refusal, even of a partition already settled, names the grant it lacks
+                    refusals.check(self._config, error.code(), "reading back what the batch wrote",
+                                   {Resource.TOPIC: ("READ", tp[0] or ", ".join(sorted(topics))),
+                                    Resource.GROUP: ("DESCRIBE", ASSIGN_ONLY_GROUP)})
                 waiting = pending.get(tp)
                 if waiting is None:
                     continue
-                error = m.error()
                 if error is not None:
                     if error.code() != KafkaError._PARTITION_EOF:
                         raise RuntimeError(f"scanning {tp[0]}[{tp[1]}] for batch/split {', '.join(_waiting_names(waiting))} failed: {error}")

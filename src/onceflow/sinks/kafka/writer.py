@@ -46,13 +46,15 @@ from typing import Any, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from onceflow.core import faults
 from onceflow.config.warehouse_layout import kafka_staging_dir
 from onceflow.core.batch_id import BatchId
 from onceflow.storage import Storage, storage_for
 from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE
+from onceflow.kafka import refusals
+from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import direct_producer_config, producer_config
 from onceflow.kafka.ids import transactional_id
 from onceflow.kafka.produce import produce_waiting
@@ -255,6 +257,7 @@ class TransactionalSplitWriter:
         self.max_record_bytes = min(max_record_bytes or configured, configured)
         # Record batches are capped by message.max.bytes too: none may outgrow the topic's limit.
         overrides["message.max.bytes"] = self.max_record_bytes
+        self._config = config
         self._producer = Producer(self._producer_config(config, overrides))
         self._headers = record_headers(batch_id, split, self.txn_id, self.record_format)
         self._first: dict[int, int] = {}
@@ -267,7 +270,7 @@ class TransactionalSplitWriter:
         self._rows: dict[str, list] = {name: [] for name in STAGED_SCHEMA.names}  # of write() calls, not produced yet
         self._stage_writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._stage_stream = ExitStack()
-        self._delivery_errors: list[str] = []
+        self._delivery_errors: list[KafkaError] = []
         # Bytes every record carries besides its key, value and own headers; a repair adds its header.
         self._fixed_bytes = RECORD_OVERHEAD_BYTES + sum(
             len(k.encode()) + len(v) + HEADER_OVERHEAD_BYTES for k, v in [*self._headers, REPAIR])
@@ -287,6 +290,7 @@ class TransactionalSplitWriter:
             self._producer.init_transactions(self.timeout_s)
             self._producer.begin_transaction()
         except KafkaException as exc:
+            self._check_refusal(exc.args[0].code(), "opening its transaction")
             raise PreCommitError(f"{self._name()}: could not open a transaction: {exc.args[0]}") from None
         self._open_topic()
         self._stage_file = _Digesting(self._stage_stream.enter_context(self._storage.open_write(self.staged_uri)))
@@ -294,6 +298,8 @@ class TransactionalSplitWriter:
 
     def _open_topic(self) -> None:
         meta = self._producer.list_topics(self.topic, timeout=self.timeout_s).topics.get(self.topic)
+        if meta is not None and meta.error is not None:
+            self._check_refusal(meta.error.code(), "looking up its topic")
         if meta is None or meta.error is not None or not meta.partitions:
             raise PreCommitError(f"{self._name()}: output topic {self.topic!r} does not exist: create it first")
         self._partition_count = len(meta.partitions)
@@ -470,10 +476,13 @@ class TransactionalSplitWriter:
             # A fatal error (fenced by a newer attempt) surfaces from flush; confluent-kafka then
             # reports further failed deliveries as SystemError wrapping the KafkaException.
             cause = exc.__cause__ if isinstance(exc, SystemError) and exc.__cause__ else exc
+            if isinstance(cause, KafkaException):
+                self._check_refusal(cause.args[0].code(), "delivering its records")
             raise PreCommitError(f"{self._name()}: delivery failed: {cause}") from exc
         if remaining:
             raise PreCommitError(f"{self._name()}: {remaining} records still undelivered after {self.timeout_s:.0f}s")
         if self._delivery_errors:
+            self._check_refusal(self._delivery_errors[0].code(), "delivering its records")
             raise PreCommitError(f"{self._name()}: delivery failed: {self._delivery_errors[0]}")
         return sum(self._counts.values())
 
@@ -515,7 +524,7 @@ class TransactionalSplitWriter:
 
     def _on_delivery(self, err, msg) -> None:
         if err is not None:
-            self._delivery_errors.append(str(err))
+            self._delivery_errors.append(err)
             return
         p, offset = msg.partition(), msg.offset()
         self._first[p] = min(offset, self._first.get(p, offset))
@@ -536,6 +545,11 @@ class TransactionalSplitWriter:
 
     def _name(self) -> str:
         return f"batch {self.batch_id} sink {self.sink} split {self.split} ({self.txn_id})"
+
+    def _check_refusal(self, code: int, doing: str) -> None:
+        """``NotAuthorized`` for a refusal, naming the grant (``onceflow.kafka.refusals``)."""
+        refusals.check(self._config, code, f"split {self.split} of batch {self.batch_id} of {self.pipeline}: {doing}",
+                       {Resource.TOPIC: ("WRITE", self.topic), Resource.TRANSACTIONAL_ID: ("WRITE", self.txn_id)})
 
 
 class DirectSplitWriter(TransactionalSplitWriter):

@@ -24,6 +24,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from onceflow.core.participant import Outcome, Result
 from onceflow.core.plan import OffsetRange
+from onceflow.kafka import refusals
+from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import consumer_config
 
 T = TypeVar("T")
@@ -31,6 +33,10 @@ RETRY_PAUSE_S = 0.2
 # Retriable in Kafka's protocol, though librdkafka does not flag them so when committed() meets them.
 COORDINATOR_MOVING = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                                 KafkaError.COORDINATOR_NOT_AVAILABLE})
+# How long one question for the committed offsets waits before the consumer's events are looked at; a
+# question that timed out is asked again until the deadline.
+ASK_S = 1.0
+ASK_AGAIN = COORDINATOR_MOVING | {KafkaError._TIMED_OUT}
 
 
 def _retrying(call: Callable[[], T], deadline: float) -> T:
@@ -40,7 +46,7 @@ def _retrying(call: Callable[[], T], deadline: float) -> T:
             return call()
         except KafkaException as exc:
             error = exc.args[0]
-            if not (error.retriable() or error.code() in COORDINATOR_MOVING) or time.monotonic() + RETRY_PAUSE_S > deadline:
+            if not (error.retriable() or error.code() in ASK_AGAIN) or time.monotonic() + RETRY_PAUSE_S > deadline:
                 raise
         time.sleep(RETRY_PAUSE_S)
 
@@ -51,12 +57,26 @@ def mirror_offsets(config: Mapping[str, Any], group_id: str, ranges: Sequence[Of
         return Result(Outcome.ALREADY_DONE, "no input ranges")
     consumer = Consumer(consumer_config(config, group_id))
     deadline = time.monotonic() + timeout_s
+    needs = {Resource.GROUP: ("READ", group_id), Resource.TOPIC: ("READ", ", ".join(sorted({r.topic for r in ranges})))}
+    doing = "mirroring the batch's input offsets to its consumer group"
+
+    def refused() -> None:
+        """A refusal librdkafka reports on its own, as an event (a lookup of the group's coordinator)."""
+        event = consumer.poll(0)
+        if event is not None and event.error() is not None:
+            refusals.check(config, event.error().code(), doing, needs)
+
     try:
         tps = [TopicPartition(r.topic, r.partition) for r in ranges]
 
         def committed() -> dict[tuple[str, int], int]:
             remaining = max(deadline - time.monotonic(), 1.0)
-            return {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(tps, timeout=remaining)}
+            try:
+                return {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(tps, timeout=min(remaining, ASK_S))}
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError._TIMED_OUT:
+                    refused()  # the group's coordinator lookup may have been refused: that is no reason to wait
+                raise
 
         current = _retrying(committed, deadline)
         wanted = [
@@ -69,6 +89,7 @@ def mirror_offsets(config: Mapping[str, Any], group_id: str, ranges: Sequence[Of
         _retrying(lambda: consumer.commit(offsets=wanted, asynchronous=False), deadline)
         after = _retrying(committed, deadline)
     except KafkaException as exc:
+        refusals.check(config, exc.args[0].code(), doing, needs)
         return Result(Outcome.RETRY_LATER, f"committing offsets for group {group_id} failed: {exc.args[0]}")
     finally:
         consumer.close()

@@ -129,7 +129,7 @@ def test_the_fresh_venv_imports_onceflow_from_the_wheel_and_not_the_dev_kit(fres
     assert checkout_paths == "[]" and devkit == "no dev kit", out.stdout
     onceflow_cli = subprocess.run([str(fresh_venv.parent / "onceflow"), "--help"], capture_output=True, text=True, timeout=120)
     # The library's own commands only: the dev kit's (services, demo, chaos, oracle-audit...) come with the dev kit.
-    assert onceflow_cli.returncode == 0 and onceflow_cli.stdout.startswith("usage: onceflow [-h] {status,recover,split,skip,audit} ..."), onceflow_cli.stdout
+    assert onceflow_cli.returncode == 0 and onceflow_cli.stdout.startswith("usage: onceflow [-h] {status,recover,split,skip,acls,audit} ..."), onceflow_cli.stdout
 
 
 # Not marked slow: it is the suite's only proof that the installed wheel works on its own.

@@ -177,7 +177,7 @@ class Observer:
                 wanted.setdefault(tp, []).append((tuple(handle_headers(h)), i, v))
         counts: list[dict[int, int]] = [{} for _ in handles]
         ended: set[tuple[str, int]] = set()
-        consumer = Consumer(consumer_config(self._config, "onceflow-visibility", **{
+        consumer = Consumer(consumer_config(self._config, **{
             "isolation.level": "read_uncommitted", "enable.partition.eof": True, "fetch.wait.max.ms": 50}))
         try:
             consumer.assign([TopicPartition(t, p, start) for (t, p), start in starts.items()])

@@ -122,6 +122,11 @@ class Decision:
         )
 
 
+def _fields_of(record: Any) -> dict[str, Any]:
+    """A flat record's fields in their declared order, an enum as its value (what the JSON holds)."""
+    return {name: value.value if isinstance(value, enum.Enum) else value for name, value in vars(record).items()}
+
+
 @dataclass(frozen=True)
 class DoneMarker:
     """Effect ``effect`` of a decision was applied (one per participant, and
@@ -135,14 +140,7 @@ class DoneMarker:
     done_at_ms: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "batch_seq": self.batch_seq,
-            "effect": self.effect,
-            "outcome": self.outcome.value,
-            "detail": self.detail,
-            "done_by": self.done_by,
-            "done_at_ms": self.done_at_ms,
-        }
+        return _fields_of(self)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> "DoneMarker":
@@ -169,14 +167,7 @@ class FailedEffect:
     failed_at_ms: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "batch_seq": self.batch_seq,
-            "effect": self.effect,
-            "outcome": self.outcome.value,
-            "detail": self.detail,
-            "failed_by": self.failed_by,
-            "failed_at_ms": self.failed_at_ms,
-        }
+        return _fields_of(self)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> "FailedEffect":

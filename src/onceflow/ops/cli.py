@@ -46,11 +46,16 @@ class CommandError(Exception):
     """A command failed for a reason its message explains (exit code 2)."""
 
 
-def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where a command finds the pipeline's spec."""
     parser.add_argument("--pipeline", required=True, help="the pipeline's name (its spec's name)")
     parser.add_argument("--spec", help="module[:attribute] defining the pipeline's PipelineSpec")
     parser.add_argument("--dags-folder", help="a DAGs folder whose DAG files define it "
                         "(default: $ONCEFLOW_DAGS_FOLDER or $AIRFLOW__CORE__DAGS_FOLDER)")
+
+
+def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    add_spec_arguments(parser)
     parser.add_argument("--warehouse", help="default: $ONCEFLOW_WAREHOUSE")
     parser.add_argument("--json", action="store_true")
 
@@ -226,10 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.set_defaults(func=_intervene)
     acls = sub.add_parser("acls", help="the Kafka ACLs the pipeline's principals need (the Spark side that writes, "
                           "the Airflow side that decides), as kafka-acls.sh commands")
-    acls.add_argument("--pipeline", required=True, help="the pipeline's name (its spec's name)")
-    acls.add_argument("--spec", help="module[:attribute] defining the pipeline's PipelineSpec")
-    acls.add_argument("--dags-folder", help="a DAGs folder whose DAG files define it "
-                      "(default: $ONCEFLOW_DAGS_FOLDER or $AIRFLOW__CORE__DAGS_FOLDER)")
+    add_spec_arguments(acls)
     acls.add_argument("--spark-user", help="the Spark side's Kafka user (default: onceflow-spark)")
     acls.add_argument("--airflow-user", help="the Airflow side's Kafka user (default: onceflow-airflow)")
     acls.add_argument("--bootstrap-server", default=os.environ.get("ONCEFLOW_KAFKA_BOOTSTRAP") or "BROKER:9093",

@@ -22,6 +22,10 @@ max_age_s=T``; default: the spec's).
 ``schedule=when_input(records=N, max_age_s=T)`` (``onceflow.config.input_schedule``)
 starts a run when the input has waited long enough instead.
 
+``pipeline_dag`` composes steps that each take the settings resolved once: ``dag_settings``
+(arguments, environment, defaults), ``dag_schedule`` (the schedule's four forms), then
+``run_params``, ``dag_arguments`` and ``add_tasks`` here.
+
 Fault injection (tests, chaos runs): ``ONCEFLOW_FAULTS`` (see faults.py)
 arms the Airflow tasks and, passed on, the Spark job (driver and workers).
 The run param ``faults`` does the same for one DAG run, only on workers that
@@ -141,6 +145,7 @@ def dag_arguments(settings: DagSettings, dag_kwargs: dict[str, Any]) -> dict[str
 
 
 def dag_doc(settings: DagSettings) -> str:
+    """The DAG's description: its input topics and its outputs."""
     spec = settings.spec
     return f"Exactly-once pipeline `{spec.name}`: {', '.join(spec.topics)} → " + ", ".join(
         f"{s.name} ({s.kind}: {s.target})" for s in spec.sinks)

@@ -344,3 +344,11 @@ def test_the_spark_environment_reaches_kafka_through_the_spark_tasks_own_connect
     assert env["ONCEFLOW_KAFKA_CONFIG"] == "{{ conn.sk.extra }}" and env["ONCEFLOW_WAREHOUSE"] == "s3://lake/w"
     assert env["AWS_ACCESS_KEY_ID"] == "{{ conn.a.login }}"
     assert env["ONCEFLOW_ICEBERG_CATALOGS"] == '{"lake": {{ conn.lake.extra }}}'
+
+
+def test_the_dag_describes_its_input_topics_and_each_output_with_its_kind_and_target():
+    from onceflow.airflow.dag_factory import dag_doc
+
+    assert dag_doc(_settings()) == (
+        "Exactly-once pipeline `orders`: orders → daily_revenue (files: orders/daily_revenue), revenue_table "
+        "(iceberg: sales.daily_revenue), orders_clean (kafka: orders_clean), orders_dead_letter (kafka: orders_dead_letter)")

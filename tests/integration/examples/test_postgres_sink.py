@@ -9,9 +9,13 @@ import pyarrow as pa
 import psycopg
 import pytest
 
+from onceflow.config.kafka_cluster import KafkaCluster
+from onceflow.pipeline.runtime import Deployment
 from onceflow.sinks.api import BatchId, Outcome, Plan
 from onceflow.pipeline.spec import SinkSpec
-from onceflow.testing.conformance import Held, SinkConformance
+from onceflow.testing.conformance import Held, SinkConformance, SparkSideConformance
+from onceflow_postgres_sink import ids
+from onceflow_postgres_sink.connection import env_var
 from onceflow_postgres_sink.tables import create_tables, split_target
 from onceflow_postgres_sink.writer import MarkerTaken, SplitAttempt, prepare_split, vote_for
 
@@ -22,8 +26,10 @@ SCHEMA = pa.schema([("key", pa.string()), ("value", pa.int64())])
 class PostgresHarness:
     """A fresh table, and the sink's Spark side (``prepare_split``) called split by split."""
 
-    def __init__(self, server, splits: int = 2):
+    def __init__(self, server, splits: int = 2, warehouse: str | None = None):
         self.uri = server.uri()
+        # Only the kit's Spark half asks for it: its ledger lives in the warehouse; a postgres output never asks Kafka.
+        self.deployment = Deployment(warehouse, KafkaCluster("127.0.0.1:9")) if warehouse else None
         self.pipeline = f"p{uuid.uuid4().hex[:8]}"
         self.sink = SinkSpec("orders", "postgres", f"public.orders_{self.pipeline}", splits=splits,
                              options={"connection": CONN_ID})
@@ -40,7 +46,7 @@ class PostgresHarness:
 
     def held(self, batch_seq):
         """The batch's prepared transactions: PostgreSQL never ends one by itself."""
-        prefix = f"onceflow:{self.pipeline}:{self.sink.name}:b{batch_seq}:"
+        prefix = ids.batch_prefix(self.pipeline, self.sink.name, batch_seq)
         return [Held(f"prepared transaction {gid}") for gid in self.prepared() if gid.startswith(prefix)]
 
     def visible(self):
@@ -59,6 +65,9 @@ class PostgresHarness:
             for split in vote.payload["splits"]:
                 conn.tpc_rollback(split["gid"])
 
+    def frame(self, spark, rows):
+        return spark.createDataFrame(rows, "key string, value bigint")
+
     def prepared(self) -> list[str]:
         with psycopg.connect(self.uri, autocommit=True) as conn:
             return sorted(x.gtrid for x in conn.tpc_recover() if x.gtrid.startswith(f"onceflow:{self.pipeline}:"))
@@ -70,10 +79,31 @@ def pg_connection(postgres_server, monkeypatch):
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", postgres_server.uri())
 
 
+def executors_uri(server) -> str:
+    """The connection's URI as Spark executors get it: without its password, which goes as PGPASSWORD
+    (connection.py says why)."""
+    return server.uri().replace(f":{server.password}@", "@")
+
+
+@pytest.fixture
+def pg_executors(spark, postgres_server, monkeypatch):
+    """The connection as the Python workers of a data source registered from now on get it: what
+    ``spark.executorEnv`` gives them (``SparkContext.environment``)."""
+    environment = spark.sparkContext.environment
+    monkeypatch.setitem(environment, env_var(CONN_ID), executors_uri(postgres_server))
+    monkeypatch.setitem(environment, "PGPASSWORD", postgres_server.password)
+
+
 class TestPostgresSinkConformance(SinkConformance):
     @pytest.fixture
     def sink_harness(self, postgres_server, pg_connection):
         return PostgresHarness(postgres_server)
+
+
+class TestPostgresSparkSide(SparkSideConformance):
+    @pytest.fixture
+    def sink_harness(self, postgres_server, pg_connection, pg_executors, tmp_path):
+        return PostgresHarness(postgres_server, warehouse=f"file://{tmp_path}/warehouse")
 
 
 def test_a_retried_attempt_rolls_back_the_older_ones_so_it_never_waits_on_a_zombies_locks(postgres_server, pg_connection):
@@ -169,9 +199,8 @@ def test_a_kind_from_a_package_of_its_own_runs_a_batch_on_spark_where_only_the_s
     hidden = subprocess.run([str(python), "-c", "import onceflow_postgres_sink"], capture_output=True, text=True)
     assert "No module named 'onceflow_postgres_sink'" in hidden.stderr, hidden.stderr
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ONCEFLOW_", "PYSPARK_", "SPARK_"))}
-    without_password = postgres_server.uri().replace(f":{postgres_server.password}@", "@")
     env.update(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python), PGPASSWORD=postgres_server.password,
-               **{f"AIRFLOW_CONN_{CONN_ID.upper()}": without_password})
+               **{env_var(CONN_ID): executors_uri(postgres_server)})
     result = job_summary(spark_submit(tmp_path, runtime, plan, env))
     assert (result["batch"], result["input_records"]) == (plan.batch_seq, 300)
 

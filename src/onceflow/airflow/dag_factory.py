@@ -155,7 +155,7 @@ def pipeline_dag(
     from airflow.sdk import DAG, Param, TriggerRule
 
     from onceflow.airflow.operators.batch import CommitBatchOperator, PlanBatchOperator, RollbackBatchOperator
-    from onceflow.core.run_inputs import MAX_RECORDS, REPLACE_COMMITTED
+    from onceflow.core.planning.run_inputs import MAX_RECORDS, REPLACE_COMMITTED
     from onceflow.airflow.operators.spark import OnceflowSparkSubmitOperator, submit_defaults
 
     warehouse = warehouse or os.environ.get("ONCEFLOW_WAREHOUSE")

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 
 from onceflow.core.participant import Outcome, Participant, Result, Vote
 from onceflow.core.plan import Plan
-from onceflow.core.planning import TopicPartition
+from onceflow.core.planning.source import TopicPartition
 
 DONE, ALREADY, RETRY, FAILED = (Result(Outcome.DONE), Result(Outcome.ALREADY_DONE), Result(Outcome.RETRY_LATER, "flaky"), Result(Outcome.FAILED, "broken"))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from onceflow.core.coordinator import Coordinator
 from onceflow.core.plan import Plan, SinkPlan
-from onceflow.core.planning import PlanConfig
+from onceflow.core.planning.config import PlanConfig
 
 from tests.doubles.fakes import FakeSource, World, participants
 

@@ -34,7 +34,7 @@ def test_every_relative_link_names_a_file_of_the_repository(page):
 # What a page names in `code` (and, for paths under the repository's folders, in its prose too): a path
 # (`tests/integration/sinks/kafka/test_sink.py`, `sinks/kafka/participant.py`, `test_sink.py`, a glob
 # `test_apache_*.py`), a test id (`path.py::test_name`), a dotted module with or without its package
-# (`onceflow.sinks.kafka.participant.SETTLE`, `core.interventions.is_blank`). Each must resolve against the
+# (`onceflow.sinks.kafka.participant.SETTLE`, `core.planning.interventions.is_blank`). Each must resolve against the
 # repository as it is: a path from the repository's root, tests/, a package's root or the folder above it; a
 # module's names in its source. Placeholders (`<batch id>`, `…`), URLs, what onceflow writes at run time
 # (`_onceflow/`, `.onceflow/`) and code blocks (the reader's own files) are left alone.

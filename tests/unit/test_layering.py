@@ -4,13 +4,14 @@ import as their new selves; and Airflow finds the provider."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from onceflow.compat.moved_modules import renamed
+from onceflow.compat.moved_modules import SPLIT, renamed
 from tests.support import ROOT
 
 
@@ -61,6 +62,9 @@ def test_an_import_of_a_moved_module_names_the_new_one(old, new):
         ("onceflow.protocol.plan", "onceflow.core.plan", "Plan"),  # a module under a renamed package
         ("onceflow.protocol.coordinator", "onceflow.core.coordinator", "Coordinator"),
         ("onceflow.kafka.sink", "onceflow.sinks.kafka.participant", "KafkaSinkParticipant"),
+        ("onceflow.core.interval_planner", "onceflow.core.planning.interval_planner", "IntervalPlanner"),
+        ("onceflow.interval_batches", "onceflow.core.planning.interval_planner", "committed_prefix"),
+        ("onceflow.core.run_inputs", "onceflow.core.planning.run_inputs", "read_run_inputs"),
         ("onceflow.sinks.votes", "onceflow.sinks.votes", "record_vote"),  # not renamed: itself, no warning
     ],
 )
@@ -87,6 +91,16 @@ def test_an_import_of_a_renamed_module_is_the_new_module_with_a_warning(old, new
     first = next((old.rsplit(".", n)[0] for n in range(old.count("."), -1, -1) if renamed(old.rsplit(".", n)[0])), None)
     assert warned == ([] if first is None else
                       [f"warned: {first} is now {renamed(first)}: import that; the old name goes in a later release"])
+
+
+@pytest.mark.parametrize("old, names", sorted(SPLIT.items()))
+def test_a_name_of_a_module_that_became_a_package_imports_from_the_package_with_a_warning(old, names):
+    for name, new in names.items():
+        with pytest.warns(DeprecationWarning, match=f"{old}.{name} is now {new}.{name}"):
+            thing = getattr(importlib.import_module(old), name)
+        assert thing is getattr(importlib.import_module(new), name)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        importlib.import_module(old).no_such_name
 
 
 def test_an_unknown_module_is_a_plain_module_not_found():

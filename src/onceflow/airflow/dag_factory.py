@@ -102,7 +102,7 @@ def run_params(settings: DagSettings) -> dict[str, Any]:
     """The DAG's params: its batches' own (the interval's or the offsets'), the transform's and ``faults``."""
     from airflow.sdk import Param
 
-    from onceflow.core.run_inputs import MAX_RECORDS, REPLACE_COMMITTED
+    from onceflow.core.planning.run_inputs import MAX_RECORDS, REPLACE_COMMITTED
 
     spec = settings.spec
     if spec.batches == INTERVAL:

@@ -9,6 +9,10 @@
   name still imports, as the very module object of the new one, with a
   DeprecationWarning naming it; that finder goes first, so that a submodule of
   an old package name is never loaded a second time under that name.
+- ``SPLIT``: modules that became a package of the same name (0.4: planning is
+  one package, ``onceflow.core.planning``). The old module's names still
+  import from the package (its ``__getattr__`` is ``split_name``), each with a
+  DeprecationWarning naming the module that holds it now.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ RENAMED: dict[str, str] = {
     "onceflow.ledger": "onceflow.core.ledger",
     "onceflow.faults": "onceflow.core.faults",
     "onceflow.status": "onceflow.core.batch_view",
-    "onceflow.interval_batches": "onceflow.core.interval_planner",
+    "onceflow.interval_batches": "onceflow.core.planning.interval_planner",
     "onceflow.lag": "onceflow.core.lag",
     "onceflow.kafka.offsets_mirror": "onceflow.sources.kafka.offsets_mirror",
     "onceflow.spark.kafka_source": "onceflow.sources.kafka.data_source",
@@ -97,6 +101,21 @@ RENAMED: dict[str, str] = {
     "onceflow.cli": "onceflow.ops.cli",
     "onceflow.audit": "onceflow.ops.audit",
     "onceflow.audit_submit": "onceflow.ops.audit_submit",
+    # 0.4: planning is one package
+    "onceflow.core.intervals": "onceflow.core.planning.intervals",
+    "onceflow.core.interval_planner": "onceflow.core.planning.interval_planner",
+    "onceflow.core.interventions": "onceflow.core.planning.interventions",
+    "onceflow.core.run_inputs": "onceflow.core.planning.run_inputs",
+}
+
+# Old module (now a package of its name): {old name: the module that holds it now}.
+SPLIT: dict[str, dict[str, str]] = {
+    "onceflow.core.planning": {
+        **dict.fromkeys(("TopicPartition", "OffsetSource", "check_not_lost"), "onceflow.core.planning.source"),
+        **dict.fromkeys(("PlanningError", "OffsetsLostError"), "onceflow.core.errors"),
+        **dict.fromkeys(("StartPosition", "PlanConfig", "no_transactional_ids", "with_ids"), "onceflow.core.planning.config"),
+        "next_plan": "onceflow.core.planning.offsets",
+    },
 }
 
 
@@ -108,6 +127,16 @@ def renamed(fullname: str) -> str | None:
         if new:
             return ".".join([new, *parts[end:]])
     return None
+
+
+def split_name(package: str, name: str):
+    """A package's ``__getattr__`` for the names of the module it replaced (``SPLIT``)."""
+    new = SPLIT.get(package, {}).get(name)
+    if new is None:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    warnings.warn(f"{package}.{name} is now {new}.{name}: import that; the old name goes in a later release",
+                  DeprecationWarning, stacklevel=3)
+    return getattr(importlib.import_module(new), name)
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):

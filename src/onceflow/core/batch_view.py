@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
 from onceflow.core.batch_id import BatchId
-from onceflow.core.interventions import Intervention
+from onceflow.core.planning.interventions import Intervention
 from onceflow.core.ledger.ledger import BATCH_EFFECT, BatchLedger
 from onceflow.core.ledger.records import Decision, DoneMarker, FailedEffect
 from onceflow.core.participant import Vote

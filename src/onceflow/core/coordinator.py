@@ -42,15 +42,19 @@ from onceflow.core.errors import (
     CommitFailed,
     ConcurrentPlanError,
     InterventionRefused,
+    PlanningError,
     RetryLater,
     StaleAttempt,
 )
-from onceflow.core.intervals import replacement_refusal
-from onceflow.core.interventions import Intervention
+from onceflow.core.planning.intervals import replacement_refusal
+from onceflow.core.planning.interventions import Intervention
 from onceflow.core.participant import Participant, Result, Vote
 from onceflow.core.plan import Plan
 from onceflow.core.reactions import REACTIONS, Reaction, Step
-from onceflow.core.planning import OffsetSource, PlanConfig, PlanningError, next_plan
+from onceflow.core.planning.config import PlanConfig
+from onceflow.core.planning.offsets import next_plan
+from onceflow.core.planning.reruns import is_retry
+from onceflow.core.planning.source import OffsetSource
 from onceflow.core.states import (
     RECOVERY,
     TRANSITIONS,
@@ -166,8 +170,8 @@ class Coordinator:
             )
         state = None
         if previous is not None:
-            if run_id is not None and previous.run_id == run_id and self.ledger.read_decision(latest) is None:
-                return previous  # a retry of the plan task that wrote it (I6)
+            if is_retry(previous, run_id, self.ledger):
+                return previous
             state = self.recover().state
         faults.fault_point(PLAN_AFTER_RECOVERY)
         plan = next_plan(

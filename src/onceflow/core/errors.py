@@ -12,12 +12,18 @@ How an Airflow task should treat them:
 - ``ConcurrentPlanError``: two runs planned the same batch at once.
 - ``InterventionRefused``: an operator's split or skip cannot take effect
   (``onceflow split`` / ``skip`` print why); nothing changed.
+- ``PlanningError`` (``OffsetsLostError``): the next batch cannot be planned
+  (``onceflow.core.planning``); nothing was planned.
 """
 
 from __future__ import annotations
 
-from onceflow.core.planning import OffsetsLostError, PlanningError  # noqa: F401  (re-exported)
+from typing import TYPE_CHECKING, Mapping
+
 from onceflow.core.states import IllegalTransition  # noqa: F401  (re-exported)
+
+if TYPE_CHECKING:
+    from onceflow.core.planning.source import TopicPartition
 
 
 class CoordinatorError(RuntimeError):
@@ -50,3 +56,15 @@ class ConcurrentPlanError(CoordinatorError):
 
 class InterventionRefused(CoordinatorError):
     """An operator's split or skip of a batch cannot take effect; nothing changed."""
+
+
+class PlanningError(RuntimeError):
+    """The next batch cannot be planned; the message says why and what to do."""
+
+
+class OffsetsLostError(PlanningError):
+    """Records the next batch must read are gone from the log (retention)."""
+
+    def __init__(self, message: str, lost: Mapping[TopicPartition, tuple[int, int]]):
+        super().__init__(message)
+        self.lost = dict(lost)

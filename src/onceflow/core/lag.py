@@ -58,7 +58,7 @@ def consumed_to(reader: Coordinator) -> dict[tuple[str, int], int]:
     ends of the newest committed batch (an interval pipeline: of its committed
     prefix); before any commit, where the first batch starts (the spec's start
     position)."""
-    from onceflow.core.interval_planner import committed_prefix
+    from onceflow.core.planning.interval_planner import committed_prefix
 
     ledger = reader.ledger
     latest = reader.latest_seq()

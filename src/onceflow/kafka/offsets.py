@@ -1,7 +1,7 @@
 """Where input partitions stand: the planner's view of Kafka.
 
 Runs on an Airflow worker (plan task) and in the audit. ``KafkaOffsetSource``
-implements ``onceflow.core.planning.OffsetSource``; the planning rules
+implements ``onceflow.core.planning.source.OffsetSource``; the planning rules
 (start where the last committed batch ended, ``end = min(last stable offset,
 start + max records per partition)``, new partitions from the start position,
 offsets lost to retention fail the plan) live in ``core.planning`` only.
@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition as KafkaTopicPartition
 
 from onceflow.core.plan import OffsetRange
-from onceflow.core.planning import TopicPartition
+from onceflow.core.planning.source import TopicPartition
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import ASSIGN_ONLY_GROUP, base_config, consumer_config

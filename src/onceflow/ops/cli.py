@@ -104,7 +104,7 @@ def _positive(text: str) -> int:
 
 
 def _words(text: str) -> str:
-    from onceflow.core.interventions import is_blank
+    from onceflow.core.planning.interventions import is_blank
 
     if is_blank(text):
         raise argparse.ArgumentTypeError("is blank: the ledger records who decided and why, in words")

@@ -1,7 +1,7 @@
 """Split or skip a batch that keeps failing: ``onceflow split`` and ``onceflow skip``.
 
 The ledger side (checks, the record, the race with the next plan) is
-``Coordinator.intervene``; the rules are ``core.interventions``. This
+``Coordinator.intervene``; the rules are ``core.planning.interventions``. This
 module adds what needs the input log and the warehouse: before a skip is
 recorded, every record of the batch's ranges, as a read_committed consumer
 sees it (the batch job's own reader), is copied to::
@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from onceflow.config.warehouse_layout import quarantine_dir
-from onceflow.core.interventions import Action, Intervention, QuarantinedRange
+from onceflow.core.planning.interventions import Action, Intervention, QuarantinedRange
 from onceflow.core.plan import OffsetRange, Plan
 
 QUARANTINE_TOPIC_FIELD = pa.field("topic", pa.string())

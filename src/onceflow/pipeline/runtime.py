@@ -16,8 +16,8 @@ from typing import Any
 
 from onceflow.config.deployment import Deployment, is_s3_uri  # noqa: F401  (where users import them from)
 from onceflow.core.plan import SinkPlan
-from onceflow.core.planning import PlanConfig
-from onceflow.core.run_inputs import RunInputs
+from onceflow.core.planning.config import PlanConfig
+from onceflow.core.planning.run_inputs import RunInputs
 from onceflow.sinks import sink_kind
 from onceflow.pipeline.spec import PipelineSpec
 from onceflow.storage import warehouse_storage
@@ -116,7 +116,7 @@ class PipelineRuntime:
         range ends (an interval pipeline: those of its committed prefix, which a
         batch committed out of order does not extend), so lag tools show the
         truth. Forward-only and idempotent."""
-        from onceflow.core.interval_planner import committed_prefix
+        from onceflow.core.planning.interval_planner import committed_prefix
         from onceflow.sources.kafka.offsets_mirror import mirror_offsets
         from onceflow.core.errors import RetryLater
 
@@ -136,8 +136,8 @@ class PipelineRuntime:
         return KafkaOffsetSource(self.deployment.kafka.config(), timeout_s=timeout_s)
 
     def interval_planner(self, inputs: RunInputs | None = None):
-        """The plan task's planner of an interval pipeline (``onceflow.core.interval_planner``)."""
-        from onceflow.core.interval_planner import IntervalPlanner
+        """The plan task's planner of an interval pipeline (``onceflow.core.planning.interval_planner``)."""
+        from onceflow.core.planning.interval_planner import IntervalPlanner
 
         return IntervalPlanner(self.coordinator, self.plan_config(inputs), grace_ms=self.spec.interval_grace_s * 1000,
                                pool=self.spec.batches_in_flight)

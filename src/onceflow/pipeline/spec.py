@@ -23,7 +23,7 @@ from onceflow.sinks import kinds, sink_kind, unknown_kind
 FILES = "files"
 KAFKA = "kafka"
 ICEBERG = "iceberg"
-# How a pipeline's DAG runs map to batches (onceflow.core.intervals says more).
+# How a pipeline's DAG runs map to batches (onceflow.core.planning.intervals says more).
 OFFSETS = "offsets"  # each run takes the next offsets after the last committed batch, one run at a time
 INTERVAL = "interval"  # each run's batch is the records of its data interval; backfills and runs in parallel
 BATCHES = (OFFSETS, INTERVAL)
@@ -156,7 +156,7 @@ class PipelineSpec:
             )
 
     def _check_run_params(self) -> None:
-        from onceflow.core.run_inputs import ONCEFLOW_PARAMS
+        from onceflow.core.planning.run_inputs import ONCEFLOW_PARAMS
 
         for name, schema in self.run_params.items():
             if not isinstance(name, str) or not name.isidentifier() or name in ONCEFLOW_PARAMS:

@@ -75,7 +75,7 @@ def reprocessing(spec: PipelineSpec) -> dict[str, str]:
     """What reprocessing a committed interval does to each output
     (``SinkKind.reprocess``); ``ReprocessRefused`` names every output that
     can neither retract its earlier batch nor safely publish it again."""
-    from onceflow.core.intervals import ReprocessRefused
+    from onceflow.core.planning.intervals import ReprocessRefused
 
     how = {s.name: sink_kind(s.kind).reprocess(s) for s in spec.sinks}
     refused = [f"{s.name} ({s.kind}: {s.target})" for s in spec.sinks if how[s.name] is None]

@@ -297,7 +297,7 @@ class SinkConformance(_Kit):
         assert how in ("replaced", "republished", None)
         self.committed(sink_harness, sink_harness.pre_commit(7, 1, rows_of(7, 1)))
         if how is None:  # refused before anything is read: the earlier batch stays as it was
-            from onceflow.core.intervals import ReprocessRefused
+            from onceflow.core.planning.intervals import ReprocessRefused
             from onceflow.sinks import reprocessing
             from onceflow.pipeline.spec import PipelineSpec
 

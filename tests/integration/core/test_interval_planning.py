@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import Producer
 
-from onceflow.core.interval_planner import IntervalPlanner
+from onceflow.core.planning.interval_planner import IntervalPlanner
 from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.reader import read_range
 from onceflow.core.ledger.storage import open_ledger_storage
-from onceflow.core.intervals import Interval
-from onceflow.core.planning import PlanConfig
+from onceflow.core.planning.intervals import Interval
+from onceflow.core.planning.config import PlanConfig
 
 from tests.doubles.helpers import SINKS, kafka_ids, prepare_all, world_coordinator
 from tests.integration.kafka.helpers import create_topic

@@ -24,7 +24,7 @@ from onceflow.config.warehouse_layout import quarantine_dir
 from onceflow.pipeline.quarantine import skip_batch
 from onceflow.pipeline.runtime import PipelineRuntime
 from onceflow.pipeline.spec import FILES, PipelineSpec, SinkSpec
-from onceflow.core.run_inputs import RunInputs
+from onceflow.core.planning.run_inputs import RunInputs
 from tests.integration.kafka.helpers import create_topic
 
 SPEC: PipelineSpec  # set by the test: the commands find the pipeline here, as --spec says

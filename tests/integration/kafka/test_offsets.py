@@ -15,7 +15,9 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from onceflow.kafka.offsets import KafkaOffsetSource, OffsetLookupError
 from onceflow.core.plan import OffsetRange, SinkPlan
-from onceflow.core.planning import PlanConfig, TopicPartition, next_plan
+from onceflow.core.planning.config import PlanConfig
+from onceflow.core.planning.offsets import next_plan
+from onceflow.core.planning.source import TopicPartition
 from onceflow.core.states import BatchState
 from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS
 from tests.integration.kafka.helpers import create_topic, produce_txn

@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import pytest
 
-from onceflow.core.intervals import Interval
+from onceflow.core.planning.intervals import Interval
 from onceflow.core.states import BatchState
 from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from onceflow.core import faults
-from onceflow.core.intervals import Interval
+from onceflow.core.planning.intervals import Interval
 from onceflow.core.states import BatchState
 from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream

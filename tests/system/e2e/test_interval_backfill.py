@@ -30,9 +30,9 @@ from datetime import datetime, timezone
 
 from onceflow.core import faults
 from onceflow.sinks.files.layout import seq_of_batch_dir
-from onceflow.core.run_inputs import REPLACE_COMMITTED
+from onceflow.core.planning.run_inputs import REPLACE_COMMITTED
 from onceflow.core.batch_id import BatchId
-from onceflow.core.intervals import Interval
+from onceflow.core.planning.intervals import Interval
 from onceflow.core.states import BatchState
 from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream

@@ -31,7 +31,7 @@ from onceflow_devkit.local_airflow.rest import AirflowApi
 from onceflow.config.warehouse_layout import quarantine_dir
 from onceflow.core.ledger.ledger import BATCH_EFFECT
 from onceflow.storage.local import local_path
-from onceflow.core.run_inputs import RunInputs
+from onceflow.core.planning.run_inputs import RunInputs
 from tests.support import ROOT
 from tests.system.e2e.conftest import broker_with_topics, make_world
 

@@ -241,7 +241,8 @@ def test_a_transforms_run_parameters_are_declared_params_recorded_in_the_plan_an
     from dataclasses import replace
 
     from onceflow.core.plan import Plan
-    from onceflow.core.planning import PlanConfig, next_plan
+    from onceflow.core.planning.config import PlanConfig
+    from onceflow.core.planning.offsets import next_plan
     from onceflow.core.states import BatchState
     from tests.doubles.helpers import source
 

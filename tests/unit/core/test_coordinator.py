@@ -275,7 +275,7 @@ def test_concurrent_planner_loses_cleanly(local):
     coord, world, parts = world_coordinator(local)
     winner = coord.plan_next(source(), config(), run_id="run-a")
     # a second planner that read the ledger before run-a wrote its plan
-    from onceflow.core.planning import next_plan
+    from onceflow.core.planning.offsets import next_plan
 
     mine = next_plan(pipeline="pipe", previous=None, previous_state=None, source=source(), config=config(), now_ms=1, run_id="run-b")
     created, existing = coord.ledger.create_plan(mine)
@@ -289,7 +289,7 @@ def test_concurrent_planner_loses_cleanly(local):
 def test_configuration_mismatch_fails_fast(local):
     coord, world, parts = world_coordinator(local)
     from onceflow.core.plan import SinkPlan
-    from onceflow.core.planning import PlanConfig
+    from onceflow.core.planning.config import PlanConfig
 
     with pytest.raises(ConfigurationError, match="give every sink exactly one participant"):
         coord.plan_next(source(), PlanConfig(("in",), (SinkPlan("files", "files", 1),)))
@@ -381,7 +381,7 @@ def test_an_output_removed_from_the_spec_never_holds_a_batch_or_the_pipeline(loc
 
 
 def test_an_operator_splits_or_skips_only_the_latest_aborted_batch_and_the_next_plan_follows(local):
-    from onceflow.core.interventions import Action, Intervention
+    from onceflow.core.planning.interventions import Action, Intervention
 
     coord, world, parts = world_coordinator(local)
     src = source(250, 40)
@@ -419,7 +419,7 @@ def test_an_operator_splits_or_skips_only_the_latest_aborted_batch_and_the_next_
 
 
 def test_an_intervention_written_after_the_next_plan_is_void_and_says_so(local):
-    from onceflow.core.interventions import Action, Intervention
+    from onceflow.core.planning.interventions import Action, Intervention
 
     coord, world, parts = world_coordinator(local)
     coord.plan_next(source(), config())

@@ -11,10 +11,11 @@ import random
 
 import pytest
 
-from onceflow.core.interval_planner import IntervalPlanner, committed_prefix
+from onceflow.core.planning.interval_planner import IntervalPlanner, committed_prefix
 from onceflow.core.ledger.storage import open_ledger_storage
-from onceflow.core.intervals import Interval, IntervalNotClosed, OffsetsLostError, SlotBusy
-from onceflow.core.planning import PlanningError, TopicPartition
+from onceflow.core.planning.intervals import Interval, IntervalNotClosed, OffsetsLostError, SlotBusy
+from onceflow.core.errors import PlanningError
+from onceflow.core.planning.source import TopicPartition
 from onceflow.core.states import BatchState
 
 from onceflow.ops.audit.ranges import tiling_errors
@@ -217,7 +218,7 @@ def test_an_interval_overlapping_one_planned_before_is_refused(pipeline):
 
 
 def test_boundaries_recorded_out_of_order_stop_planning_instead_of_reading_twice(pipeline):
-    from onceflow.core.intervals import Boundary
+    from onceflow.core.planning.intervals import Boundary
 
     coord, parts, planner, _ = pipeline
     log = StampedLog(every_minute(0, 4), every_minute(0, 4))
@@ -255,7 +256,7 @@ def test_the_committed_prefix_stops_at_the_first_interval_not_committed(pipeline
 
 
 def test_reprocessing_a_committed_interval_replaces_its_batch_and_the_ledger_says_how(pipeline):
-    from onceflow.core.intervals import ReprocessRefused
+    from onceflow.core.planning.intervals import ReprocessRefused
 
     coord, parts, planner, _ = pipeline
     log = StampedLog(every_minute(0, 2), every_minute(0, 2))

@@ -135,7 +135,7 @@ def test_a_commit_decided_by_an_older_onceflow_on_a_conf_replacement_keeps_the_c
 
 
 def test_an_interval_batch_may_replace_only_a_committed_batch_of_its_interval_with_its_ranges(local):
-    from onceflow.core.interval_planner import IntervalPlanner
+    from onceflow.core.planning.interval_planner import IntervalPlanner
     from tests.unit.core.test_intervals import StampedLog, commit, every_minute, hours
 
     coord, world, parts = world_coordinator(local)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from onceflow.core.plan import OffsetRange, Plan
-from onceflow.core.planning import OffsetsLostError, PlanConfig, PlanningError, StartPosition, next_plan
+from onceflow.core.errors import OffsetsLostError, PlanningError
+from onceflow.core.planning.config import PlanConfig, StartPosition
+from onceflow.core.planning.offsets import next_plan
 from onceflow.core.states import BatchState
 from onceflow.config.settings import ConfigurationError
 
@@ -143,7 +145,7 @@ def test_a_topic_created_again_under_the_same_name_is_refused_never_read_on(src)
 
 
 def test_an_operators_split_caps_the_replay_and_a_skip_starts_after_the_aborted_batch(src):
-    from onceflow.core.interventions import Action, Intervention, QuarantinedRange
+    from onceflow.core.planning.interventions import Action, Intervention, QuarantinedRange
 
     first = plan_after(None, None, src)  # 80 and 50 records
     split = Intervention(1, Action.SPLIT, "ana", "record 57 crashes the transform", 1, max_records_per_partition=10)
@@ -166,7 +168,7 @@ def test_an_operators_split_caps_the_replay_and_a_skip_starts_after_the_aborted_
 
 
 def test_an_intervention_concerns_the_aborted_batch_before_the_plan_only(src):
-    from onceflow.core.interventions import Action, Intervention
+    from onceflow.core.planning.interventions import Action, Intervention
 
     first = plan_after(None, None, src)
     skip = Intervention(1, Action.SKIP, "ana", "poison", 1)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onceflow.core.run_inputs import RunInputs, RunParamsRefused, read_run_inputs
+from onceflow.core.planning.run_inputs import RunInputs, RunParamsRefused, read_run_inputs
 
 # Every key the plan's one ``params`` dictionary carried before facts were typed
 # (ledger format 1), listed from the planners of that time.

@@ -21,7 +21,7 @@ def test_a_transaction_timeout_above_the_brokers_maximum_fails_before_planning_n
 def test_reprocessing_replaces_files_republishes_declared_kafka_outputs_and_refuses_the_others():
     import dataclasses
 
-    from onceflow.core.intervals import ReprocessRefused
+    from onceflow.core.planning.intervals import ReprocessRefused
     from onceflow.sinks import reprocessing
     from tests.doubles.specs import ORDERS_HOURLY
 

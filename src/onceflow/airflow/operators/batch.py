@@ -34,7 +34,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from onceflow.core.ledger.ledger import BATCH_EFFECT
-from onceflow.core import run_inputs
+from onceflow.core.planning import run_inputs
 from onceflow.core.batch_id import BatchId
 from onceflow.core.states import BatchState
 from onceflow.pipeline.spec import INTERVAL, PipelineSpec
@@ -176,7 +176,7 @@ def run_interval(pipeline: str, context):
     """The DAG run's data interval, for an interval pipeline; AirflowFailException if it has none."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from onceflow.core.intervals import Interval
+    from onceflow.core.planning.intervals import Interval
 
     start, end = context.get("data_interval_start"), context.get("data_interval_end")
     if start is None or end is None or end <= start:
@@ -192,7 +192,7 @@ class PlanBatchOperator(_BatchOperator):
     """Recover any unfinished batch, then bind this DAG run to its batch.
 
     Returns (XCom) ``{"batch_seq", "batch_id", "records", "ranges"}``. Run
-    params (``onceflow.core.run_inputs``): ``max_records_per_partition``
+    params (``onceflow.core.planning.run_inputs``): ``max_records_per_partition``
     overrides the spec for this run; a run with a parameter the DAG does not
     declare is refused before anything is written. A run whose batch is
     already committed is skipped with a log line saying so; a run whose batch
@@ -234,11 +234,11 @@ class PlanBatchOperator(_BatchOperator):
         return self._planned(plan)
 
     def _plan_interval(self, context, inputs: run_inputs.RunInputs) -> dict[str, Any]:
-        """An interval pipeline's run: the batch of its data interval (``onceflow.core.interval_planner``)."""
+        """An interval pipeline's run: the batch of its data interval (``onceflow.core.planning.interval_planner``)."""
         from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
 
         from onceflow.core.errors import ConcurrentPlanError
-        from onceflow.core.intervals import PlanMustWait, ReprocessRefused
+        from onceflow.core.planning.intervals import PlanMustWait, ReprocessRefused
         from onceflow.sinks import reprocessing
 
         interval = run_interval(self.pipeline.name, context)

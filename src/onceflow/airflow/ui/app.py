@@ -26,7 +26,7 @@ from fastapi import Depends, FastAPI, HTTPException, Path, Query
 from fastapi.responses import HTMLResponse
 from pydantic import AfterValidator, BaseModel, Field
 
-from onceflow.core.interventions import is_blank
+from onceflow.core.planning.interventions import is_blank
 from onceflow.pipeline.spec import INTERVAL
 from onceflow.airflow.ui import overview as data
 from onceflow.airflow.ui.charts import stacked_bars

@@ -33,8 +33,8 @@ from typing import Any, Callable, Sequence
 from onceflow.core import faults
 from onceflow.config.warehouse_layout import pipeline_dir
 from onceflow.core.batch_id import BatchId
-from onceflow.core.intervals import Boundary, Interval
-from onceflow.core.interventions import Intervention
+from onceflow.core.planning.intervals import Boundary, Interval
+from onceflow.core.planning.interventions import Intervention
 from onceflow.core.participant import Vote
 from onceflow.core.plan import Plan
 from onceflow.core.ledger.errors import LedgerCorruptError

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from onceflow import __version__
-from onceflow.core.intervals import Boundary, Interval
-from onceflow.core.interventions import Intervention
+from onceflow.core.planning.intervals import Boundary, IntervalBatch
+from onceflow.core.planning.interventions import Intervention
 from onceflow.core.participant import Vote
 from onceflow.core.plan import Plan
 from onceflow.core.ledger.errors import LedgerCorruptError, LedgerFormatError
@@ -196,23 +196,6 @@ class Head:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> "Head":
         return cls(int(raw["latest_seq"]), int(raw.get("last_committed_seq", 0)), int(raw.get("updated_at_ms", 0)), dict(raw.get("extra", {})))
-
-
-@dataclass(frozen=True)
-class IntervalBatch:
-    """Batch ``batch_seq`` is the ``index``-th batch of data interval ``interval``
-    (1: its first; the next one after an abort replays it)."""
-
-    interval: Interval
-    index: int
-    batch_seq: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"interval": self.interval.to_dict(), "index": self.index, "batch_seq": self.batch_seq}
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "IntervalBatch":
-        return cls(Interval.from_dict(raw["interval"]), int(raw["index"]), int(raw["batch_seq"]))
 
 
 @dataclass(frozen=True)

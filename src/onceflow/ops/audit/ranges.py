@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from onceflow.core.interventions import Action
+from onceflow.core.planning.interventions import Action
 from onceflow.core.plan import Plan
 from onceflow.core.states import BatchState
 

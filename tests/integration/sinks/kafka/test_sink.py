@@ -27,7 +27,7 @@ from onceflow.core.errors import AbortFailed
 from onceflow.core.ledger.storage import open_ledger_storage
 from onceflow.core.participant import Outcome, Vote
 from onceflow.core.plan import Plan, SinkPlan
-from onceflow.core.planning import PlanConfig
+from onceflow.core.planning.config import PlanConfig
 from onceflow.core.states import BatchState
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS, NAMES_OPEN_TRANSACTIONS
 from tests.doubles.helpers import source

@@ -78,9 +78,9 @@ def test_dead_letters_are_the_records_of_the_outputs_the_spec_marks_so():
 
 
 def test_an_interval_batch_shows_its_data_interval_and_the_batch_it_replaces(tmp_path):
-    from onceflow.core.interval_planner import IntervalPlanner
+    from onceflow.core.planning.interval_planner import IntervalPlanner
     from onceflow.core.ledger.storage import open_ledger_storage
-    from onceflow.core.intervals import Interval
+    from onceflow.core.planning.intervals import Interval
     from onceflow.core.batch_view import format_rows
     from onceflow.airflow.ui.overview import page_row
     from tests.doubles.helpers import config, prepare_all
@@ -118,7 +118,7 @@ def test_records_withheld_as_too_large_for_their_topic_are_shown_beside_the_outp
 
 
 def test_an_operators_split_or_skip_is_shown_with_who_why_and_where_the_records_are():
-    from onceflow.core.interventions import Action, Intervention, QuarantinedRange
+    from onceflow.core.planning.interventions import Action, Intervention, QuarantinedRange
     from onceflow.core.plan import OffsetRange, Plan
     from onceflow.core.batch_view import batch_row, format_rows
 

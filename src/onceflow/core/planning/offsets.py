@@ -1,4 +1,4 @@
-"""Planning: which offsets the next batch reads (I1, I6).
+"""The offsets planner: which offsets the next batch reads (I1, I6).
 
 Runs in the Airflow plan task, through ``Coordinator.plan_next``, after
 recovery has finished the previous batch. ``next_plan`` is pure: the ledger
@@ -11,7 +11,8 @@ Rules:
   (``replay_of``), so a re-run reproduces the same input (I6), smaller only
   when a replay was aborted too, the run asks for fewer records, or an
   operator split it; an operator's skip starts it where the aborted batch
-  ended, as a commit would (``core.interventions``);
+  ended, as a commit would (``interventions``); a retry of the same run and a
+  replay's transform parameters follow the rules both planners share (``reruns``);
 - a partition never seen before starts at the configured start position
   (earliest, latest, or the first offset at or after a timestamp);
 - a range ends at ``min(last stable offset, start + max_records_per_partition)``;
@@ -21,145 +22,15 @@ Rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import (
-    Any,
-    Callable,
-    Mapping,
-    NamedTuple,
-    Protocol,
-    Sequence,
-    runtime_checkable,
-)
+from typing import Any, Mapping
 
 from onceflow.core.batch_id import BatchId
-from onceflow.core.interventions import Action, Intervention
-from onceflow.core.plan import OffsetRange, Plan, SinkPlan
+from onceflow.core.plan import OffsetRange, Plan
+from onceflow.core.planning.config import PlanConfig, with_ids
+from onceflow.core.planning.interventions import Action, Intervention
+from onceflow.core.planning.reruns import transform_params
+from onceflow.core.planning.source import OffsetSource, PlanningError, TopicPartition, check_not_lost
 from onceflow.core.states import BatchState
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-
-@runtime_checkable
-class OffsetSource(Protocol):
-    """What planning needs from the input log (Kafka). Offsets are those a
-    ``read_committed`` consumer sees."""
-
-    def partitions(self, topics: Sequence[str]) -> Sequence[TopicPartition]:
-        """Every partition of ``topics``. Unknown topic: raise, naming it."""
-
-    def earliest_offsets(self, partitions: Sequence[TopicPartition]) -> Mapping[TopicPartition, int]:
-        """The first offset still in the log, per partition."""
-
-    def last_stable_offsets(self, partitions: Sequence[TopicPartition]) -> Mapping[TopicPartition, int]:
-        """The last stable offset (read_committed end), per partition."""
-
-    def offsets_for_timestamp(self, partitions: Sequence[TopicPartition], timestamp_ms: int) -> Mapping[TopicPartition, int]:
-        """The first offset whose timestamp is >= ``timestamp_ms``; the last
-        stable offset when there is none."""
-
-    def topic_ids(self, topics: Sequence[str]) -> Mapping[str, str]:
-        """Each topic's id (Kafka's topic UUID), for those the broker reports: a
-        recreated topic has a new one."""
-
-
-class PlanningError(RuntimeError):
-    """The next batch cannot be planned; the message says why and what to do."""
-
-
-class OffsetsLostError(PlanningError):
-    """Records the next batch must read are gone from the log (retention)."""
-
-    def __init__(self, message: str, lost: Mapping[TopicPartition, tuple[int, int]]):
-        super().__init__(message)
-        self.lost = dict(lost)
-
-
-@dataclass(frozen=True)
-class StartPosition:
-    """Where a partition without committed batches starts."""
-
-    kind: str  # "earliest" | "latest" | "timestamp"
-    timestamp_ms: int | None = None
-
-    @classmethod
-    def parse(cls, value: "StartPosition | str | int") -> "StartPosition":
-        if isinstance(value, StartPosition):
-            return value
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return cls("timestamp", value)
-        text = str(value).strip().lower()
-        if text in ("earliest", "latest"):
-            return cls(text)
-        if text.startswith("timestamp:") and text[10:].isdigit():
-            return cls("timestamp", int(text[10:]))
-        from onceflow.config.settings import ConfigurationError
-
-        raise ConfigurationError(
-            f"start_position {value!r} is not valid: use 'earliest', 'latest', or a timestamp in epoch "
-            "milliseconds (an int or 'timestamp:<ms>')"
-        )
-
-    def __str__(self) -> str:
-        return f"timestamp:{self.timestamp_ms}" if self.kind == "timestamp" else self.kind
-
-
-def no_transactional_ids(pipeline: str, sink: SinkPlan, batch_seq: int) -> tuple[str, ...]:
-    """For sinks that write inside no transaction: nothing to fence."""
-    return ()
-
-
-@dataclass(frozen=True)
-class PlanConfig:
-    topics: tuple[str, ...]
-    sinks: tuple[SinkPlan, ...]
-    start: StartPosition = StartPosition("earliest")
-    max_records_per_partition: int | None = None
-    # (pipeline, sink plan, batch seq) -> the transactional ids of the sink's splits in that
-    # batch, derived so that rollback can fence them even when a job died before voting.
-    # The sink's kind answers (onceflow.sinks); planning never asks which kind it is.
-    transactional_ids: Callable[..., tuple[str, ...]] = no_transactional_ids
-    # The transform's run parameters (``RunInputs.transform``): recorded in each plan, read by the transform only.
-    transform_params: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        from onceflow.config.settings import ConfigurationError
-
-        object.__setattr__(self, "topics", tuple(self.topics))
-        object.__setattr__(self, "sinks", tuple(self.sinks))
-        object.__setattr__(self, "start", StartPosition.parse(self.start))
-        if not self.topics:
-            raise ConfigurationError("topics is empty: name at least one input topic")
-        if self.max_records_per_partition is not None and self.max_records_per_partition < 1:
-            raise ConfigurationError(
-                f"max_records_per_partition must be >= 1 or None (no limit), got {self.max_records_per_partition}"
-            )
-        names = [s.name for s in self.sinks]
-        if len(set(names)) != len(names):
-            raise ConfigurationError(f"sink names must be unique, got {names}")
-
-
-def with_ids(pipeline: str, config: PlanConfig, seq: int) -> tuple[SinkPlan, ...]:
-    """The config's sinks, each with the transactional ids its splits may use in batch ``seq``."""
-    return tuple(replace(s, transactional_ids=tuple(config.transactional_ids(pipeline, s, seq))) for s in config.sinks)
-
-
-def check_not_lost(what: str, starts: Mapping[TopicPartition, int], source: OffsetSource) -> None:
-    """``what`` (a batch) must start at ``starts``: raise ``OffsetsLostError`` if retention deleted any of them."""
-    earliest = source.earliest_offsets(list(starts))
-    lost = {tp: (start, earliest[tp]) for tp, start in starts.items() if start < earliest[tp]}
-    if lost:
-        where = "; ".join(f"{tp.topic}[{tp.partition}] offsets {a}..{b - 1}" for tp, (a, b) in sorted(lost.items()))
-        raise OffsetsLostError(
-            f"{what} must start at offsets the log no longer holds "
-            f"(deleted by retention before onceflow read them): {where}. Those records are lost to this pipeline. "
-            "Raise the topic's retention and either restore the records or, knowingly, start a new pipeline name "
-            "from 'earliest'; onceflow never skips them silently.",
-            lost,
-        )
 
 
 def _check_same_topics(pipeline: str, seq: int, previous: Plan | None, ids: Mapping[str, str]) -> None:
@@ -217,7 +88,7 @@ def next_plan(
     seq = previous.batch_seq + 1 if previous else 1
     facts: dict[str, Any] = dict(run_id=run_id, start_position=str(config.start),
                                  max_records_per_partition=config.max_records_per_partition,
-                                 transform_params=dict(config.transform_params))
+                                 transform_params=transform_params(config.transform_params, None))
     sinks = with_ids(pipeline, config, seq)
     if previous is not None and previous_state is not None and not previous_state.terminal:
         raise PlanningError(
@@ -239,8 +110,7 @@ def next_plan(
         starts = {TopicPartition(r.topic, r.partition): r.start for r in previous.ranges}
         check_not_lost(f"batch {BatchId(seq)} of pipeline {pipeline!r}", starts, source)
         ranges, why = _replay_ranges(previous, config.max_records_per_partition, intervention)
-        # A replay reproduces the aborted batch (I6): its transform parameters too, not this run's.
-        facts["transform_params"] = dict(previous.transform_params)
+        facts["transform_params"] = transform_params(config.transform_params, previous)
         return Plan(pipeline, seq, ranges, sinks, now_ms, replay_of=previous.batch_seq, replanned=why, **facts)
 
     current = list(source.partitions(config.topics))

@@ -36,7 +36,7 @@ from typing import Any, Mapping, Sequence
 
 from onceflow.core.batch_id import BatchId
 from onceflow.core.plan import Interval, OffsetRange, Plan, SinkPlan, iso
-from onceflow.core.planning import OffsetSource, OffsetsLostError, PlanningError, TopicPartition, check_not_lost
+from onceflow.core.planning.source import OffsetSource, OffsetsLostError, PlanningError, TopicPartition, check_not_lost
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,23 @@ class Boundary:
             {tp: str(r.get("how", "record")) for tp, r in rows},
             int(raw.get("resolved_at_ms", 0)),
         )
+
+
+@dataclass(frozen=True)
+class IntervalBatch:
+    """Batch ``batch_seq`` is the ``index``-th batch of data interval ``interval``
+    (1: its first; the next one after an abort replays it)."""
+
+    interval: Interval
+    index: int
+    batch_seq: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"interval": self.interval.to_dict(), "index": self.index, "batch_seq": self.batch_seq}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "IntervalBatch":
+        return cls(Interval.from_dict(raw["interval"]), int(raw["index"]), int(raw["batch_seq"]))
 
 
 class PlanMustWait(PlanningError):
@@ -211,6 +228,7 @@ def slot_of(seq: int, pool: int) -> int:
 __all__ = [
     "Boundary",
     "Interval",
+    "IntervalBatch",
     "IntervalNotClosed",
     "OffsetsLostError",
     "PlanMustWait",

@@ -1,7 +1,8 @@
 """The plan task of an interval pipeline: bind a DAG run to the batch of its data interval.
 
-``core.intervals`` has the rules (boundaries, closing, tiling); this
-module applies them over the ledger and the coordinator. One call per plan
+``intervals`` has the rules (boundaries, closing, tiling); this
+module applies them over the ledger and the coordinator, and follows the
+rules it shares with the offsets planner (``reruns``). One call per plan
 task, in this order::
 
     1. the interval's latest batch, if it has one:
@@ -19,7 +20,7 @@ task, in this order::
 
 Batches of different intervals never touch each other: each has its own
 attempts, votes and decision (per-batch fencing), and its own Kafka
-transactional ids (``kafka.ids``); its slot (``core.intervals.slot_of``)
+transactional ids (``kafka.ids``); its slot (``intervals.slot_of``)
 only bounds how many run at once.
 """
 
@@ -28,23 +29,27 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
-from onceflow.core.coordinator import Coordinator
-from onceflow.core.ledger.records import IntervalBatch
 from onceflow.core.batch_id import BatchId
 from onceflow.core.errors import ConcurrentPlanError
-from onceflow.core.intervals import (
+from onceflow.core.plan import Plan, Replacement
+from onceflow.core.planning.config import PlanConfig, with_ids
+from onceflow.core.planning.intervals import (
     Interval,
+    IntervalBatch,
     SlotBusy,
     interval_plan,
     iso,
     resolve_boundary,
     slot_of,
 )
-from onceflow.core.plan import Plan, Replacement
-from onceflow.core.planning import OffsetSource, PlanConfig, PlanningError, TopicPartition, check_not_lost, with_ids
+from onceflow.core.planning.reruns import is_retry, transform_params
+from onceflow.core.planning.source import OffsetSource, PlanningError, TopicPartition, check_not_lost
 from onceflow.core.states import BatchState
+
+if TYPE_CHECKING:  # the coordinator plans through this package: planning never imports it
+    from onceflow.core.coordinator import Coordinator
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +94,8 @@ class IntervalPlanner:
         if index:
             seq = self.ledger.read_interval_batch(interval, index).batch_seq
             latest = self.coordinator.plan(seq)
-            if latest.run_id == run_id and self.ledger.read_decision(seq) is None:
-                return IntervalPlanned(latest)  # a retry of the plan task that wrote it
+            if is_retry(latest, run_id, self.ledger):
+                return IntervalPlanned(latest)
             status = self.coordinator.recover(seq)
             if status.state is BatchState.COMMITTED:
                 if reprocess is None:
@@ -111,9 +116,8 @@ class IntervalPlanner:
 
         def make_plan(seq: int) -> Plan:
             slot = slot_of(seq, self.pool)
-            # A replay reproduces the aborted batch (I6): its transform parameters too, not this run's.
-            params = previous.transform_params if replay_of is not None else self.config.transform_params
-            facts = dict(run_id=run_id, slot=slot, batches_in_flight=self.pool, transform_params=dict(params))
+            params = transform_params(self.config.transform_params, previous if replay_of is not None else None)
+            facts = dict(run_id=run_id, slot=slot, batches_in_flight=self.pool, transform_params=params)
             sinks = with_ids(self.pipeline, self.config, seq)
             if previous is None:
                 return interval_plan(pipeline=self.pipeline, seq=seq, interval=interval, start=start, end=end,

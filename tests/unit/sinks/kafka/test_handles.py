@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from onceflow.sinks.kafka.writer import TxnHandle, handle_headers
+from onceflow.sinks.kafka.handle import TxnHandle, handle_headers
 
 
 def _handle(**extra) -> TxnHandle:

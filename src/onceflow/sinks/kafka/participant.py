@@ -34,6 +34,7 @@ from onceflow.sinks.kafka.output import KafkaOutput
 from onceflow.sinks.kafka.verify import verify
 from onceflow.sinks.kafka.visibility import Observer
 from onceflow.sinks.kafka.withheld import publish_withheld
+from onceflow.sinks.votes import UnreadablePayload
 from onceflow.storage import Storage, storage_for
 # Names this module held before the sink was split by job: they still import from it.
 from onceflow.sinks.kafka.answers import ABORT_LEFT, Left, left_after_abort  # noqa: F401
@@ -68,11 +69,17 @@ class KafkaSinkParticipant(Participant):
 
     def verify(self, vote: Vote) -> Result:
         """Before the decision: can every handle of this vote still be committed?"""
-        return verify(self.output, vote)
+        try:
+            return verify(self.output, vote)
+        except UnreadablePayload as exc:
+            return self._unreadable(vote, exc)
 
     def commit(self, vote: Vote) -> Result:
         """Commit every handle of the vote, proven by reading; repair if the broker aborted one."""
-        voted = handles_of(vote)
+        try:
+            voted = handles_of(vote)
+        except UnreadablePayload as exc:
+            return self._unreadable(vote, exc)
         handles = [h for h in voted if h.partitions and h.transactional]
         results = []
         if handles:
@@ -89,8 +96,15 @@ class KafkaSinkParticipant(Participant):
 
     def abort(self, plan: Plan, votes: Sequence[Vote]) -> Result:
         """End known transactions, fence every id the plan allows, delete staging."""
-        return abort(self.output, plan, votes)
+        try:
+            return abort(self.output, plan, votes)
+        except UnreadablePayload as exc:
+            return self._unreadable(votes[0], exc)
 
     def after_commit(self, plan: Plan) -> None:
         """After the batch is committed: its staged copies are no longer needed. Idempotent."""
         self.output.delete_staging(plan.batch_id)
+
+    def _unreadable(self, vote: Vote, exc: UnreadablePayload) -> Result:
+        return Result(Outcome.FAILED, f"kafka sink {self.name} of {self.pipeline}, vote of batch {vote.batch_seq} "
+                      f"attempt {vote.attempt}: {exc}")

@@ -11,6 +11,8 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from onceflow.core.participant import Vote
+from onceflow.sinks.kafka.handle import handles_of
 from onceflow.sinks.kafka.txn_protocol import end_txn
 from onceflow.sinks.kafka.hidden_repairs import confirm_aborted
 from onceflow.sinks.kafka.split_state import SplitState
@@ -136,7 +138,11 @@ def test_splits_pre_committed_by_older_onceflow_versions_settle_beside_a_current
     config = kafka_broker.config()
     topic = create_topic(config, partitions=PARTITIONS, prefix="vis")
     old_one, old_two, current = _splits(config, tmp_path, topic, 3, 40, (_FormatOneWriter, _FormatTwoWriter, TransactionalSplitWriter))
-    as_voted = [replace(old_one, record_format=0, staged_sha256=""), replace(old_two, record_format=0), current]
+    # As those versions wrote the votes: no payload version, no record_format, and format 1 before staged_sha256.
+    written = [replace(old_one, staged_sha256="").to_dict(), old_two.to_dict(), current.to_dict()]
+    for raw in written[:2]:
+        del raw["record_format"]
+    as_voted = handles_of(Vote("out", 1, 1, {"handles": written}))
     assert current.record_format == CURRENT_FORMAT != 2
     with Observer(config, timeout_s=15) as observer:
         assert [v.state for v in observer.observe(as_voted)] == [SplitState.OPEN] * 3

@@ -9,18 +9,73 @@ passes every kind) ``record_vote`` records the vote in the pipeline's ledger
 through the coordinator, which refuses a zombie attempt's vote. Without them,
 it writes the vote as JSON to the ``vote_path`` option (create-if-absent): for
 using a data source on its own, outside a pipeline.
+
+Every kind's vote payload names its version (``PayloadFormat``): a reader
+upgrades an older payload through named functions, one version at a time
+(payloads written before versions are version 1), and refuses a newer one by
+name (``NewerPayload``), as the ledger refuses a newer format rather than
+misread it. Flink's ``KafkaCommittableSerializer`` does the same.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 from onceflow.storage import storage_for
 from onceflow.core.batch_id import BatchId
 from onceflow.core.participant import Vote
 
 VOTE_PATH_OPTION = "vote_path"
+# The key of a vote payload that names its version; a payload without it is version 1.
+PAYLOAD_VERSION = "payload_version"
+
+
+class UnreadablePayload(ValueError):
+    """A vote payload this onceflow cannot read as it was written: refused, never misread."""
+
+
+class NewerPayload(UnreadablePayload):
+    """A vote payload of a version newer than this onceflow reads."""
+
+
+@dataclass(frozen=True)
+class PayloadFormat:
+    """The versions of one sink kind's vote payload: ``version``, the newest this onceflow writes and
+    reads, and ``upgrades``, from each older version n the named function that makes it version n + 1."""
+
+    kind: str
+    version: int
+    upgrades: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        missing = [v for v in range(1, self.version) if v not in self.upgrades]
+        if missing:
+            raise ValueError(f"{self.kind} vote payload version {self.version} has no upgrade from version(s) {missing}")
+
+    def write(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """``payload`` as this onceflow writes it: with its version."""
+        return {**payload, PAYLOAD_VERSION: self.version}
+
+    def read(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """``payload`` as version ``version``: an older one upgraded, a newer one refused (``NewerPayload``).
+        Payloads are read where they are used (a participant's call, the UI): an older onceflow's vote in the
+        ledger stays as it was written."""
+        found = payload.get(PAYLOAD_VERSION, 1)
+        if not isinstance(found, int) or found < 1:
+            raise UnreadablePayload(f"a {self.kind} vote payload names version {found!r}, which no onceflow writes: "
+                               "the vote was changed; abort the batch and re-run it")
+        if found > self.version:
+            raise NewerPayload(
+                f"a {self.kind} vote payload of version {found}, newer than this onceflow reads (at most version "
+                f"{self.version}): upgrade onceflow on every Airflow worker of this pipeline to the version that "
+                "wrote the vote, or a later one")
+        upgraded = dict(payload)
+        for version in range(found, self.version):
+            upgraded = self.upgrades[version](upgraded)
+        upgraded[PAYLOAD_VERSION] = self.version
+        return upgraded
 
 
 def record_vote(options: Mapping[str, str], vote: Vote) -> None:

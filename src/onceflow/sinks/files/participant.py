@@ -33,6 +33,7 @@ from onceflow.core.participant import Outcome, Participant, Result, Vote
 from onceflow.core.plan import Plan
 from onceflow.sinks.files import layout
 from onceflow.sinks.files.entries import FileEntry, Manifest
+from onceflow.sinks.votes import PayloadFormat, UnreadablePayload
 from onceflow.storage import MissingStagedFile, Storage, storage_for
 from onceflow.storage.base import PendingStorage
 
@@ -41,6 +42,10 @@ AFTER_PUBLISH = faults.declare("files.commit.after_publish", "file sink commit: 
 AFTER_MANIFEST = faults.declare("files.commit.after_manifest", "file sink commit: manifest written, staging not deleted")
 BEFORE_RETRACT = faults.declare("files.commit.before_retract",
                                 "file sink commit: manifest of a replacing batch written, the batch it replaces not removed")
+
+
+# Version 1: the sink's URI and its files (``FileEntry``); payloads written before versions are version 1.
+FILES_PAYLOAD = PayloadFormat("files", 1)
 
 
 class FileSink(Participant):
@@ -90,7 +95,7 @@ class FileSink(Participant):
             if entry.path != layout.join(target if entry.upload is not None else staging, entry.name):
                 raise ValueError(f"{entry.path} is not staged under {staging} nor pending in {target}: it cannot "
                                  f"be part of batch {layout.batch_id(batch_seq)} attempt {attempt}")
-        payload = {"sink_uri": self.sink_uri, "files": [e.to_dict() for e in files]}
+        payload = FILES_PAYLOAD.write({"sink_uri": self.sink_uri, "files": [e.to_dict() for e in files]})
         return Vote(self.name, batch_seq, attempt, payload, records=sum(e.rows for e in files), replaces=replaces)
 
     # -- Participant ---------------------------------------------------------
@@ -141,11 +146,15 @@ class FileSink(Participant):
         return Result(Outcome.FAILED, f"{self._what(seq)}: {type(exc).__name__}: {exc}")
 
     def _guarded(self, vote: Vote, step) -> Result:
-        if vote.participant != self.name or vote.payload.get("sink_uri", "").rstrip("/") != self.sink_uri:
-            return Result(Outcome.FAILED, f"vote of {vote.participant} for {vote.payload.get('sink_uri')} "
+        try:
+            payload = FILES_PAYLOAD.read(vote.payload)
+        except UnreadablePayload as exc:
+            return Result(Outcome.FAILED, f"{self._what(vote.batch_seq)} attempt {vote.attempt}: {exc}")
+        if vote.participant != self.name or payload.get("sink_uri", "").rstrip("/") != self.sink_uri:
+            return Result(Outcome.FAILED, f"vote of {vote.participant} for {payload.get('sink_uri')} "
                           f"handed to file sink {self.name} at {self.sink_uri}: wrong participant")
         try:
-            return step(vote, [FileEntry.from_dict(f) for f in vote.payload.get("files", ())])
+            return step(vote, [FileEntry.from_dict(f) for f in payload.get("files", ())])
         except MissingStagedFile as exc:  # raised by publish, i.e. after the COMMIT decision
             return Result(Outcome.FAILED, f"{self._what(vote.batch_seq)} attempt {vote.attempt}: staged file "
                           f"lost: {exc}. Nothing of the batch was made visible, and its COMMIT cannot be "

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from onceflow.core import faults
@@ -32,6 +33,7 @@ from onceflow.core.batch_id import BatchId
 from onceflow.core.participant import Outcome, Participant, Result, Vote
 from onceflow.core.plan import Plan
 from onceflow.sinks.iceberg import data_files, tables
+from onceflow.sinks.votes import PayloadFormat, UnreadablePayload
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,11 @@ REPLACES_KEY = "onceflow.replaces"
 # A concurrent writer's commit makes ours fail its requirement check: refresh and try again.
 CONFLICT_RETRIES = 10
 NO_COMMIT_RETRIES = ("commit.retry.num-retries", "0")  # pyiceberg's TableProperties.COMMIT_NUM_RETRIES
+
+
+# Version 1: the table, its location, when the batch was planned and the data files; payloads written
+# before versions are version 1.
+ICEBERG_PAYLOAD = PayloadFormat("iceberg", 1)
 
 
 class NotCommittable(Exception):
@@ -107,8 +114,8 @@ class IcebergTableSink(Participant):
             if not entry["path"].startswith(where):
                 raise ValueError(f"{entry['path']} is not under {where}: it cannot be part of "
                                  f"batch {BatchId(batch_seq)} attempt {attempt}")
-        payload: dict[str, Any] = {"table": self.table_name, "location": table_location,
-                                   "planned_at_ms": planned_at_ms, "files": entries}
+        payload = ICEBERG_PAYLOAD.write({"table": self.table_name, "location": table_location,
+                                         "planned_at_ms": planned_at_ms, "files": entries})
         return Vote(self.name, batch_seq, attempt, payload, records=sum(int(f["rows"]) for f in entries),
                     replaces=replaces)
 
@@ -161,6 +168,10 @@ class IcebergTableSink(Participant):
         return Result(outcome, f"{self._what(seq)}: {type(exc).__name__}: {exc}; {hint}")
 
     def _guarded(self, vote: Vote, step) -> Result:
+        try:
+            vote = replace(vote, payload=ICEBERG_PAYLOAD.read(vote.payload))
+        except UnreadablePayload as exc:
+            return Result(Outcome.FAILED, f"{self._what(vote.batch_seq)} attempt {vote.attempt}: {exc}")
         if vote.participant != self.name or vote.payload.get("table") != self.table_name:
             return Result(Outcome.FAILED, f"vote of {vote.participant} for table {vote.payload.get('table')} "
                           f"handed to iceberg sink {self.name} of {self.table_name}: wrong participant")

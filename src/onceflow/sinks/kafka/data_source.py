@@ -155,7 +155,7 @@ class KafkaSplitWriter(DataSourceArrowWriter):
     @armed_as_job
     def commit(self, messages: list[HandleMessage | None]) -> None:
         """Python worker, once per successful job: record the vote in the ledger."""
-        from onceflow.sinks.kafka.participant import vote_payload
+        from onceflow.sinks.kafka.handle import vote_payload
         from onceflow.sinks.kafka.writer import TxnHandle
         from onceflow.core.participant import Vote
         from onceflow.sinks.votes import record_vote

@@ -8,9 +8,9 @@ sinks of this one, write with the same batch ids; the audit attributes
 every record to its batch by them.
 
 Records carry one of three formats; a vote names the one its split wrote
-(``TxnHandle.record_format``; votes from before that field are told by
-``staged_sha256``), so a batch pre-committed by an older onceflow is still
-committed, verified and repaired by its own headers:
+(``TxnHandle.record_format``; a vote from before that field names it once
+upgraded: ``handle.handles_name_their_formats``), so a batch pre-committed by
+an older onceflow is still committed, verified and repaired by its own headers:
 
 | format | headers, in order | bytes a record |
 | --- | --- | --- |

@@ -117,7 +117,7 @@ class KafkaKind(SinkKind):
         return max_record_bytes_of(config, topic_limit=int(topic_limit) if topic_limit else None)
 
     def open_transactions(self, sink, vote) -> list[OpenTransaction]:
-        from onceflow.sinks.kafka.participant import handles_of
+        from onceflow.sinks.kafka.handle import handles_of
 
         return [
             OpenTransaction(h.transactional_id, h.split, h.first_write_ms, sink.transaction_timeout_ms)
@@ -173,7 +173,7 @@ class KafkaKind(SinkKind):
         from onceflow.kafka.offsets import KafkaOffsetSource
         from onceflow.kafka.reader import RANGE_FORMAT
         from onceflow.sinks.kafka.headers import sql_batch_and_split
-        from onceflow.sinks.kafka.participant import handles_of
+        from onceflow.sinks.kafka.handle import handles_of
         from onceflow.config.warehouse_layout import withheld_dir
 
         batch_of, split_of = sql_batch_and_split("headers")

@@ -47,3 +47,25 @@ def key_hash(name: str, what: str = "partitioner") -> KeyHash:
 def partition_function(name: str, what: str = "partitioner") -> PartitionOf:
     hash_of = key_hash(name, what)
     return lambda key, count: hash_of(key) % count
+
+
+class SplitPartitioner:
+    """Where one split's records go in a topic of ``partition_count`` partitions: keyed ones by the
+    partitioner's hash, the others round-robin."""
+
+    def __init__(self, name: str, what: str = "partitioner") -> None:
+        self._key_hash = key_hash(name, what)
+        self._round_robin = 0
+        self.partition_count = 0  # set once the topic is looked up
+
+    def partition_for(self, key: bytes | None) -> int:
+        if key is not None:
+            return self._key_hash(key) % self.partition_count
+        self._round_robin = (self._round_robin + 1) % self.partition_count
+        return self._round_robin
+
+    def partitions_for(self, keys: list) -> list[int]:
+        n = self.partition_count
+        if None not in keys:
+            return [h % n for h in map(self._key_hash, keys)]
+        return [self.partition_for(k) for k in keys]

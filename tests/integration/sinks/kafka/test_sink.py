@@ -494,7 +494,7 @@ def test_a_fenced_attempts_successor_commits_though_the_scan_starts_past_the_abo
 def test_a_committed_split_partly_deleted_before_a_commit_retry_fails_instead_of_repairing(
     kafka_broker, topic, pipeline, tmp_path, precommit_in_child
 ):
-    # The settle table's INCONSISTENT row, produced by the broker: retention (here DeleteRecords) took one
+    # The INCONSISTENT row of answers.COMMIT_ANSWERS, produced by the broker: retention (here DeleteRecords) took one
     # partition's share of a committed split before a retried commit task looked again. A repair would
     # publish the surviving partitions' records a second time: the commit must stop and say so.
     from confluent_kafka import TopicPartition
@@ -525,7 +525,7 @@ def test_a_committed_split_partly_deleted_before_a_commit_retry_fails_instead_of
 def test_a_commit_whose_read_cannot_reach_the_splits_end_answers_retry_later_and_guesses_nothing(
     one_kafka_broker, pipeline, tmp_path, precommit_in_child, pause_one_broker, monkeypatch
 ):
-    # The settle table's UNREADABLE row, produced by the broker: it stops answering (SIGSTOP) after the
+    # The UNREADABLE row of answers.COMMIT_ANSWERS, produced by the broker: it stops answering (SIGSTOP) after the
     # commit's EndTxn step, while the commit reads the split. Neither done nor a repair: retry later.
     import threading
 

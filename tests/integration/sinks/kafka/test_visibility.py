@@ -11,8 +11,12 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from onceflow.core.participant import Vote
+from onceflow.sinks.kafka.handle import handles_of
 from onceflow.sinks.kafka.txn_protocol import end_txn
-from onceflow.sinks.kafka.visibility import SEEK_GAP, Observer, State, confirm_aborted
+from onceflow.sinks.kafka.hidden_repairs import confirm_aborted
+from onceflow.sinks.kafka.split_state import SplitState
+from onceflow.sinks.kafka.visibility import SEEK_GAP, Observer
 from onceflow.sinks.kafka.headers import CURRENT_FORMAT, batch_and_split
 from onceflow.sinks.kafka.writer import TRANSACTION_VERSION, TransactionalSplitWriter, TxnHandle, staged_uri
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
@@ -94,11 +98,11 @@ def test_handles_record_first_and_last_offset_of_each_split_in_each_partition(in
 def test_open_splits_are_open_and_committed_ones_settle_in_one_scan(interleaved):
     config, handles, _ = interleaved
     with Observer(config, timeout_s=15) as observer:
-        assert [v.state for v in observer.observe(handles)] == [State.OPEN, State.OPEN]
+        assert [v.state for v in observer.observe(handles)] == [SplitState.OPEN, SplitState.OPEN]
         for h in handles:
             assert end_txn(config, h.transactional_id, h.producer_id, h.epoch, commit=True, transaction_version=TRANSACTION_VERSION).error_name == "NONE"
-        views = observer.settle(handles)
-    assert [v.state for v in views] == [State.COMMITTED, State.COMMITTED], [v.describe() for v in views]
+        views = observer.observe_until_ended(handles)
+    assert [v.state for v in views] == [SplitState.COMMITTED, SplitState.COMMITTED], [v.describe() for v in views]
     assert [sum(pv.original for pv in v.partitions) for v in views] == [h.records for h in handles]
 
 
@@ -108,11 +112,11 @@ def test_a_committed_and_an_aborted_split_are_told_apart_in_one_scan(kafka_broke
     end_txn(config, committed.transactional_id, committed.producer_id, committed.epoch, commit=True, transaction_version=TRANSACTION_VERSION)
     end_txn(config, aborted.transactional_id, aborted.producer_id, aborted.epoch, commit=False, transaction_version=TRANSACTION_VERSION)
     with Observer(config, timeout_s=15) as observer:
-        views = confirm_aborted(observer, [committed, aborted], observer.settle([committed, aborted]))
+        views = confirm_aborted(observer, [committed, aborted], observer.observe_until_ended([committed, aborted]))
         # From each partition's start, every record counted: the same verdicts.
         from_start = observer.observe([committed, aborted], from_start=True)
-    assert [v.state for v in views] == [State.COMMITTED, State.ABORTED], [v.describe() for v in views]
-    assert [v.state for v in from_start] == [State.COMMITTED, State.ABORTED], [v.describe() for v in from_start]
+    assert [v.state for v in views] == [SplitState.COMMITTED, SplitState.ABORTED], [v.describe() for v in views]
+    assert [v.state for v in from_start] == [SplitState.COMMITTED, SplitState.ABORTED], [v.describe() for v in from_start]
     assert sum(pv.original for pv in from_start[0].partitions) == committed.records
 
 
@@ -134,15 +138,19 @@ def test_splits_pre_committed_by_older_onceflow_versions_settle_beside_a_current
     config = kafka_broker.config()
     topic = create_topic(config, partitions=PARTITIONS, prefix="vis")
     old_one, old_two, current = _splits(config, tmp_path, topic, 3, 40, (_FormatOneWriter, _FormatTwoWriter, TransactionalSplitWriter))
-    as_voted = [replace(old_one, record_format=0, staged_sha256=""), replace(old_two, record_format=0), current]
+    # As those versions wrote the votes: no payload version, no record_format, and format 1 before staged_sha256.
+    written = [replace(old_one, staged_sha256="").to_dict(), old_two.to_dict(), current.to_dict()]
+    for raw in written[:2]:
+        del raw["record_format"]
+    as_voted = handles_of(Vote("out", 1, 1, {"handles": written}))
     assert current.record_format == CURRENT_FORMAT != 2
     with Observer(config, timeout_s=15) as observer:
-        assert [v.state for v in observer.observe(as_voted)] == [State.OPEN] * 3
+        assert [v.state for v in observer.observe(as_voted)] == [SplitState.OPEN] * 3
         for h in as_voted:
             assert end_txn(config, h.transactional_id, h.producer_id, h.epoch, commit=True, transaction_version=TRANSACTION_VERSION).error_name == "NONE"
-        views = observer.settle(as_voted)
+        views = observer.observe_until_ended(as_voted)
         from_start = observer.observe(as_voted, from_start=True)
-    assert [v.state for v in views] == [State.COMMITTED] * 3, [v.describe() for v in views]
+    assert [v.state for v in views] == [SplitState.COMMITTED] * 3, [v.describe() for v in views]
     assert [sum(pv.original for pv in v.partitions) for v in from_start] == [h.records for h in as_voted]
     offsets = _offsets_by_split(config, topic)
     assert sorted(len(v) for v in offsets.values()) == sorted(w.count for h in as_voted for w in h.partitions.values())

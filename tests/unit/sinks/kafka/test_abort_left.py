@@ -1,4 +1,4 @@
-"""What a Kafka output's abort reports for a split (``participant.ABORT_LEFT``): from the broker
+"""What a Kafka output's abort reports for a split (``answers.ABORT_LEFT``): from the broker
 profile's table, never from the broker's name."""
 
 from __future__ import annotations
@@ -7,15 +7,17 @@ import pytest
 
 from onceflow.config.broker_profiles import PROFILES
 from onceflow.core.participant import Outcome
-from onceflow.sinks.kafka.participant import ABORT_LEFT, KafkaSinkParticipant, Left, left_after_abort
-from onceflow.sinks.kafka.visibility import SplitView, State
-from onceflow.sinks.kafka.writer import TxnHandle
+from onceflow.sinks.kafka.abort import left
+from onceflow.sinks.kafka.answers import ABORT_LEFT, Left, left_after_abort
+from onceflow.sinks.kafka.handle import TxnHandle
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant
+from onceflow.sinks.kafka.split_state import SplitState, SplitView
 
-VISIBLE = (State.COMMITTED, State.REPAIRED, State.INCONSISTENT)
+VISIBLE = (SplitState.COMMITTED, SplitState.REPAIRED, SplitState.INCONSISTENT)
 
 
 def test_every_state_has_a_row_for_either_kind_of_broker():
-    assert set(ABORT_LEFT) == {(state, hides) for state in State for hides in (True, False)}
+    assert set(ABORT_LEFT) == {(state, hides) for state in SplitState for hides in (True, False)}
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
@@ -23,13 +25,13 @@ def test_output_visible_after_an_abort_fails_it_only_where_the_profile_hides_abo
     profile = PROFILES[name]
     expected = Left.COMMITTED_OUTSIDE if profile.hides_aborted else Left.SHOWN
     assert {left_after_abort(state, profile) for state in VISIBLE} == {expected}
-    assert left_after_abort(State.ABORTED, profile) is Left.ABORTED
-    assert {left_after_abort(state, profile) for state in (State.OPEN, State.UNKNOWN)} == {Left.NOT_ENDED}
+    assert left_after_abort(SplitState.ABORTED, profile) is Left.ABORTED
+    assert {left_after_abort(state, profile) for state in (SplitState.OPEN, SplitState.UNKNOWN)} == {Left.NOT_ENDED}
 
 
 def test_apache_kafka_fails_the_abort_and_tansu_reports_it_done():
-    assert left_after_abort(State.COMMITTED, PROFILES["apache"]) is Left.COMMITTED_OUTSIDE
-    assert left_after_abort(State.COMMITTED, PROFILES["tansu"]) is Left.SHOWN
+    assert left_after_abort(SplitState.COMMITTED, PROFILES["apache"]) is Left.COMMITTED_OUTSIDE
+    assert left_after_abort(SplitState.COMMITTED, PROFILES["tansu"]) is Left.SHOWN
 
 
 @pytest.mark.parametrize("name, outcome", [("apache", Outcome.FAILED), ("noida", Outcome.FAILED), ("tansu", Outcome.DONE)])
@@ -38,7 +40,7 @@ def test_what_the_abort_answers_for_a_split_visible_after_it(name, outcome):
                                        broker=PROFILES[name])
     handle = TxnHandle("pipe", "out", "0000000007", 1, "orders", "onceflow.pipe.out.1.7", 5, 0, 0)
 
-    result = participant._left(handle, SplitView(State.COMMITTED, ()))
+    result = left(participant.output, handle, SplitView(SplitState.COMMITTED, ()))
 
     assert result.outcome is outcome
     assert "batch 0000000007 split 1 (onceflow.pipe.out.1.7) on orders: visible after the abort" in result.detail

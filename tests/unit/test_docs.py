@@ -34,7 +34,7 @@ def test_every_relative_link_names_a_file_of_the_repository(page):
 # What a page names in `code` (and, for paths under the repository's folders, in its prose too): a path
 # (`tests/integration/sinks/kafka/test_sink.py`, `sinks/kafka/participant.py`, `test_sink.py`, a glob
 # `test_apache_*.py`), a test id (`path.py::test_name`), a dotted module with or without its package
-# (`onceflow.sinks.kafka.participant.SETTLE`, `core.planning.interventions.is_blank`). Each must resolve against the
+# (`onceflow.sinks.kafka.answers.COMMIT_ANSWERS`, `core.planning.interventions.is_blank`). Each must resolve against the
 # repository as it is: a path from the repository's root, tests/, a package's root or the folder above it; a
 # module's names in its source. Placeholders (`<batch id>`, `…`), URLs, what onceflow writes at run time
 # (`_onceflow/`, `.onceflow/`) and code blocks (the reader's own files) are left alone.
@@ -173,7 +173,7 @@ def test_every_module_and_test_a_page_names_exists(page):
 @pytest.mark.parametrize("text, problem", [
     ("the header format (`onceflow/kafka/headers.py`)", "no such file or folder"),
     ("see `tests/integration/kafka/test_sink.py` for the kills", "no such file or folder"),
-    ("`sinks/kafka/participant.py`, `onceflow.sinks.kafka.participant.SETTLE`", None),
+    ("`sinks/kafka/answers.py`, `onceflow.sinks.kafka.answers.COMMIT_ANSWERS`", None),
     ("`tests/integration/sinks/iceberg/test_iceberg_sink.py::test_no_such_test`", "no test test_no_such_test"),
     ("`onceflow.sinks.kafka.participant.NO_SUCH_TABLE`", "defines no NO_SUCH_TABLE"),
     ("(`kafka.visibility.confirm_aborted`)", "an old module name (onceflow.kafka.visibility"),

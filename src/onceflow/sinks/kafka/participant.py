@@ -28,7 +28,7 @@ from onceflow.core.plan import Plan
 from onceflow.kafka.config import base_config
 from onceflow.kafka.lifetime import DEFAULT_SAFETY_FRACTION, DEFAULT_TRANSACTION_TIMEOUT_MS
 from onceflow.sinks.kafka.abort import abort
-from onceflow.sinks.kafka.answers import COMMIT_ANSWERS, worst
+from onceflow.sinks.kafka.answers import worst
 from onceflow.sinks.kafka.commit import COMMIT_STRATEGIES
 from onceflow.sinks.kafka.output import KafkaOutput
 from onceflow.sinks.kafka.verify import verify
@@ -42,7 +42,6 @@ from onceflow.sinks.kafka.handle import handles_of, vote_payload  # noqa: F401
 from onceflow.sinks.kafka.withheld import withheld_file  # noqa: F401
 
 AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit: EndTxn sent for every split, nothing verified yet")
-SETTLE = COMMIT_ANSWERS  # the name of ``answers.COMMIT_ANSWERS`` before the split; it still imports
 
 
 class KafkaSinkParticipant(Participant):

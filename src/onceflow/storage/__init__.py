@@ -4,5 +4,6 @@ kind of storage; ``storage_for`` picks one by URI)."""
 
 from onceflow.storage.base import MissingStagedFile, Storage, join
 from onceflow.storage.backends import storage_for, warehouse_storage, warehouse_storage_options
+from onceflow.storage.digesting import DigestingWriter
 
-__all__ = ["MissingStagedFile", "Storage", "join", "storage_for", "warehouse_storage", "warehouse_storage_options"]
+__all__ = ["DigestingWriter", "MissingStagedFile", "Storage", "join", "storage_for", "warehouse_storage", "warehouse_storage_options"]

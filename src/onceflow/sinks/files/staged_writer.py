@@ -9,7 +9,6 @@ read.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from typing import Iterable, Union
 
@@ -20,44 +19,13 @@ from onceflow.sinks.files import layout
 from onceflow.sinks.files.entries import FileEntry
 from onceflow.storage import Storage
 from onceflow.storage.base import PendingStorage
+from onceflow.storage.digesting import DigestingWriter
 
 ArrowData = Union[pa.Table, Iterable[pa.RecordBatch]]
 # Row groups close at whichever comes first (Spark's own writer aims at 128 MiB);
 # the bytes bound also caps what one task holds in memory.
 ROW_GROUP_ROWS = 1_000_000
 ROW_GROUP_BYTES = 128 << 20
-
-
-class _HashingStream:
-    """Write-only file object that forwards to ``out`` and digests what it forwards."""
-
-    def __init__(self, out):
-        self._out = out
-        self._sha = hashlib.sha256()
-        self.size = 0
-        self.closed = False
-
-    def write(self, data) -> int:
-        view = memoryview(data)
-        self._sha.update(view)
-        self._out.write(view)
-        self.size += view.nbytes
-        return view.nbytes
-
-    def tell(self) -> int:
-        return self.size
-
-    def flush(self) -> None:
-        self._out.flush()
-
-    def close(self) -> None:
-        self.closed = True  # the storage's context manager closes ``out``
-
-    def writable(self) -> bool:
-        return True
-
-    def hexdigest(self) -> str:
-        return self._sha.hexdigest()
 
 
 def _batches(data: ArrowData) -> Iterable[pa.RecordBatch]:
@@ -91,7 +59,7 @@ def write_staged_parquet(data: ArrowData, staging_uri: str, split: int, storage:
     path = layout.join(pending_dir if kept_pending else staging_uri, name)
     rows = 0
     with (storage.open_pending(path) if kept_pending else storage.open_write(path)) as out:
-        stream = _HashingStream(out)
+        stream = DigestingWriter(out)
         with pq.ParquetWriter(pa.PythonFile(stream, mode="w"), first.schema, compression=compression) as writer:
             pending: list[pa.RecordBatch] = []
             pending_rows = pending_bytes = 0

@@ -56,29 +56,3 @@ def open_staged(uri: str, storage: Storage, sha256: str = "") -> pa.Table:
     if sha256 and hashlib.sha256(data).hexdigest() != sha256:
         raise StagedCopyDamaged(f"staged copy {uri} does not match the SHA-256 its vote recorded: it was changed or damaged")
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
-
-
-class Digesting:
-    """A write-only file that hashes what passes through it to ``target`` (the staged copy, the withheld file)."""
-
-    def __init__(self, target) -> None:
-        self.target = target
-        self.digest = hashlib.sha256()
-        self.closed = False
-        self.written = 0
-
-    def write(self, data) -> int:
-        view = memoryview(data)
-        self.digest.update(view)
-        self.target.write(view)
-        self.written += view.nbytes
-        return view.nbytes
-
-    def tell(self) -> int:
-        return self.written
-
-    def flush(self) -> None:
-        self.target.flush()
-
-    def close(self) -> None:
-        self.closed = True  # the storage's context closes the target

@@ -24,7 +24,7 @@ from onceflow.config.warehouse_layout import withheld_dir
 from onceflow.core.participant import Outcome, Result
 from onceflow.kafka.reader import HEADERS_TYPE
 from onceflow.sinks.kafka.handle import TxnHandle
-from onceflow.sinks.kafka.staged import Digesting
+from onceflow.storage.digesting import DigestingWriter
 from onceflow.storage import Storage
 
 WITHHELD_SCHEMA = pa.schema(
@@ -68,7 +68,7 @@ class Withholder:
         self._fixed_bytes = RECORD_OVERHEAD_BYTES + sum(
             len(k.encode()) + len(v) + HEADER_OVERHEAD_BYTES for k, v in fixed_headers)
         self._writer: pq.ParquetWriter | None = None
-        self._file: Digesting | None = None
+        self._file: DigestingWriter | None = None
         self._stream = ExitStack()
 
     def record_bytes(self, batch) -> pa.Array:
@@ -102,7 +102,7 @@ class Withholder:
             pa.array(reasons, pa.string()),
         ], schema=WITHHELD_SCHEMA)
         if self._writer is None:
-            self._file = Digesting(self._stream.enter_context(self.storage.open_write(self.uri)))
+            self._file = DigestingWriter(self._stream.enter_context(self.storage.open_write(self.uri)))
             self._writer = pq.ParquetWriter(self._file, WITHHELD_SCHEMA)
         self._writer.write_table(table)
         self.count += n
@@ -114,7 +114,7 @@ class Withholder:
             self._writer.close()
             self._stream.close()
         return {"withheld": self.count, "withheld_uri": self.uri if self.count else "",
-                "withheld_sha256": self._file.digest.hexdigest() if self._file else ""}
+                "withheld_sha256": self._file.hexdigest() if self._file else ""}
 
 
 def publish_withheld(storage: Storage, warehouse: str, h: TxnHandle) -> Result:

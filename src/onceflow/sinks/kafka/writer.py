@@ -34,7 +34,7 @@ from confluent_kafka import KafkaException, Producer
 
 from onceflow.core import faults
 from onceflow.core.batch_id import BatchId
-from onceflow.storage import Storage, storage_for
+from onceflow.storage import DigestingWriter, Storage, storage_for
 from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
@@ -48,7 +48,7 @@ from onceflow.sinks.kafka.headers import CURRENT_FORMAT, REPAIR, record_headers
 from onceflow.sinks.kafka.handle import (
     TRANSACTION_VERSION, PartitionWrite as PartitionWrite, TxnHandle, handle_headers as handle_headers)
 from onceflow.sinks.kafka.staged import (
-    STAGED_SCHEMA, Digesting, staged_batch, StagedCopyDamaged as StagedCopyDamaged, open_staged as open_staged, staged_uri as staged_uri)
+    STAGED_SCHEMA, staged_batch, StagedCopyDamaged as StagedCopyDamaged, open_staged as open_staged, staged_uri as staged_uri)
 from onceflow.sinks.kafka.withheld import (
     DEFAULT_MESSAGE_MAX_BYTES as DEFAULT_MESSAGE_MAX_BYTES, Withholder, max_record_bytes_of, withheld_uri_of)
 
@@ -127,7 +127,7 @@ class TransactionalSplitWriter:
             self._check_refusal(exc.args[0].code(), "opening its transaction")
             raise PreCommitError(f"{self._name()}: could not open a transaction: {exc.args[0]}") from None
         self._open_topic()
-        self._stage_file = Digesting(self._stage_stream.enter_context(self._storage.open_write(self.staged_uri)))
+        self._stage_file = DigestingWriter(self._stage_stream.enter_context(self._storage.open_write(self.staged_uri)))
         self._stage_writer = pa.ipc.new_stream(self._stage_file, STAGED_SCHEMA)
 
     def _open_topic(self) -> None:
@@ -213,7 +213,7 @@ class TransactionalSplitWriter:
         self._stage_writer.close()
         self._stage_stream.close()  # the staged copy is complete (on S3: uploaded) only now
         return self._handle(int(eos["producer_id"]), int(eos["producer_epoch"]), staged_uri=self.staged_uri,
-                            staged_sha256=self._stage_file.digest.hexdigest(), transaction_version=TRANSACTION_VERSION)
+                            staged_sha256=self._stage_file.hexdigest(), transaction_version=TRANSACTION_VERSION)
 
     def _flush(self) -> int:
         """Deliver every record written (an error names the split); how many were produced."""

@@ -38,11 +38,16 @@ def _fail(parts, step: str, error: type[Exception], act) -> None:
     setattr(parts["events"], f"{step}_answer", None)
 
 
+def _vote_once(coord, participant, plan) -> None:
+    """An attempt in which one output of two voted."""
+    attempt = coord.begin_attempt(plan.batch_seq)
+    coord.record_vote(plan.batch_seq, attempt, participant.prepare(plan, attempt))
+
+
 # How each state of the table is reached, from a batch just planned.
 REACH = {
     S.PLANNED: lambda coord, parts, plan: None,
-    S.PREPARING: lambda coord, parts, plan: coord.record_vote(
-        plan.batch_seq, a := coord.begin_attempt(plan.batch_seq), parts["files"].prepare(plan, a)),
+    S.PREPARING: lambda coord, parts, plan: _vote_once(coord, parts["files"], plan),
     S.PREPARED: lambda coord, parts, plan: prepare_all(coord, parts, plan),
     S.COMMITTING: lambda coord, parts, plan: (prepare_all(coord, parts, plan),
                                               _fail(parts, "commit", CommitFailed, lambda: coord.commit(plan.batch_seq))),

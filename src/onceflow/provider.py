@@ -1,10 +1,10 @@
 """What Airflow learns about onceflow from the ``apache_airflow_provider``
 entry point: the hooks, operators, trigger, UI plugin and connection types it ships.
 
-Connection types are onceflow's own (``onceflow_kafka``, ``onceflow_s3``,
-``onceflow_iceberg``) so that the apache-kafka and Amazon providers keep
-theirs; the Kafka and S3 hooks also read connections of those providers'
-``kafka`` and ``aws`` types, which share the format.
+The connection types (``connection-types`` below, the one list of them: README.md and
+docs/pipelines.md are made from it) are onceflow's own, so that the apache-kafka and Amazon
+providers keep theirs; the Kafka and S3 hooks also read connections of those providers' ``kafka``
+and ``aws`` types, which share the format.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
     dag = pipeline_dag(ORDERS, schedule=when_input(records=10_000, max_age_s=60))
 
 The DAG is scheduled on an Asset standing for the pipeline's input
-(``dag_factory.input_asset``), watched by ``InputLagTrigger``
+(``onceflow.airflow.dag_schedule.input_asset``), watched by ``InputLagTrigger``
 (``onceflow.airflow.triggers.input_lag``) in Airflow's
 triggerer: no worker slot is held while it waits. It starts a run when the
 records not yet committed reach ``records``, or when the oldest of them is

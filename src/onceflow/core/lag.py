@@ -5,14 +5,55 @@ the oldest of them (the UI page and the metrics show it)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+
+from onceflow.core.planning import TopicPartition
+
+if TYPE_CHECKING:
+    from onceflow.core.coordinator import Coordinator
 
 # How many batches back from the latest to look for the newest committed one
 # (two ledger reads each); the ledger's head names it when the walk gives up.
 MAX_WALK = 50
 
 
-def consumed_to(reader) -> dict[tuple[str, int], int]:
+class LagSource(Protocol):
+    """What the lag asks of the input log (``onceflow.kafka.offsets.KafkaOffsetSource`` is one).
+    Offsets are those a ``read_committed`` consumer sees."""
+
+    def partitions(self, topics: Sequence[str]) -> Sequence[TopicPartition]: ...
+
+    def earliest_offsets(self, partitions: Sequence[TopicPartition]) -> Mapping[TopicPartition, int]: ...
+
+    def last_stable_offsets(self, partitions: Sequence[TopicPartition]) -> Mapping[TopicPartition, int]: ...
+
+    def timestamps_at(self, offsets: Mapping[TopicPartition, int]) -> Mapping[TopicPartition, int | None]:
+        """The timestamp (epoch ms) of the record at each offset; None where there is none (yet)."""
+        ...
+
+
+class PipelineInput(Protocol):
+    """A pipeline's input, as the lag reads it from its spec (``PipelineSpec`` is one)."""
+
+    @property
+    def topics(self) -> Sequence[str]: ...
+
+
+class LagRuntime(Protocol):
+    """What the lag needs of a pipeline (``onceflow.pipeline.runtime.PipelineRuntime`` is one):
+    its input topics, a reader of its ledger, and its input log."""
+
+    @property
+    def spec(self) -> PipelineInput: ...
+
+    @property
+    def reader(self) -> Coordinator: ...
+
+    def offset_source(self, timeout_s: float = 30.0) -> AbstractContextManager[LagSource]: ...
+
+
+def consumed_to(reader: Coordinator) -> dict[tuple[str, int], int]:
     """Per (topic, partition), the offset the pipeline has committed up to: the
     ends of the newest committed batch (an interval pipeline: of its committed
     prefix); before any commit, where the first batch starts (the spec's start
@@ -42,7 +83,8 @@ def consumed_to(reader) -> dict[tuple[str, int], int]:
     return {(r.topic, r.partition): r.start for r in first.ranges} if first else {}
 
 
-def input_lag(runtime, now: int | None = None, timeout_s: float = 30.0, source=None) -> list[dict[str, Any]]:
+def input_lag(runtime: LagRuntime, now: int | None = None, timeout_s: float = 30.0,
+              source: LagSource | None = None) -> list[dict[str, Any]]:
     """Per input partition: the committed end, the last stable offset, the
     records between them, and the age of the oldest record not yet committed.
     ``timeout_s`` bounds each Kafka request. ``source``: an open offset source

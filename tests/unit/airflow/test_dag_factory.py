@@ -114,7 +114,7 @@ def test_a_files_only_pipeline_gets_the_default_bound_and_an_explicit_one_wins()
     import dataclasses
     from datetime import timedelta
 
-    from onceflow.airflow.dag_factory import DEFAULT_SPARK_TIMEOUT
+    from onceflow.airflow.dag_settings import DEFAULT_SPARK_TIMEOUT
 
     files_only = dataclasses.replace(ORDERS, sinks=tuple(s for s in ORDERS.sinks if s.kind == "files"))
     assert pipeline_dag(files_only, warehouse="file:///w", dag_id="f1").get_task("spark").execution_timeout == DEFAULT_SPARK_TIMEOUT
@@ -264,3 +264,91 @@ def test_a_transforms_run_parameters_are_declared_params_recorded_in_the_plan_an
     globals()["_transform_with_params"] = lambda records, batch_id, params: seen.append((batch_id, params)) or {}
     spec_with.apply_transform("records", replay)
     assert seen == [(replay.batch_id, {"top_n": 3})]
+
+
+# Each step of pipeline_dag alone (its settings and schedule: test_dag_settings.py, test_dag_schedule.py).
+
+def _settings(spec=ORDERS, **given):
+    from onceflow.airflow.dag_settings import dag_settings
+
+    return dag_settings(spec, warehouse=given.pop("warehouse", "s3://lake/w"), **given)
+
+
+def test_an_offsets_pipelines_run_params_bound_the_records_read_and_take_the_transforms_and_faults():
+    from dataclasses import replace
+
+    from onceflow.airflow.dag_factory import run_params
+
+    spec = replace(ORDERS, max_records_per_partition=500, run_params={"top_n": {"default": 10, "type": "integer"}})
+    params = run_params(_settings(spec))
+    assert list(params) == ["max_records_per_partition", "top_n", "faults"]
+    assert (params["max_records_per_partition"].value, params["max_records_per_partition"].schema["minimum"]) == (500, 1)
+    assert (params["top_n"].value, params["top_n"].schema["type"]) == (10, "integer")
+    assert params["faults"].value is None and "ONCEFLOW_FAULT_INJECTION=enabled" in params["faults"].description
+
+
+def test_an_interval_pipelines_run_params_may_replace_a_committed_interval_and_bound_nothing():
+    from onceflow.airflow.dag_factory import run_params
+
+    params = run_params(_settings(ORDERS_HOURLY))
+    assert list(params) == ["replace_committed", "faults"]
+    assert params["replace_committed"].value is False and params["replace_committed"].schema["type"] == "boolean"
+
+
+def test_dag_arguments_default_to_one_run_at_a_time_without_catchup_and_pass_the_others_on():
+    from onceflow.airflow.dag_factory import dag_arguments
+
+    assert dag_arguments(_settings(), {"description": "d"}) == {"max_active_runs": 1, "catchup": False, "description": "d"}
+    assert dag_arguments(_settings(ORDERS_HOURLY), {"max_active_runs": 3, "catchup": True}) == {"max_active_runs": 3, "catchup": True}
+
+
+@pytest.mark.parametrize("setting, value", [("max_active_runs", 2), ("max_active_runs", None), ("catchup", True), ("catchup", "true")])
+def test_dag_arguments_an_offsets_pipeline_cannot_honour_are_refused_word_for_word(setting, value):
+    from onceflow.airflow.dag_factory import dag_arguments
+
+    with pytest.raises(ConfigurationError) as refused:
+        dag_arguments(_settings(), {setting: value})
+    assert str(refused.value) == (
+        f"pipeline 'orders': {setting}={value!r} needs batches='interval': the batches of an offsets pipeline "
+        "follow each other, one run at a time, whatever the runs' dates"
+    )
+
+
+def test_the_tasks_are_built_from_the_settings_alone():
+    from datetime import timedelta
+
+    from airflow.sdk import DAG
+
+    from onceflow.airflow.dag_factory import add_tasks, spark_env
+    from onceflow.airflow.operators.spark import submit_defaults
+
+    settings = _settings(dag_id="orders_tasks", kafka_conn_id="k", aws_conn_id="a", spark_conn_id="s",
+                         spark_kafka_conn_id="sk", spark_binary="/bin/spark-submit", spark_timeout=timedelta(minutes=3),
+                         spark_conf={"spark.executor.cores": "2"})
+    with DAG("orders_tasks", schedule=None) as dag:
+        add_tasks(settings)
+    plan, spark, commit, rollback = (dag.get_task(t) for t in ("plan", "spark", "commit", "rollback"))
+    assert plan.downstream_task_ids == {"spark"} and spark.downstream_task_ids == {"commit", "rollback"}
+    assert plan.doc_json == settings.deployed.to_doc() and spark.deployed == settings.deployed
+    for task in (plan, commit, rollback):
+        assert (task.pipeline, task.warehouse, task.kafka_conn_id, task.aws_conn_id) == (ORDERS, "s3://lake/w", "k", "a")
+    assert (spark._conn_id, spark.execution_timeout, spark.env_vars) == ("s", timedelta(minutes=3), spark_env(settings))
+    assert spark._spark_binary == "/bin/spark-submit"
+    assert spark.conf == {**submit_defaults(), "spark.executor.cores": "2"}
+
+
+def test_the_spark_environment_reaches_kafka_through_the_spark_tasks_own_connection_and_names_the_catalogs():
+    from onceflow.airflow.dag_factory import spark_env
+
+    env = spark_env(_settings(kafka_conn_id="k", spark_kafka_conn_id="sk", aws_conn_id="a"))
+    assert env["ONCEFLOW_KAFKA_CONFIG"] == "{{ conn.sk.extra }}" and env["ONCEFLOW_WAREHOUSE"] == "s3://lake/w"
+    assert env["AWS_ACCESS_KEY_ID"] == "{{ conn.a.login }}"
+    assert env["ONCEFLOW_ICEBERG_CATALOGS"] == '{"lake": {{ conn.lake.extra }}}'
+
+
+def test_the_dag_describes_its_input_topics_and_each_output_with_its_kind_and_target():
+    from onceflow.airflow.dag_factory import dag_doc
+
+    assert dag_doc(_settings()) == (
+        "Exactly-once pipeline `orders`: orders → daily_revenue (files: orders/daily_revenue), revenue_table "
+        "(iceberg: sales.daily_revenue), orders_clean (kafka: orders_clean), orders_dead_letter (kafka: orders_dead_letter)")

@@ -112,25 +112,16 @@ def test_every_saved_run_is_clean_and_docs_chaos_shows_exactly_their_figures(cap
 
 _SEED_FIGURES = re.compile(r"[Ss]eed (?P<seed>\d{4}) \([^()]*\)(?::\*\*|:) (?P<batches>\d+) batches, (?P<faulted>\d+) faulted"
                            r"(?P<rest>[^.]*)")
+_BLOCK = re.compile(r"<!-- chaos-report begin -->.*?<!-- chaos-report end -->", re.S)
 
 
-def test_the_page_s_account_of_each_saved_run_gives_that_run_s_own_figures():
-    # docs/chaos.md tells runs one by one ("Seed 5404 (S3 warehouse, code ...): 40 batches, 35 faulted, ..."):
-    # each figure is held to the run's saved JSON, so the story and the table cannot part.
-    by_seed = {r["seed"]: r for r in report.load_runs(SAVED)}
-    page = " ".join((ROOT / "docs" / "chaos.md").read_text().split())
-    told = list(_SEED_FIGURES.finditer(page))
-    assert len(told) >= 8, "docs/chaos.md no longer tells its runs as 'Seed N (...): B batches, F faulted'"
-    for claim in told:
-        run = by_seed.get(int(claim["seed"]))
-        assert run is not None, f"docs/chaos.md gives figures of seed {claim['seed']}, which docs/chaos-runs does not hold"
-        told_figures = {"batches_run": int(claim["batches"]), "faulted_batches": int(claim["faulted"])}
-        if aborted := re.search(r"(\d+) aborted", claim["rest"]):
-            told_figures["batches_aborted"] = int(aborted[1])
-        saved = {name: run[name] for name in told_figures}
-        assert told_figures == saved, f"docs/chaos.md on seed {claim['seed']}: {told_figures}; its saved run: {saved}"
-        if minutes := re.search(r"in (\d+) minutes", claim["rest"]):
-            assert int(minutes[1]) == round(run["wall_time_s"] / 60), f"docs/chaos.md on seed {claim['seed']}: {minutes[0]}"
+def test_the_page_states_a_saved_run_s_figures_in_the_generated_table_alone():
+    # A run's figures have one place on the page, the table chaos-report makes from its JSON: a figure
+    # told again in the prose ("Seed 5404 (S3 warehouse, ...): 40 batches, 35 faulted") would be a second copy.
+    page = " ".join(_BLOCK.sub(" ", (ROOT / "docs" / "chaos.md").read_text()).split())
+    told = [claim[0] for claim in _SEED_FIGURES.finditer(page)]
+    assert not told, f"docs/chaos.md tells saved runs' figures outside its chaos-report table: {told}"
+    assert _SEED_FIGURES.search("Seed 5404 (S3 warehouse, code 8bc73fa): 40 batches, 35 faulted, 13 aborted")
 
 
 def test_chaos_report_update_writes_the_figures_into_the_page_s_block(tmp_path, capsys):

@@ -1,18 +1,27 @@
-"""What a batch looks like, read from the ledger alone: ``BatchStatus`` (what
-the coordinator, ``onceflow status`` and the UI page know of one batch) and
-the rows a person reads (newest first, a page at a time). Read-only: nothing
-here writes a record or changes a state."""
+"""What a batch looks like, read from the ledger alone. Read-only: nothing here
+writes a record or changes a state.
+
+- ``BatchRecords``: one batch's records, each read once, and its state, derived
+  from them here and nowhere else (``states.derive_state``).
+- ``LedgerView``: a pipeline's ledger as its readers see it (``onceflow status``,
+  the UI page, the audit, the input lag); the ``Coordinator`` reads through it too.
+- ``BatchStatus``: everything known of one batch, and the rows a person reads
+  (newest first, a page at a time).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 from onceflow.core.batch_id import BatchId
+from onceflow.core.planning.intervals import replacement_refusal
 from onceflow.core.planning.interventions import Intervention
 from onceflow.core.ledger.ledger import BATCH_EFFECT, BatchLedger
 from onceflow.core.ledger.records import Decision, DoneMarker, FailedEffect
+from onceflow.core.ledger.storage import LedgerStorage
 from onceflow.core.participant import Vote
 from onceflow.core.plan import EXACTLY_ONCE, Plan
 from onceflow.core.states import BatchState, derive_state
@@ -57,42 +66,150 @@ def planned(ledger: BatchLedger, seq: int) -> Plan:
     return plan
 
 
-def describe_batch(ledger: BatchLedger, seq: int, configured: Sequence[str] = ()) -> BatchStatus | None:
-    """Everything the ledger knows about batch ``seq``; None for seq 0 (no batch yet)."""
-    if seq == 0:
-        return None
-    plan = planned(ledger, seq)
-    attempt, outputs = ledger.latest_attempt(seq), outputs_of(plan, configured)
-    votes, missing, last_vote_ms = ledger.read_votes(seq, attempt, outputs)
-    decision = ledger.read_decision(seq)
-    done = {}
-    for effect in [*outputs, BATCH_EFFECT]:
-        marker = ledger.read_done(seq, effect) if decision else None
-        if marker is not None:
-            done[effect] = marker
-    state = derive_state(
-        has_attempt=attempt > 0,
-        all_voted=not missing,
-        decision=decision.outcome.value if decision else None,
-        done=BATCH_EFFECT in done,
-    )
-    timings = {"planned": plan.created_at_ms}
-    claim = ledger.read_attempt(seq, attempt) if attempt else None
-    if claim:
-        timings["attempt_claimed"] = claim.claimed_at_ms
-    if last_vote_ms:
-        timings["last_vote"] = last_vote_ms
-    if decision:
-        timings["decided"] = decision.decided_at_ms
-    if BATCH_EFFECT in done:
-        timings["done"] = done[BATCH_EFFECT].done_at_ms
-    intervention = ledger.read_intervention(seq) if state is BatchState.ABORTED else None
-    failed = {}
-    if decision and BATCH_EFFECT not in done:
-        notes = {effect: ledger.read_failed(seq, effect) for effect in outputs if effect not in done}
-        failed = {effect: note for effect, note in notes.items() if note is not None}
-    return BatchStatus(ledger.pipeline, seq, state, plan, attempt, votes, tuple(missing), decision, done, timings,
-                       intervention, failed)
+class BatchRecords:
+    """The ledger records of batch ``seq``, each read once, when first asked for, and its
+    ``state``, derived from them. A decided batch's state costs two reads (the decision,
+    the batch done marker); an undecided one's, the plan, the latest attempt and its votes.
+    ``plan``: the batch's plan if the caller has it; ``attempt_hint``: where the probe for
+    the latest attempt starts (a voter knows its own)."""
+
+    def __init__(self, ledger: BatchLedger, seq: int, configured: Sequence[str] = (), *,
+                 plan: Plan | None = None, attempt_hint: int = 0):
+        self.ledger = ledger
+        self.seq = seq
+        self._configured = configured
+        self._attempt_hint = attempt_hint
+        self._done: dict[str, DoneMarker | None] = {}
+        if plan is not None:
+            self.plan = plan  # fills the cached_property
+
+    @cached_property
+    def plan(self) -> Plan:
+        return planned(self.ledger, self.seq)
+
+    @cached_property
+    def outputs(self) -> list[str]:
+        return outputs_of(self.plan, self._configured)
+
+    @cached_property
+    def decision(self) -> Decision | None:
+        return self.ledger.read_decision(self.seq)
+
+    @cached_property
+    def attempt(self) -> int:
+        """The latest attempt claimed (0: none)."""
+        return self.ledger.latest_attempt(self.seq, hint=self._attempt_hint)
+
+    @cached_property
+    def _votes(self) -> tuple[dict[str, Vote], list[str], int]:
+        return self.ledger.read_votes(self.seq, self.attempt, self.outputs)
+
+    @property
+    def votes(self) -> dict[str, Vote]:
+        """The votes of the latest attempt, by output."""
+        return self._votes[0]
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """The outputs without a vote in the latest attempt."""
+        return tuple(self._votes[1])
+
+    @property
+    def last_vote_ms(self) -> int:
+        return self._votes[2]
+
+    def done_marker(self, effect: str) -> DoneMarker | None:
+        """The done marker of ``effect`` (an output, or ``BATCH_EFFECT``); there is none before a decision."""
+        if effect not in self._done:
+            self._done[effect] = self.ledger.read_done(self.seq, effect) if self.decision is not None else None
+        return self._done[effect]
+
+    @property
+    def done(self) -> dict[str, DoneMarker]:
+        """The done markers there are, the batch's own (``BATCH_EFFECT``) last."""
+        return {effect: marker for effect in [*self.outputs, BATCH_EFFECT] if (marker := self.done_marker(effect))}
+
+    # -- what ``derive_state`` asks (``states.Records``) --------------------------------
+    @property
+    def outcome(self) -> str | None:
+        return None if self.decision is None else self.decision.outcome.value
+
+    @property
+    def finished(self) -> bool:
+        return self.done_marker(BATCH_EFFECT) is not None
+
+    @property
+    def has_attempt(self) -> bool:
+        return self.attempt > 0
+
+    @property
+    def all_voted(self) -> bool:
+        return not self.missing
+
+    @cached_property
+    def state(self) -> BatchState:
+        return derive_state(self)
+
+    def status(self) -> BatchStatus:
+        """Everything the ledger knows of the batch: these records, and when each was written."""
+        state, plan, decision, done = self.state, self.plan, self.decision, self.done
+        timings = {"planned": plan.created_at_ms}
+        claim = self.ledger.read_attempt(self.seq, self.attempt) if self.attempt else None
+        if claim:
+            timings["attempt_claimed"] = claim.claimed_at_ms
+        if self.last_vote_ms:
+            timings["last_vote"] = self.last_vote_ms
+        if decision:
+            timings["decided"] = decision.decided_at_ms
+        if BATCH_EFFECT in done:
+            timings["done"] = done[BATCH_EFFECT].done_at_ms
+        intervention = self.ledger.read_intervention(self.seq) if state is BatchState.ABORTED else None
+        failed = {}
+        if decision and BATCH_EFFECT not in done:
+            notes = {effect: self.ledger.read_failed(self.seq, effect) for effect in self.outputs if effect not in done}
+            failed = {effect: note for effect, note in notes.items() if note is not None}
+        return BatchStatus(self.ledger.pipeline, self.seq, state, plan, self.attempt, self.votes, self.missing,
+                           decision, done, timings, intervention, failed)
+
+
+class LedgerView:
+    """One pipeline's ledger, read only: nothing here writes a record, and it needs no
+    participant (nor a sink's client). ``configured``: the outputs of a plan too old to
+    name its own (a spec's sinks)."""
+
+    def __init__(self, storage: LedgerStorage, pipeline: str, configured: Sequence[str] = ()):
+        self.ledger = BatchLedger(storage, pipeline)
+        self.pipeline = pipeline
+        self.configured = sorted(configured)
+
+    def latest_seq(self) -> int:
+        """Newest planned batch (0: none). Constant storage requests (head hint + probe)."""
+        return self.ledger.latest_seq()
+
+    def plan(self, seq: int) -> Plan:
+        """The plan of batch ``seq`` (Spark driver: what to read, which ids to use)."""
+        return planned(self.ledger, seq)
+
+    def batch(self, seq: int, *, plan: Plan | None = None, attempt_hint: int = 0) -> BatchRecords:
+        """Batch ``seq``'s records, read as they are asked for, and its state."""
+        return BatchRecords(self.ledger, seq, self.configured, plan=plan, attempt_hint=attempt_hint)
+
+    def describe(self, seq: int | None = None) -> BatchStatus | None:
+        """Everything known about batch ``seq`` (default: the latest); None before the first plan."""
+        seq = self.latest_seq() if seq is None else seq
+        return self.batch(seq).status() if seq else None
+
+    def is_committed(self, seq: int) -> bool:
+        """Is batch ``seq`` COMMITTED? Two reads when it is decided."""
+        return self.batch(seq).state is BatchState.COMMITTED
+
+    def replacement_refusal(self, plan: Plan) -> str | None:
+        """Why ``plan`` may not replace the committed batch it names, or None (``intervals.replacement_refusal``)."""
+        if plan.replaces is None:
+            return None
+        seq = plan.replaces.batch_seq
+        replaced = self.ledger.read_plan(seq) if 0 < seq < plan.batch_seq else None
+        return replacement_refusal(plan, replaced, replaced is not None and self.is_committed(seq))
 
 # Stages of a batch, as (name, from timing, to timing) of BatchStatus.timings.
 STAGES = (
@@ -148,11 +265,11 @@ def batch_row(status) -> dict[str, Any]:
     }
 
 
-def batch_rows(coordinator, limit: int = 20, newest: int | None = None, row=batch_row) -> list[dict[str, Any]]:
+def batch_rows(view: LedgerView, limit: int = 20, newest: int | None = None, row=batch_row) -> list[dict[str, Any]]:
     """Up to ``limit`` batches from ``newest`` (default: the latest) down, each as
     ``row(status)``; one ``describe`` per batch, never a listing of the ledger."""
-    newest = coordinator.latest_seq() if newest is None else newest
-    statuses = (coordinator.describe(seq) for seq in range(newest, max(0, newest - limit), -1))
+    newest = view.latest_seq() if newest is None else newest
+    statuses = (view.describe(seq) for seq in range(newest, max(0, newest - limit), -1))
     return [row(status) for status in statuses if status is not None]
 
 

@@ -31,11 +31,11 @@ from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
 from onceflow.core import faults
-from onceflow.core.ledger.ledger import BATCH_EFFECT, BatchLedger
+from onceflow.core.ledger.ledger import BATCH_EFFECT
 from onceflow.core.ledger.records import Decision, DecisionOutcome, DoneMarker, FailedEffect, Head
 from onceflow.core.ledger.storage import LedgerStorage
 from onceflow.core.batch_id import BatchId
-from onceflow.core.batch_view import BatchStatus, describe_batch, outputs_of, planned
+from onceflow.core.batch_view import BatchStatus, LedgerView, outputs_of
 from onceflow.core.errors import (
     AbortFailed,
     BatchAborted,
@@ -46,7 +46,6 @@ from onceflow.core.errors import (
     RetryLater,
     StaleAttempt,
 )
-from onceflow.core.planning.intervals import replacement_refusal
 from onceflow.core.planning.interventions import Intervention
 from onceflow.core.participant import Participant, Result, Vote
 from onceflow.core.plan import Plan
@@ -61,7 +60,6 @@ from onceflow.core.states import (
     BatchState,
     IllegalTransition,
     check_transition,
-    derive_state,
 )
 
 log = logging.getLogger(__name__)
@@ -78,8 +76,9 @@ def _default_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class Coordinator:
-    """Drives the batches of one pipeline through the ledger.
+class Coordinator(LedgerView):
+    """Drives the batches of one pipeline through the ledger. It reads as the
+    ``LedgerView`` does: each step gates on ``batch(seq).state``.
 
     ``participants`` maps sink name -> Participant; every sink of a plan
     needs one. ``identity`` names this process in decisions and markers
@@ -96,8 +95,7 @@ class Coordinator:
         clock: Callable[[], int] | None = None,
         on_finished: Callable[[int], None] | None = None,
     ):
-        self.ledger = BatchLedger(storage, pipeline)
-        self.pipeline = pipeline
+        super().__init__(storage, pipeline, configured=list(participants))
         self.participants = dict(participants)
         self.identity = identity or _default_identity()
         self._clock = clock or (lambda: int(time.time() * 1000))
@@ -105,17 +103,9 @@ class Coordinator:
         # marker): once per batch, whoever finishes it (commit, rollback, recovery).
         self.on_finished = on_finished
 
-    # -- reading ---------------------------------------------------------------
-    def latest_seq(self) -> int:
-        """Newest planned batch (0: none). Constant storage requests (head hint + probe)."""
-        return self.ledger.latest_seq()
-
-    def plan(self, seq: int) -> Plan:
-        """The plan of batch ``seq`` (Spark driver: what to read, which ids to use)."""
-        return planned(self.ledger, seq)
-
+    # -- reading (the rest is LedgerView's) --------------------------------------
     def _expected(self, plan: Plan) -> list[str]:
-        return outputs_of(plan, sorted(self.participants))
+        return outputs_of(plan, self.configured)
 
     def _require_configured(self, plan: Plan) -> None:
         """Verifying or committing needs every output's participant: fail fast, naming the fix."""
@@ -129,23 +119,6 @@ class Coordinator:
                 f"name is configured (configured: {sorted(self.participants)}). Configure them to commit it; without "
                 "them the next run's recovery aborts it, leaving what those sinks pre-committed uncleaned."
             )
-
-    def _votes(self, plan: Plan, attempt: int) -> tuple[dict[str, Vote], list[str], int]:
-        return self.ledger.read_votes(plan.batch_seq, attempt, self._expected(plan))
-
-    def _state(self, seq: int, decision: Decision | None) -> BatchState:
-        """State of a decided batch from the decision and the batch marker, or
-        of an undecided one from its attempts and votes."""
-        if decision is not None:
-            return self._decided_state(seq, decision)
-        plan = self.plan(seq)
-        attempt = self.ledger.latest_attempt(seq)
-        _, missing, _ = self._votes(plan, attempt)
-        return derive_state(has_attempt=attempt > 0, all_voted=not missing, decision=None, done=False)
-
-    def describe(self, seq: int | None = None) -> BatchStatus | None:
-        """Everything known about batch ``seq`` (default: the latest); None before the first plan. Read-only."""
-        return describe_batch(self.ledger, self.latest_seq() if seq is None else seq, sorted(self.participants))
 
     # -- planning --------------------------------------------------------------
     def plan_next(self, source: OffsetSource, config: PlanConfig, *, run_id: str | None = None) -> Plan:
@@ -224,23 +197,12 @@ class Coordinator:
         """The one gate of every state change: ``TRANSITIONS`` allows it, or ``refusal`` is raised."""
         check_transition(current, target, batch=str(BatchId(seq)), pipeline=self.pipeline, step=step, refusal=refusal)
 
-    def is_committed(self, seq: int) -> bool:
-        """Is batch ``seq`` COMMITTED (decided COMMIT and every effect applied)? Two reads."""
-        decision = self.ledger.read_decision(seq)
-        return decision is not None and decision.outcome is DecisionOutcome.COMMIT and self.ledger.read_done(seq, BATCH_EFFECT) is not None
-
-    def _decided_state(self, seq: int, decision: Decision) -> BatchState:
-        """COMMITTING / COMMITTED / ABORTING / ABORTED: the decision and the batch done marker say which."""
-        done = self.ledger.read_done(seq, BATCH_EFFECT) is not None
-        return derive_state(has_attempt=True, all_voted=True, decision=decision.outcome.value, done=done)
-
     # -- prepare phase -----------------------------------------------------------
     def begin_attempt(self, seq: int) -> int:
         """Spark driver, at job start: claim the next attempt number of batch
         ``seq``. Refused once the batch is decided. Each call claims a new
         attempt, which fences every older one (their votes stop counting)."""
-        decision = self.ledger.read_decision(seq)
-        self._check(seq, self._state(seq, decision), BatchState.PREPARING, "begin_attempt")
+        self._check(seq, self.batch(seq).state, BatchState.PREPARING, "begin_attempt")
         claim = self.ledger.claim_attempt(seq, self.identity, self._clock())
         # A decision written while we claimed fixed an older attempt: this one is void.
         if self.ledger.read_decision(seq) is not None:
@@ -263,13 +225,11 @@ class Coordinator:
         sinks = [s.name for s in plan.sinks] if plan.sinks else self._expected(plan)
         if vote.participant not in sinks:
             raise ValueError(f"{where} has no sink {vote.participant!r} (sinks: {sinks})")
-        decision = self.ledger.read_decision(seq)
-        latest = self.ledger.latest_attempt(seq, hint=attempt)
+        records = self.batch(seq, plan=plan, attempt_hint=attempt)
         # A vote keeps the batch PREPARING or, as the last one, makes it PREPARED: both need an undecided batch.
-        current = self._decided_state(seq, decision) if decision else derive_state(
-            has_attempt=latest > 0, all_voted=False, decision=None, done=False)
-        self._check(seq, current, BatchState.PREPARING, f"the vote of {vote.participant!r} in attempt {attempt} (ignored)",
-                    refusal=StaleAttempt)
+        self._check(seq, records.state, BatchState.PREPARING,
+                    f"the vote of {vote.participant!r} in attempt {attempt} (ignored)", refusal=StaleAttempt)
+        latest = records.attempt
         if latest != attempt:
             raise StaleAttempt(
                 f"{where}: attempt {attempt} of {vote.participant!r} is not the latest (attempt {latest} started); "
@@ -347,12 +307,10 @@ class Coordinator:
         Raises BatchAborted if the batch ends aborted instead (a vote missing
         or invalid, or a racing ABORT won), RetryLater on transient trouble,
         CommitFailed if a participant cannot apply the decision (I7)."""
-        plan = self.plan(seq)
-        decision = self.ledger.read_decision(seq)
+        records = self.batch(seq)
+        plan, decision = records.plan, records.decision
         if decision is None:
-            attempt = self.ledger.latest_attempt(seq)
-            votes, missing, _ = self._votes(plan, attempt)
-            state = derive_state(has_attempt=attempt > 0, all_voted=not missing, decision=None, done=False)
+            state, attempt, votes, missing = records.state, records.attempt, records.votes, list(records.missing)
             if BatchState.COMMITTING not in TRANSITIONS[state]:
                 reason = "no attempt was started" if attempt == 0 else f"attempt {attempt} has no vote from {missing}"
                 decision = self._decide(seq, state, DecisionOutcome.ABORT, attempt, {}, f"commit found {reason}")
@@ -377,14 +335,6 @@ class Coordinator:
         return self.describe(seq)
 
     # -- replacements ------------------------------------------------------------
-    def replacement_refusal(self, plan: Plan) -> str | None:
-        """Why ``plan`` may not replace the committed batch it names, or None (``intervals.replacement_refusal``)."""
-        if plan.replaces is None:
-            return None
-        seq = plan.replaces.batch_seq
-        replaced = self.ledger.read_plan(seq) if 0 < seq < plan.batch_seq else None
-        return replacement_refusal(plan, replaced, replaced is not None and self.is_committed(seq))
-
     def _replacement_refusals(self, plan: Plan, votes: Mapping[str, Vote]) -> list[str]:
         """Before the decision: a replacement must be the plan's, and justified by the ledger alone."""
         refusal = self.replacement_refusal(plan)
@@ -450,7 +400,7 @@ class Coordinator:
 
     def _finish(self, seq: int, decision: Decision) -> None:
         outcome = decision.outcome
-        current = self._decided_state(seq, decision)
+        current = self.batch(seq).state
         if current.terminal:
             return  # a concurrent finisher wrote the marker first: finished, nothing to change
         target = BatchState.COMMITTED if outcome is DecisionOutcome.COMMIT else BatchState.ABORTED
@@ -469,10 +419,10 @@ class Coordinator:
         """Airflow rollback task: write ABORT and undo every effect the plan
         could have produced. If COMMIT was decided first, finishes the commit
         instead (the returned status says COMMITTED). Idempotent."""
-        plan = self.plan(seq)
-        decision = self.ledger.read_decision(seq)
+        records = self.batch(seq)
+        plan, decision = records.plan, records.decision
         if decision is None:
-            decision = self._decide(seq, self._state(seq, None), DecisionOutcome.ABORT, self.ledger.latest_attempt(seq), {}, reason)
+            decision = self._decide(seq, records.state, DecisionOutcome.ABORT, records.attempt, {}, reason)
         if decision.outcome is DecisionOutcome.COMMIT:
             log.warning("batch %s of %s: COMMIT was already decided; rollback finishes the commit", plan.batch_id, self.pipeline)
         self._apply(plan, decision)
@@ -487,16 +437,15 @@ class Coordinator:
         seq = self.latest_seq() if seq is None else seq
         if seq == 0:
             return None
-        plan = self.plan(seq)
-        decision = self.ledger.read_decision(seq)
-        state = self._state(seq, decision)
+        records = self.batch(seq)
+        plan, decision, state = records.plan, records.decision, records.state
         action = RECOVERY.get(state)
         if action is None:
             return self.describe(seq)
         log.info("recovery: batch %s of %s was left %s: %s", plan.batch_id, self.pipeline, state.value, action.label)
         if action.decides is not None:
             # A racing COMMIT may win this decision: what follows applies the winner.
-            decision = self._decide(seq, state, DecisionOutcome(action.decides), self.ledger.latest_attempt(seq), {},
+            decision = self._decide(seq, state, DecisionOutcome(action.decides), records.attempt, {},
                                     f"{action.label} by recovery: batch was {state.value} with no decision")
         self._apply(plan, decision)
         return self.describe(seq)
@@ -517,7 +466,7 @@ class Coordinator:
         if seq != latest:
             raise InterventionRefused(f"{where} is not the latest batch ({BatchId(latest)} is): only the latest can be "
                                       "split or skipped, before the next batch is planned")
-        state = self.describe(seq).state
+        state = self.batch(seq, plan=plan).state
         if state is not BatchState.ABORTED:
             fix = ("finish it first with `onceflow recover` (an undecided batch is aborted; pause the DAG so that no "
                    "run starts it again)" if not state.terminal else "a committed batch is never changed")
@@ -529,7 +478,7 @@ class Coordinator:
         return plan
 
     def intervene(self, intervention: Intervention) -> Intervention:
-        """Record an operator's split or skip of the latest batch (``core.interventions``).
+        """Record an operator's split or skip of the latest batch (``core.planning.interventions``).
         Raises if it cannot take effect: the batch is not the latest aborted one, another
         intervention won, or the next batch was planned meanwhile without it (the record
         then stays, void: only the next plan makes an intervention take effect)."""

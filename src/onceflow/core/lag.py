@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 from onceflow.core.planning import TopicPartition
 
 if TYPE_CHECKING:
-    from onceflow.core.coordinator import Coordinator
+    from onceflow.core.batch_view import LedgerView
 
 # How many batches back from the latest to look for the newest committed one
 # (two ledger reads each); the ledger's head names it when the walk gives up.
@@ -48,12 +48,12 @@ class LagRuntime(Protocol):
     def spec(self) -> PipelineInput: ...
 
     @property
-    def reader(self) -> Coordinator: ...
+    def reader(self) -> LedgerView: ...
 
     def offset_source(self, timeout_s: float = 30.0) -> AbstractContextManager[LagSource]: ...
 
 
-def consumed_to(reader: Coordinator) -> dict[tuple[str, int], int]:
+def consumed_to(reader: LedgerView) -> dict[tuple[str, int], int]:
     """Per (topic, partition), the offset the pipeline has committed up to: the
     ends of the newest committed batch (an interval pipeline: of its committed
     prefix); before any commit, where the first batch starts (the spec's start

@@ -1,7 +1,8 @@
 """The states of a batch and the one table of allowed transitions.
 
 A batch's state is never stored: it is derived from which ledger records
-exist (``derive_state``), so it cannot disagree with them::
+exist (``derive_state``, which ``core.batch_view.BatchRecords`` alone calls), so it
+cannot disagree with them::
 
     PLANNED     plan.json only
     PREPARING   an attempt is claimed; not every sink voted in the latest one
@@ -20,6 +21,7 @@ the abort.
 from __future__ import annotations
 
 import enum
+from typing import Protocol
 
 
 class BatchState(enum.Enum):
@@ -95,12 +97,30 @@ def check_transition(
         )
 
 
-def derive_state(*, has_attempt: bool, all_voted: bool, decision: str | None, done: bool) -> BatchState:
-    """The state implied by which records exist (``decision`` is COMMIT/ABORT/None)."""
-    if decision == "COMMIT":
-        return S.COMMITTED if done else S.COMMITTING
-    if decision == "ABORT":
-        return S.ABORTED if done else S.ABORTING
-    if not has_attempt:
+class Records(Protocol):
+    """Which of a batch's records exist, as ``derive_state`` asks for them."""
+
+    @property
+    def outcome(self) -> str | None: ...  # the decision: COMMIT, ABORT or None
+
+    @property
+    def finished(self) -> bool: ...  # done/_batch.json exists
+
+    @property
+    def has_attempt(self) -> bool: ...
+
+    @property
+    def all_voted(self) -> bool: ...  # every output voted in the latest attempt
+
+
+def derive_state(records: Records) -> BatchState:
+    """The state implied by which records exist. Asks only what the state depends on: a
+    decided batch's attempts and votes are never asked for, so a reader need not read them."""
+    outcome = records.outcome
+    if outcome == "COMMIT":
+        return S.COMMITTED if records.finished else S.COMMITTING
+    if outcome == "ABORT":
+        return S.ABORTED if records.finished else S.ABORTING
+    if not records.has_attempt:
         return S.PLANNED
-    return S.PREPARED if all_voted else S.PREPARING
+    return S.PREPARED if records.all_voted else S.PREPARING

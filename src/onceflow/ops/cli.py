@@ -72,7 +72,7 @@ def runtime_from_args(args: argparse.Namespace):
 def _status(args: argparse.Namespace) -> int:
     from onceflow.core.batch_view import batch_rows, format_rows
 
-    rows = batch_rows(runtime_from_args(args).coordinator, limit=args.limit)
+    rows = batch_rows(runtime_from_args(args).reader, limit=args.limit)
     print(json.dumps(rows, indent=2) if args.json else format_rows(rows))
     return 0
 

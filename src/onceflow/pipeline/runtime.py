@@ -3,9 +3,10 @@
 A ``Deployment`` says where: the warehouse (``file:///...``, ``s3://bucket/
 prefix`` or ``hdfs://...``; the ledger lives in it under ``_onceflow/``), the
 Kafka cluster and the S3 endpoint. ``PipelineRuntime`` builds, from a spec and
-a deployment, the coordinator with one participant per sink and the Kafka
-offset source. Used on the Airflow worker (plan/commit/rollback), in the Spark
-driver (attempts and votes) and by the CLI (status, audit).
+a deployment, the coordinator with one participant per sink, the read-only view
+of the ledger (``reader``) and the Kafka offset source. Used on the Airflow
+worker (plan/commit/rollback), in the Spark driver (attempts and votes), by the
+CLI (status, recover, audit) and the UI page.
 """
 
 from __future__ import annotations
@@ -75,12 +76,12 @@ class PipelineRuntime:
 
     @cached_property
     def reader(self):
-        """A coordinator that only reads the ledger (status, the UI): it builds no
-        participant, so it needs no sink client (nor, on HDFS, a JVM of its own)."""
-        from onceflow.core.coordinator import Coordinator
+        """The ledger, read only (``core.batch_view.LedgerView``: status, the UI page, the audit, the
+        input lag): it commits nothing and builds no participant, so it needs no sink client (nor,
+        on HDFS, a JVM of its own)."""
+        from onceflow.core.batch_view import LedgerView
 
-        return Coordinator(self.ledger_storage, self.spec.name, dict.fromkeys(s.name for s in self.spec.sinks),
-                           identity=self.identity)
+        return LedgerView(self.ledger_storage, self.spec.name, [s.name for s in self.spec.sinks])
 
     def batch_of_run(self, run_id: str, lookback: int = RUN_LOOKBACK):
         """Status of the newest batch an Airflow run planned, or None.
@@ -88,12 +89,12 @@ class PipelineRuntime:
         Plans carry their run id; the newest ``lookback`` batches are searched
         (a cleared run older than that is planned as a new batch: never a
         duplicate, because planning starts where the last commit ended)."""
-        coordinator = self.reader
-        latest = coordinator.latest_seq()
+        reader = self.reader
+        latest = reader.latest_seq()
         for seq in range(latest, max(0, latest - lookback), -1):
-            plan = coordinator.ledger.read_plan(seq)
+            plan = reader.ledger.read_plan(seq)
             if plan is not None and plan.run_id == run_id:
-                return coordinator.describe(seq)
+                return reader.batch(seq, plan=plan).status()
         return None
 
     def after_commit(self, plan) -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from onceflow.core.states import RECOVERY, TRANSITIONS, BatchState, IllegalTransition, check_transition, derive_state
@@ -18,13 +20,13 @@ def test_every_state_has_a_row_and_finished_states_are_final():
 def _histories():
     """Every order in which a batch's records can be written: attempt, votes, decision, done;
     ABORT may be decided before any of the others, COMMIT only once every vote is in."""
-    steps = [dict(has_attempt=False, all_voted=False, decision=None, done=False)]
+    steps = [dict(has_attempt=False, all_voted=False, outcome=None, finished=False)]
     for change in (dict(has_attempt=True), dict(all_voted=True)):
         steps.append({**steps[-1], **change})
     for decision in ("COMMIT", "ABORT"):
         for before in range(len(steps)) if decision == "ABORT" else [len(steps) - 1]:
-            decided = {**steps[before], "decision": decision}
-            yield [*steps[:before + 1], decided, {**decided, "done": True}]
+            decided = {**steps[before], "outcome": decision}
+            yield [*steps[:before + 1], decided, {**decided, "finished": True}]
 
 
 def test_every_history_of_records_moves_only_along_the_transition_table():
@@ -33,7 +35,7 @@ def test_every_history_of_records_moves_only_along_the_transition_table():
     finished state."""
     ends = set()
     for history in _histories():
-        states = [derive_state(**records) for records in history]
+        states = [derive_state(SimpleNamespace(**records)) for records in history]
         assert states[0] is S.PLANNED and states[-1].terminal, (history, states)
         for before, after in zip(states, states[1:]):
             if after is not before:

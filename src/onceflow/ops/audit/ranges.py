@@ -6,18 +6,24 @@ protocol (a full scan of the ledger).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
+from onceflow.core.batch_view import BatchStatus, LedgerView
 from onceflow.core.planning.interventions import Action
 from onceflow.core.plan import Plan
 from onceflow.core.states import BatchState
 
 
-def accounted_plans(coordinator) -> tuple[list[tuple[Plan, Any]], list[Plan]]:
+def every_batch(view: LedgerView) -> Iterator[BatchStatus]:
+    """The status of every batch, oldest first (a full scan: tooling only)."""
+    return (view.describe(seq) for seq in range(1, view.latest_seq() + 1))
+
+
+def accounted_plans(view: LedgerView) -> tuple[list[tuple[Plan, Any]], list[Plan]]:
     """(plan, status) of every committed batch, and the plans of the batches an operator
     skipped (their records are in the quarantine; only skips the next plan followed),
     oldest first: together they tile the input (I1). A full scan: tooling only."""
-    statuses = [coordinator.describe(seq) for seq in range(1, coordinator.latest_seq() + 1)]
+    statuses = list(every_batch(view))
     committed, skipped = [], []
     for status, following in zip(statuses, [*statuses[1:], None]):
         if status.state is BatchState.COMMITTED:
@@ -28,22 +34,21 @@ def accounted_plans(coordinator) -> tuple[list[tuple[Plan, Any]], list[Plan]]:
     return committed, skipped
 
 
-def uncommitted_plans(coordinator) -> dict[str, Plan]:
+def uncommitted_plans(view: LedgerView) -> dict[str, Plan]:
     """The plans of the batches the ledger shows not committed (aborted, or still in flight), by
     batch id: rows an output of a weaker guarantee than exactly_once shows under them were written
     by the job before the batch ended (a full scan)."""
-    statuses = (coordinator.describe(seq) for seq in range(1, coordinator.latest_seq() + 1))
-    return {s.plan.batch_id: s.plan for s in statuses if s.state is not BatchState.COMMITTED}
+    return {s.plan.batch_id: s.plan for s in every_batch(view) if s.state is not BatchState.COMMITTED}
 
 
-def committed_plans(coordinator) -> list[tuple[Plan, Any]]:
+def committed_plans(view: LedgerView) -> list[tuple[Plan, Any]]:
     """(plan, status) of every committed batch, oldest first (a full scan: tooling only)."""
-    return accounted_plans(coordinator)[0]
+    return accounted_plans(view)[0]
 
 
-def replaced_batches(coordinator, committed: Iterable[tuple[Plan, Any]]) -> tuple[set[int], list[str]]:
+def replaced_batches(view: LedgerView, committed: Iterable[tuple[Plan, Any]]) -> tuple[set[int], list[str]]:
     """The committed batches that a later committed batch really replaced (a reprocessed
-    interval: same interval, same ranges; ``Coordinator.replacement_refusal``), and why each
+    interval: same interval, same ranges; ``LedgerView.replacement_refusal``), and why each
     other replacement a plan names was not taken. A batch only named stays expected in
     every output: a ledger's word never excuses missing output."""
     replaced, refused = set(), []
@@ -53,7 +58,7 @@ def replaced_batches(coordinator, committed: Iterable[tuple[Plan, Any]]) -> tupl
                            f"({plan.disbelieved['replaces']})")
         if plan.replaces is None:
             continue
-        refusal = coordinator.replacement_refusal(plan)
+        refusal = view.replacement_refusal(plan)
         if refusal is None:
             replaced.add(plan.replaces.batch_seq)
         else:

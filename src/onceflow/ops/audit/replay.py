@@ -239,15 +239,15 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
 
     started = time.monotonic()
     spec, deployment = runtime.spec, runtime.deployment
-    committed, skipped = accounted_plans(runtime.coordinator)
+    committed, skipped = accounted_plans(runtime.reader)
     weaker = any(s.guarantee != EXACTLY_ONCE for s in spec.sinks) or any(
         s.guarantee != EXACTLY_ONCE for p, _ in committed for s in p.sinks)
-    uncommitted = uncommitted_plans(runtime.coordinator) if weaker else {}
+    uncommitted = uncommitted_plans(runtime.reader) if weaker else {}
     chosen = select(committed, batches, sample, seed)
     register_data_sources(spark, spec)
     committed_reader.register(spark)
     # A reprocessed interval's commit removed the batch it replaces from outputs that replace.
-    replaced, refused = replaced_batches(runtime.coordinator, committed)
+    replaced, refused = replaced_batches(runtime.reader, committed)
     transform = spec.transform_function()
 
     expected: dict[str, list] = {s.name: [] for s in spec.sinks}

@@ -38,7 +38,7 @@ from onceflow.sinks.kafka.participant import DEFAULT_SAFETY_FRACTION
 from onceflow.config.settings import ConfigurationError
 from onceflow.pipeline.spec import PipelineSpec
 from onceflow_devkit.chaos import schedule
-from onceflow_devkit.services.kafka_broker import CLUSTER, DEFAULT_BROKER
+from onceflow_devkit.services.kafka_broker import APACHE, CLUSTER, DEFAULT_BROKER
 from onceflow_devkit.services.stack import onceflow_home
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, forget_embedded_catalogs
 from onceflow_devkit.chaos.figures import BatchRun, ChaosFigures, LedgerFigures
@@ -49,6 +49,7 @@ HOURLY_DAG_ID = "clickstream_hourly"
 MODES = ("offsets", "backfill")
 # Airflow's executor in the run: the LocalExecutor, or Celery with two workers and a Redis broker.
 EXECUTORS = ("local", "celery")
+SECURABLE = (*APACHE, CLUSTER)  # the brokers the dev kit runs on SASL_SSL with the ACL authorizer
 HOUR_MS = 3_600_000
 WAREHOUSES = ("file", "s3")
 # A bucket per run home: an S3 warehouse's embedded Iceberg catalog is found by the warehouse's URI
@@ -83,6 +84,7 @@ class ChaosOptions:
     spark: str = "submit"              # or "connect": the spark tasks are clients of one Spark Connect server
     executor: str = "local"            # or "celery": two Celery workers, Redis their broker
     postgres: bool = False             # a PostgreSQL table among the outputs, on a server of its own
+    secure: bool = False               # Apache Kafka on SASL_SSL with the ACLs of onceflow.kafka.acls (kafka_security)
 
     def possible_kinds(self, warehouse_on_s3: bool) -> tuple[str, ...]:
         from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, CAPABILITIES, TXN_TIMEOUT_ABORTS
@@ -128,6 +130,9 @@ class ChaosOptions:
         if self.warehouse == "s3" and schedule.CATALOG_KILLED in (self.kinds or ()):
             raise ConfigurationError("fault kind catalog_killed needs --warehouse file: only a file warehouse's "
                                      "tables are in the REST catalog")
+        if self.secure and self.broker not in SECURABLE:
+            raise ConfigurationError(f"--secure runs Apache Kafka on SASL_SSL: --broker {self.broker} is not one of "
+                                     f"{', '.join(SECURABLE)}")
         if self.postgres and self.mode != "offsets":
             raise ConfigurationError("--postgres adds its table to the clickstream DAG of --mode offsets only")
 
@@ -191,7 +196,8 @@ class _Run:
     def __init__(self, options: ChaosOptions, say: Callable[[str], None]):
         self.options = options
         self.say = say
-        self.home = options.home or onceflow_home() / "chaos" / f"{options.broker}-{options.warehouse}"
+        self.home = options.home or (onceflow_home() / "chaos" /
+                                     f"{options.broker}-{options.warehouse}{'-secured' if options.secure else ''}")
         self.proxy = None
         self.stack = None
         self.airflow = None
@@ -222,7 +228,7 @@ class _Run:
         self.stack.down()
         self._stop_leftovers()
         shutil.rmtree(self.home, ignore_errors=True)  # every chaos run starts from nothing
-        info = self.stack.up(broker=options.broker)
+        info = self.stack.up(broker=options.broker, secure=options.secure)
         self.info = info
         clients_s3 = None
         if options.warehouse == "s3":
@@ -252,6 +258,11 @@ class _Run:
         # replica a killed node loses records it acknowledged, and the input with them.
         ensure_topics(info.kafka.config(), ["clicks", *(s.target for s in spec.sinks if s.kind == "kafka")], partitions=2,
                       replication_factor=-1 if options.broker == CLUSTER else 1)
+        if options.secure:  # every row of the table, the optional ones too, and nothing more
+            from onceflow.kafka.acls import grants
+            from onceflow_devkit.services.kafka_security import apply_grants
+
+            apply_grants(info.kafka.config(), grants(spec.kafka_resources()))
         self.fired_log = self.home / "faults-fired.log"
         injection = {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE, faults.FIRED_LOG_VAR: str(self.fired_log)}
         if options.spark == "connect":
@@ -261,10 +272,11 @@ class _Run:
             # Its Python workers get the S3 keys (as a deployment sets them where its server runs) and
             # may be armed with a run's faults, which reach them as a writer option.
             self.spark_server = RestartableConnectServer(ManagedProcess("spark-connect", self.home / "spark-connect"),
-                                                         env={**info.s3.credentials_env(), **injection, **table_env})
+                                                         env={**info.s3.credentials_env(), **injection, **table_env,
+                                                              **(info.spark_kafka.secrets_env() if info.spark_kafka else {})})
             self.spark_server.start()
         self.airflow = onceflow_airflow(
-            self.home / "airflow", info.kafka, self.warehouse, clients_s3,
+            self.home / "airflow", info.airflow_kafka, self.warehouse, clients_s3, spark_kafka=info.spark_kafka,
             extra_env={"ONCEFLOW_SCHEDULE": "none", "CLICKSTREAM_TRANSACTION_TIMEOUT_MS": str(options.transaction_timeout_ms),
                        **({"CLICKSTREAM_TABLE_CONNECTION": TABLE_CONN_ID} if options.postgres else {}), **injection},
             spark_connect=self.spark_server.server if self.spark_server else None, postgres=info.postgres,
@@ -459,12 +471,13 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
     kinds = options.kinds or options.possible_kinds(options.warehouse == "s3")
     sequence = schedule.fault_sequence(options.seed, options.batches, kinds, _fault_points(pipeline_spec(options)))
     figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark,
-                           executor=options.executor, kinds=options.kinds, commit=code_commit(), postgres=options.postgres)
+                           executor=options.executor, kinds=options.kinds, commit=code_commit(), postgres=options.postgres,
+                           secure=options.secure)
     world = _Run(options, say)
     try:
         world.up()
         figures.records_in = world.produce_input(sequence)
-        say(f"[chaos]   {options.broker} / {world.warehouse} / spark {options.spark} / {options.executor} executor"
+        say(f"[chaos]   {options.broker}{' secured' if options.secure else ''} / {world.warehouse} / spark {options.spark} / {options.executor} executor"
             f"{' / a PostgreSQL table' if options.postgres else ''}: "
             f"{figures.records_in} input records, "
             f"{options.batches} faulted batches, seed {options.seed}; state in {world.home}")

@@ -99,7 +99,8 @@ def _chaos(args: argparse.Namespace) -> int:
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (lambda text: print(text, flush=True))
     results = run_matrix(args.batches, args.seed, brokers, warehouses, say=say,
                          records_per_partition=args.records_per_partition, mode=args.mode, spark=args.spark,
-                         executor=args.executor, kinds=args.kinds, postgres=args.postgres, secure=args.secure)
+                         executor=args.executor, kinds=args.kinds, postgres=args.postgres, secure=args.secure,
+                         transaction_timeout=args.transaction_timeout_ms)
     total = combined(results)
     if args.json:
         print(json.dumps(total, indent=2))
@@ -180,6 +181,9 @@ def add_commands(sub) -> None:
     chaos.add_argument("--secure", action="store_true",
                        help="Apache Kafka on SASL_SSL (SCRAM-SHA-512) with the ACL authorizer, as `services up --secure`: "
                        "Airflow and Spark connect as their own principals, granted the ACLs `onceflow acls` prints")
+    chaos.add_argument("--transaction-timeout-ms", type=int,
+                       help="the Kafka outputs' transaction timeout (default: 30 s on the cluster, 120 s elsewhere); the "
+                       "spark task's timeout is half of it, which a loaded machine's first batch of a session may need")
     chaos.add_argument("--kinds", type=_kinds, help="only these fault kinds, comma-separated (default: every kind the "
                        f"options allow): {', '.join(ALL_KINDS)}")
     chaos.add_argument("--json", action="store_true", help="figures as JSON on stdout (progress on stderr)")

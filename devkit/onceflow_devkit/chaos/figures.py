@@ -60,6 +60,7 @@ class ChaosFigures:
     commit: str = "unknown"  # the code the run ran on (runner.code_commit)
     postgres: bool = False  # a PostgreSQL table among the outputs (--postgres)
     secure: bool = False  # the broker on SASL_SSL with the ACL authorizer (--secure)
+    transaction_timeout: int | None = None  # --transaction-timeout-ms, when given
     runs: list[BatchRun] = field(default_factory=list)
     drain_runs: int = 0
     ledger: LedgerFigures = field(default_factory=LedgerFigures)
@@ -106,6 +107,7 @@ class ChaosFigures:
             + (f" --executor {self.executor}" if self.executor != "local" else "")
             + (" --postgres" if self.postgres else "")
             + (" --secure" if self.secure else "")
+            + (f" --transaction-timeout-ms {self.transaction_timeout}" if self.transaction_timeout else "")
             + (f" --kinds {','.join(self.kinds)}" if self.kinds else "")
         )
 

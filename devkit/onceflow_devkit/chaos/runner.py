@@ -85,6 +85,7 @@ class ChaosOptions:
     executor: str = "local"            # or "celery": two Celery workers, Redis their broker
     postgres: bool = False             # a PostgreSQL table among the outputs, on a server of its own
     secure: bool = False               # Apache Kafka on SASL_SSL with the ACLs of onceflow.kafka.acls (kafka_security)
+    transaction_timeout: int | None = None  # ms; None: the broker's default below
 
     def possible_kinds(self, warehouse_on_s3: bool) -> tuple[str, ...]:
         from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, CAPABILITIES, TXN_TIMEOUT_ABORTS
@@ -97,9 +98,12 @@ class ChaosOptions:
     @property
     def transaction_timeout_ms(self) -> int:
         """The Kafka outputs' transaction timeout: short where the broker really times transactions out
-        and faults wait for it (the 3-node cluster), long elsewhere."""
+        and faults wait for it (the 3-node cluster), long elsewhere; ``transaction_timeout`` when given (a
+        loaded machine's spark task, whose timeout is half of it, may need longer)."""
         from onceflow_devkit.services.kafka_broker import CLUSTER
 
+        if self.transaction_timeout is not None:
+            return self.transaction_timeout
         return CLUSTER_TRANSACTION_TIMEOUT_MS if self.broker == CLUSTER else TRANSACTION_TIMEOUT_MS
 
     def check(self) -> None:
@@ -472,7 +476,7 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
     sequence = schedule.fault_sequence(options.seed, options.batches, kinds, _fault_points(pipeline_spec(options)))
     figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark,
                            executor=options.executor, kinds=options.kinds, commit=code_commit(), postgres=options.postgres,
-                           secure=options.secure)
+                           secure=options.secure, transaction_timeout=options.transaction_timeout)
     world = _Run(options, say)
     try:
         world.up()

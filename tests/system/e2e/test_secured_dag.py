@@ -42,11 +42,21 @@ def files_holding(root: Path, secret: str) -> list[str]:
 
 
 def first_run(api, timeout: float) -> dict:
+    """The DAG's first run, once finished (a loaded machine's api-server may not answer at once)."""
+    import httpx
+
     deadline = time.monotonic() + timeout
-    while not (runs := api.runs(DAG_ID)) or runs[0]["state"] not in ("success", "failed"):
-        assert time.monotonic() < deadline, f"no run of {DAG_ID} done in {timeout:.0f} s: {runs}"
-        time.sleep(0.5)
-    return runs[0]
+    runs = []
+    while not runs:
+        assert time.monotonic() < deadline, f"no run of {DAG_ID} within {timeout:.0f} s"
+        time.sleep(1)
+        try:
+            runs = api.runs(DAG_ID)
+        except httpx.TransportError:
+            continue
+    run_id = runs[0]["dag_run_id"]
+    api.wait_for_run(DAG_ID, run_id, timeout=max(deadline - time.monotonic(), 60))
+    return api.run(DAG_ID, run_id)
 
 
 @pytest.mark.slow  # ~3 min: Airflow's start, then a spark-submit

@@ -75,9 +75,9 @@ def test_the_postgresql_bar_counts_only_the_cluster_runs_with_a_table_and_their_
 
 def test_a_run_on_the_secured_broker_counts_under_the_secured_bar_alone():
     kinds = report.SECURED.kinds
-    secured = run("apache", "file", per_kind=12, kinds=kinds, secure=True)  # 6 x 12 = 72 faulted
-    plain = run("apache", "file", per_kind=12, kinds=kinds)
-    cluster = run("apache-cluster", "file", per_kind=12, kinds=kinds, secure=True)
+    secured = run("apache", "file", per_kind=16, kinds=kinds, secure=True)  # 4 x 16 = 64 faulted
+    plain = run("apache", "file", per_kind=16, kinds=kinds)
+    cluster = run("apache-cluster", "file", per_kind=16, kinds=kinds, secure=True)
 
     assert report.check([plain], report.SECURED).shortfalls[0] == "0 faulted batches, the bar is 60"
     assert report.check([secured], report.SECURED).shortfalls == ("no run on broker apache-cluster",

@@ -61,6 +61,7 @@ class ChaosFigures:
     postgres: bool = False  # a PostgreSQL table among the outputs (--postgres)
     secure: bool = False  # the broker on SASL_SSL with the ACL authorizer (--secure)
     transaction_timeout: int | None = None  # --transaction-timeout-ms, when given
+    stopped_early: bool = False  # stopped by runner.STOP_SIGNAL before the sequence's end (drained and audited)
     runs: list[BatchRun] = field(default_factory=list)
     drain_runs: int = 0
     ledger: LedgerFigures = field(default_factory=LedgerFigures)
@@ -122,6 +123,7 @@ class ChaosFigures:
             "executor": self.executor,
             "postgres": self.postgres,
             "secure": self.secure,
+            "stopped_early": self.stopped_early,
             "seed": self.seed,
             "batches_run": len(self.runs),
             "faulted_batches": self.faulted_batches,
@@ -157,7 +159,7 @@ class ChaosFigures:
             f"chaos {self.broker}{' secured' if self.secure else ''} / {self.warehouse} / {self.mode} / spark {self.spark} / {self.executor} executor"
             f"{' / a PostgreSQL table' if self.postgres else ''} (seed {self.seed}, code {self.commit}): "
             f"{'OK' if self.ok else 'FAILED'} in {self.wall_time_s:.0f} s",
-            f"  batches run {len(self.runs)}, faulted {self.faulted_batches}; drain runs {self.drain_runs}",
+            f"  batches run {len(self.runs)}{f' of {len(self.sequence)} (stopped early)' if self.stopped_early else ''}, faulted {self.faulted_batches}; drain runs {self.drain_runs}",
             f"  faults injected {self.injected_by_kind}",
             f"  faults missed   {self.missed_by_kind}",
             f"  details         {self.detail_counts}",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -139,6 +140,28 @@ class ChaosOptions:
                                      f"{', '.join(SECURABLE)}")
         if self.postgres and self.mode != "offsets":
             raise ConfigurationError("--postgres adds its table to the clickstream DAG of --mode offsets only")
+
+
+# Sent to a running `onceflow chaos`, it stops after the batch in progress, then drains and audits as usual:
+# a run that cannot finish in the time there is still proves what it ran.
+STOP_SIGNAL = signal.SIGUSR1
+
+
+class _StopRequest:
+    """Set by STOP_SIGNAL while installed (only the main thread may install a signal handler)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._before = None
+
+    def __enter__(self) -> "_StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            self._before = signal.signal(STOP_SIGNAL, lambda *_: self.event.set())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._before is not None:
+            signal.signal(STOP_SIGNAL, self._before)
 
 
 # What a chaos run runs, below the repository: a change elsewhere (docs, tests) does not change what it proved.
@@ -466,7 +489,12 @@ def _fault_points(spec: PipelineSpec) -> list[str]:
 
 
 def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> ChaosFigures:
-    """Run ``options.batches`` faulted batches, drain, audit; return the figures."""
+    """Run ``options.batches`` faulted batches (fewer if STOP_SIGNAL comes), drain, audit; return the figures."""
+    with _StopRequest() as stop:
+        return _run_chaos(options, say, stop.event)
+
+
+def _run_chaos(options: ChaosOptions, say: Callable[[str], None], stop: threading.Event) -> ChaosFigures:
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
     from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 
@@ -489,6 +517,11 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
             api.wait_for_dag(world.dag_id, timeout=300)
             api.unpause(world.dag_id)
             for n, fault in enumerate(sequence, 1):
+                if stop.is_set():
+                    figures.stopped_early = True
+                    say(f"[chaos]   stopped ({STOP_SIGNAL.name}) after {n - 1} of {len(sequence)} faulted batches: "
+                        "draining and auditing what ran")
+                    break
                 run_id, state, injection, seconds = world.run_batch(api, n, fault, options.records_per_partition)
                 batch = world.runtime.batch_of_run(run_id)
                 record = BatchRun(n, fault, injection or Injection(fault.kind, False, "no report"), run_id, state,

@@ -59,8 +59,8 @@ def first_run(api, timeout: float) -> dict:
     return api.run(DAG_ID, run_id)
 
 
-@pytest.mark.slow  # ~3 min: Airflow's start, then a spark-submit
-@pytest.mark.timeout(2400)  # a loaded machine (load average 25) took 10 min for the spark task alone
+@pytest.mark.slow  # Airflow's start, then a spark-submit: minutes
+@pytest.mark.timeout(2400)  # at a load average of 25 its one run took 12 min (its spark-submit timed out once)
 def test_a_run_the_input_starts_commits_on_the_secured_broker_with_the_printed_acls_and_no_password_shows(
         tmp_path, postgres_server):
     dags = tmp_path / "dags"

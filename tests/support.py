@@ -91,7 +91,9 @@ class SecretWatch:
             if self.secret in json.dumps(api.task_instance(dag_id, run_id, task)["rendered_fields"]):
                 found.append(f"the rendered fields of {task}")
             for attempt in range(1, ti["try_number"] + 1):
-                if self.secret in json.dumps(api.task_log_content(dag_id, run_id, task, attempt, ti["map_index"])):
+                # A try that never started (a loaded machine's) has no log; a log file of it would be on disk.
+                content = api.task_log_content(dag_id, run_id, task, attempt, ti["map_index"], missing_ok=True)
+                if self.secret in json.dumps(content):
                     found.append(f"the log of {task}, try {attempt}")
         found += [f"XCom {key!r} of {task}" for (task, key), value in api.xcom_values(dag_id, run_id).items()
                   if self.secret in json.dumps(value)]

@@ -3,7 +3,8 @@
 Used by ``onceflow demo`` and the end-to-end tests (the caller's process);
 Airflow itself runs in subprocesses. Connections follow the providers'
 formats: ``onceflow_kafka`` (kafka: extra = librdkafka settings),
-``onceflow_spark`` (spark: host = master; or, given a Spark Connect server,
+``onceflow_spark_kafka`` (the same, for the spark task's own principal on a secured broker:
+``spark_kafka``), ``onceflow_spark`` (spark: host = master; or, given a Spark Connect server,
 spark_connect: host and port), ``onceflow_s3`` (aws: login,
 password, extra endpoint_url/region_name), ``onceflow_iceberg`` (extra: the
 dev kit's catalog's properties, ``services.iceberg_catalog``: the REST catalog given, else the SQL one), ``onceflow_postgres``
@@ -32,6 +33,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The dev kit runs from a checkout: its example DAG files are the repository's.
 DAGS_FOLDER = PROJECT_ROOT / "dags"
 log = logging.getLogger(__name__)
+SPARK_KAFKA_CONN_ID = "onceflow_spark_kafka"
+SPARK_KAFKA_ENV = "ONCEFLOW_SPARK_KAFKA_CONN"  # what the DAG factory reads at parse time
 
 
 def onceflow_airflow(
@@ -49,6 +52,7 @@ def onceflow_airflow(
     postgres: PostgresServer | None = None,
     celery: RedisServer | None = None,
     iceberg_rest: RestCatalog | None = None,
+    spark_kafka: KafkaCluster | None = None,
 ) -> LocalAirflow:
     """``python``: the interpreter of the Airflow install to run (default: this one).
     ``spark_connect``: the spark tasks run as clients of that server instead of spark-submit.
@@ -56,7 +60,10 @@ def onceflow_airflow(
     and is connection ``onceflow_postgres`` (the shop example's payments table). Without it, Airflow's
     metadata is SQLite, and a warning says so. ``celery``: the CeleryExecutor with two workers, that
     Redis server its broker, instead of the LocalExecutor. ``iceberg_rest``: the Iceberg catalog
-    connection is that REST catalog's, not the SQL catalog of the warehouse."""
+    connection is that REST catalog's, not the SQL catalog of the warehouse. ``spark_kafka``: the cluster as
+    the spark task's own principal sees it (a secured broker's ``onceflow-spark``, ``onceflow.kafka.acls``),
+    connection ``onceflow_spark_kafka``, which the DAGs' spark tasks use (``ONCEFLOW_SPARK_KAFKA_CONN``);
+    without it they use ``kafka``'s."""
     python = Path(python) if python else Path(sys.executable)
     if postgres is None:
         log.warning(SQLITE_FALLBACK)
@@ -65,7 +72,8 @@ def onceflow_airflow(
         Path(home),
         dags_folder=dags_folder,
         plugins_folder=plugins_folder,
-        extra_env={"ONCEFLOW_WAREHOUSE": warehouse, **(extra_env or {})},
+        extra_env={"ONCEFLOW_WAREHOUSE": warehouse, **({SPARK_KAFKA_ENV: SPARK_KAFKA_CONN_ID} if spark_kafka else {}),
+                   **(extra_env or {})},
         triggerer=triggerer,
         python=python,
         database=database,
@@ -75,6 +83,8 @@ def onceflow_airflow(
     airflow.set_connection(
         "onceflow_kafka", {"conn_type": "onceflow_kafka", "extra": kafka.connection_extra()}
     )
+    if spark_kafka is not None:
+        airflow.set_connection(SPARK_KAFKA_CONN_ID, {"conn_type": "onceflow_kafka", "extra": spark_kafka.connection_extra()})
     airflow.set_connection("onceflow_spark", spark_connect.connection() if spark_connect else
                            {"conn_type": "spark", "host": spark_master})
     for conn_id, properties in embedded_catalogs(warehouse, s3, rest=iceberg_rest).items():

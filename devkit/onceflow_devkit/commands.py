@@ -6,7 +6,7 @@
     onceflow demo [--warehouse URI]               the end-to-end demo through Airflow
     onceflow oracle-audit --pipeline clickstream  count every input record in every output, by an oracle
                                                   independent of the transform (``onceflow audit`` replays it)
-    onceflow chaos --batches N --seed S [--broker B|all] [--warehouse file|s3|all] [--kinds K,...] [--json]
+    onceflow chaos --batches N --seed S [--broker B|all] [--warehouse file|s3|all] [--secure] [--kinds K,...] [--json]
     onceflow chaos-report FILE...                 saved chaos runs added up and checked against the bar
 
 The library's own commands (``onceflow status``) read the deployment from the
@@ -99,7 +99,8 @@ def _chaos(args: argparse.Namespace) -> int:
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (lambda text: print(text, flush=True))
     results = run_matrix(args.batches, args.seed, brokers, warehouses, say=say,
                          records_per_partition=args.records_per_partition, mode=args.mode, spark=args.spark,
-                         executor=args.executor, kinds=args.kinds, postgres=args.postgres)
+                         executor=args.executor, kinds=args.kinds, postgres=args.postgres, secure=args.secure,
+                         transaction_timeout=args.transaction_timeout_ms)
     total = combined(results)
     if args.json:
         print(json.dumps(total, indent=2))
@@ -177,6 +178,12 @@ def add_commands(sub) -> None:
     chaos.add_argument("--postgres", action="store_true",
                        help="the pipeline also writes each valid event as a row of a PostgreSQL table (the kind of "
                        "examples/postgres_sink), on a server of its own that the PostgreSQL fault kinds crash")
+    chaos.add_argument("--secure", action="store_true",
+                       help="Apache Kafka on SASL_SSL (SCRAM-SHA-512) with the ACL authorizer, as `services up --secure`: "
+                       "Airflow and Spark connect as their own principals, granted the ACLs `onceflow acls` prints")
+    chaos.add_argument("--transaction-timeout-ms", type=int,
+                       help="the Kafka outputs' transaction timeout (default: 30 s on the cluster, 120 s elsewhere); the "
+                       "spark task's timeout is half of it, which a loaded machine's first batch of a session may need")
     chaos.add_argument("--kinds", type=_kinds, help="only these fault kinds, comma-separated (default: every kind the "
                        f"options allow): {', '.join(ALL_KINDS)}")
     chaos.add_argument("--json", action="store_true", help="figures as JSON on stdout (progress on stderr)")

@@ -59,6 +59,9 @@ class ChaosFigures:
     kinds: tuple[str, ...] | None = None  # the kinds asked for with --kinds (None: every kind the options allow)
     commit: str = "unknown"  # the code the run ran on (runner.code_commit)
     postgres: bool = False  # a PostgreSQL table among the outputs (--postgres)
+    secure: bool = False  # the broker on SASL_SSL with the ACL authorizer (--secure)
+    transaction_timeout: int | None = None  # --transaction-timeout-ms, when given
+    stopped_early: bool = False  # stopped by runner.STOP_SIGNAL before the sequence's end (drained and audited)
     runs: list[BatchRun] = field(default_factory=list)
     drain_runs: int = 0
     ledger: LedgerFigures = field(default_factory=LedgerFigures)
@@ -104,6 +107,8 @@ class ChaosFigures:
             + (f" --spark {self.spark}" if self.spark != "submit" else "")
             + (f" --executor {self.executor}" if self.executor != "local" else "")
             + (" --postgres" if self.postgres else "")
+            + (" --secure" if self.secure else "")
+            + (f" --transaction-timeout-ms {self.transaction_timeout}" if self.transaction_timeout else "")
             + (f" --kinds {','.join(self.kinds)}" if self.kinds else "")
         )
 
@@ -117,6 +122,8 @@ class ChaosFigures:
             "spark": self.spark,
             "executor": self.executor,
             "postgres": self.postgres,
+            "secure": self.secure,
+            "stopped_early": self.stopped_early,
             "seed": self.seed,
             "batches_run": len(self.runs),
             "faulted_batches": self.faulted_batches,
@@ -149,10 +156,10 @@ class ChaosFigures:
 
     def summary(self) -> str:
         lines = [
-            f"chaos {self.broker} / {self.warehouse} / {self.mode} / spark {self.spark} / {self.executor} executor"
+            f"chaos {self.broker}{' secured' if self.secure else ''} / {self.warehouse} / {self.mode} / spark {self.spark} / {self.executor} executor"
             f"{' / a PostgreSQL table' if self.postgres else ''} (seed {self.seed}, code {self.commit}): "
             f"{'OK' if self.ok else 'FAILED'} in {self.wall_time_s:.0f} s",
-            f"  batches run {len(self.runs)}, faulted {self.faulted_batches}; drain runs {self.drain_runs}",
+            f"  batches run {len(self.runs)}{f' of {len(self.sequence)} (stopped early)' if self.stopped_early else ''}, faulted {self.faulted_batches}; drain runs {self.drain_runs}",
             f"  faults injected {self.injected_by_kind}",
             f"  faults missed   {self.missed_by_kind}",
             f"  details         {self.detail_counts}",

@@ -13,7 +13,9 @@ audited OK with 0 duplicates and 0 missing records. The embedded-broker bar
 met; the Apache Kafka bar is the 3-node cluster's, with the kinds only a
 cluster and a broker that times transactions out allow; the PostgreSQL bar
 counts the cluster's runs with a table among their outputs, and the faults of
-its server.
+its server. The secured bar counts the runs of ``--secure`` alone (a secured
+run shows there and nowhere else): 60 faulted batches, each broker-side kind
+at least once.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from onceflow_devkit.services.kafka_broker import CLUSTER, COMPATIBLE
+from onceflow_devkit.services.kafka_broker import CLUSTER, COMPATIBLE, DEFAULT_BROKER
 from onceflow_devkit.chaos import schedule
 from onceflow_devkit.chaos.figures import totals
 from onceflow_devkit.chaos.runner import WAREHOUSES
@@ -38,9 +40,12 @@ class Bar:
     min_faulted: int
     kinds: tuple[str, ...]  # each injected at least MIN_PER_KIND times
     with_table: bool = False  # only the runs with a PostgreSQL table among their outputs (--postgres)
+    secured: bool = False  # the runs on a secured broker (--secure), which count under this bar alone
+    min_per_kind: int = MIN_PER_KIND
 
     def includes(self, run: dict[str, Any]) -> bool:
-        return run["broker"] in self.brokers and (run.get("postgres", False) or not self.with_table)
+        return (run["broker"] in self.brokers and (run.get("postgres", False) or not self.with_table)
+                and run.get("secure", False) == self.secured)
 
 
 # The REST catalog's kind came after these brokers met their bar; its runs show under their own broker.
@@ -53,7 +58,11 @@ APACHE_CLUSTER = Bar("Apache Kafka, a 3-node cluster", (CLUSTER,), 500,
 # connections cut. Its runs count in the cluster's bar too.
 POSTGRES_TABLE = Bar("A PostgreSQL table among the outputs, on the 3-node cluster", (CLUSTER,), 30,
                      schedule.POSTGRES_KINDS, with_table=True)
-BARS = (APACHE_CLUSTER, POSTGRES_TABLE, EMBEDDED)
+# SASL_SSL, SCRAM users and the ACLs of `onceflow acls`: every broker-side kind at least once (the failover and
+# timeout kinds are the cluster's bar).
+SECURED = Bar("Apache Kafka secured (SASL_SSL, SCRAM-SHA-512, the ACLs of `onceflow acls`)", (DEFAULT_BROKER, CLUSTER),
+              60, schedule.BROKER_KINDS, secured=True, min_per_kind=1)
+BARS = (APACHE_CLUSTER, POSTGRES_TABLE, SECURED, EMBEDDED)
 
 
 def load_runs(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
@@ -86,8 +95,8 @@ def check(runs: Sequence[dict[str, Any]], bar: Bar) -> Verdict:
         short.append(f"{total['faulted_batches']} faulted batches, the bar is {bar.min_faulted}")
     short += [f"no run on broker {b}" for b in bar.brokers if not any(run["broker"] == b for run in runs)]
     short += [f"no run on a {w} warehouse" for w in WAREHOUSES if not any(run["warehouse"] == w for run in runs)]
-    short += [f"{kind} injected {total['faults_injected'].get(kind, 0)} times, the bar is {MIN_PER_KIND}"
-              for kind in bar.kinds if total["faults_injected"].get(kind, 0) < MIN_PER_KIND]
+    short += [f"{kind} injected {total['faults_injected'].get(kind, 0)} times, the bar is {bar.min_per_kind}"
+              for kind in bar.kinds if total["faults_injected"].get(kind, 0) < bar.min_per_kind]
     if total["duplicates"] or total["missing"]:
         short.append(f"{total['duplicates']} duplicates and {total['missing']} missing records")
     return Verdict(tuple(short))
@@ -102,8 +111,7 @@ def markdown(runs: Sequence[dict[str, Any]]) -> str:
     """The figures, a section per bar (and one for runs on brokers no bar names): a row per run with
     the commit it ran on, then the totals and the faults by kind."""
     groups = [(bar.name, [r for r in runs if bar.includes(r)], bar.kinds) for bar in BARS]
-    named = {b for bar in BARS for b in bar.brokers}
-    others = [r for r in runs if r["broker"] not in named]
+    others = [r for r in runs if not any(bar.includes(r) for bar in BARS)]
     if others:
         groups.append(("Other brokers", others, schedule.ALL_KINDS))
     lines: list[str] = []
@@ -120,7 +128,7 @@ def _table(runs: Sequence[dict[str, Any]], kinds: Sequence[str]) -> list[str]:
     ]
     for run in runs:
         lines.append(
-            f"| {run['broker']} / {run['warehouse']} | {run.get('commit') or 'not recorded'} | `{run['reproduce']}` | "
+            f"| {run['broker']}{' secured' if run.get('secure') else ''} / {run['warehouse']} | {run.get('commit') or 'not recorded'} | `{run['reproduce']}` | "
             f"{run['batches_run']} | {run['faulted_batches']} | {run['batches_aborted']} | {run['batches_recovered']} | "
             f"{run['records_in']:,} | {run['duplicates']} | {run['missing']} | {run['wall_time_s'] / 60:.0f} min | "
             f"{_per_faulted(run)} |"

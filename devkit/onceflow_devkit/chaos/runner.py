@@ -26,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -38,7 +39,7 @@ from onceflow.sinks.kafka.participant import DEFAULT_SAFETY_FRACTION
 from onceflow.config.settings import ConfigurationError
 from onceflow.pipeline.spec import PipelineSpec
 from onceflow_devkit.chaos import schedule
-from onceflow_devkit.services.kafka_broker import CLUSTER, DEFAULT_BROKER
+from onceflow_devkit.services.kafka_broker import APACHE, CLUSTER, DEFAULT_BROKER
 from onceflow_devkit.services.stack import onceflow_home
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, forget_embedded_catalogs
 from onceflow_devkit.chaos.figures import BatchRun, ChaosFigures, LedgerFigures
@@ -49,6 +50,7 @@ HOURLY_DAG_ID = "clickstream_hourly"
 MODES = ("offsets", "backfill")
 # Airflow's executor in the run: the LocalExecutor, or Celery with two workers and a Redis broker.
 EXECUTORS = ("local", "celery")
+SECURABLE = (*APACHE, CLUSTER)  # the brokers the dev kit runs on SASL_SSL with the ACL authorizer
 HOUR_MS = 3_600_000
 WAREHOUSES = ("file", "s3")
 # A bucket per run home: an S3 warehouse's embedded Iceberg catalog is found by the warehouse's URI
@@ -83,6 +85,8 @@ class ChaosOptions:
     spark: str = "submit"              # or "connect": the spark tasks are clients of one Spark Connect server
     executor: str = "local"            # or "celery": two Celery workers, Redis their broker
     postgres: bool = False             # a PostgreSQL table among the outputs, on a server of its own
+    secure: bool = False               # Apache Kafka on SASL_SSL with the ACLs of onceflow.kafka.acls (kafka_security)
+    transaction_timeout: int | None = None  # ms; None: the broker's default below
 
     def possible_kinds(self, warehouse_on_s3: bool) -> tuple[str, ...]:
         from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, CAPABILITIES, TXN_TIMEOUT_ABORTS
@@ -95,9 +99,12 @@ class ChaosOptions:
     @property
     def transaction_timeout_ms(self) -> int:
         """The Kafka outputs' transaction timeout: short where the broker really times transactions out
-        and faults wait for it (the 3-node cluster), long elsewhere."""
+        and faults wait for it (the 3-node cluster), long elsewhere; ``transaction_timeout`` when given (a
+        loaded machine's spark task, whose timeout is half of it, may need longer)."""
         from onceflow_devkit.services.kafka_broker import CLUSTER
 
+        if self.transaction_timeout is not None:
+            return self.transaction_timeout
         return CLUSTER_TRANSACTION_TIMEOUT_MS if self.broker == CLUSTER else TRANSACTION_TIMEOUT_MS
 
     def check(self) -> None:
@@ -128,8 +135,33 @@ class ChaosOptions:
         if self.warehouse == "s3" and schedule.CATALOG_KILLED in (self.kinds or ()):
             raise ConfigurationError("fault kind catalog_killed needs --warehouse file: only a file warehouse's "
                                      "tables are in the REST catalog")
+        if self.secure and self.broker not in SECURABLE:
+            raise ConfigurationError(f"--secure runs Apache Kafka on SASL_SSL: --broker {self.broker} is not one of "
+                                     f"{', '.join(SECURABLE)}")
         if self.postgres and self.mode != "offsets":
             raise ConfigurationError("--postgres adds its table to the clickstream DAG of --mode offsets only")
+
+
+# Sent to a running `onceflow chaos`, it stops after the batch in progress, then drains and audits as usual:
+# a run that cannot finish in the time there is still proves what it ran.
+STOP_SIGNAL = signal.SIGUSR1
+
+
+class _StopRequest:
+    """Set by STOP_SIGNAL while installed (only the main thread may install a signal handler)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._before = None
+
+    def __enter__(self) -> "_StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            self._before = signal.signal(STOP_SIGNAL, lambda *_: self.event.set())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._before is not None:
+            signal.signal(STOP_SIGNAL, self._before)
 
 
 # What a chaos run runs, below the repository: a change elsewhere (docs, tests) does not change what it proved.
@@ -191,7 +223,8 @@ class _Run:
     def __init__(self, options: ChaosOptions, say: Callable[[str], None]):
         self.options = options
         self.say = say
-        self.home = options.home or onceflow_home() / "chaos" / f"{options.broker}-{options.warehouse}"
+        self.home = options.home or (onceflow_home() / "chaos" /
+                                     f"{options.broker}-{options.warehouse}{'-secured' if options.secure else ''}")
         self.proxy = None
         self.stack = None
         self.airflow = None
@@ -222,7 +255,7 @@ class _Run:
         self.stack.down()
         self._stop_leftovers()
         shutil.rmtree(self.home, ignore_errors=True)  # every chaos run starts from nothing
-        info = self.stack.up(broker=options.broker)
+        info = self.stack.up(broker=options.broker, secure=options.secure)
         self.info = info
         clients_s3 = None
         if options.warehouse == "s3":
@@ -252,6 +285,11 @@ class _Run:
         # replica a killed node loses records it acknowledged, and the input with them.
         ensure_topics(info.kafka.config(), ["clicks", *(s.target for s in spec.sinks if s.kind == "kafka")], partitions=2,
                       replication_factor=-1 if options.broker == CLUSTER else 1)
+        if options.secure:  # every row of the table, the optional ones too, and nothing more
+            from onceflow.kafka.acls import grants
+            from onceflow_devkit.services.kafka_security import apply_grants
+
+            apply_grants(info.kafka.config(), grants(spec.kafka_resources()))
         self.fired_log = self.home / "faults-fired.log"
         injection = {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE, faults.FIRED_LOG_VAR: str(self.fired_log)}
         if options.spark == "connect":
@@ -261,10 +299,11 @@ class _Run:
             # Its Python workers get the S3 keys (as a deployment sets them where its server runs) and
             # may be armed with a run's faults, which reach them as a writer option.
             self.spark_server = RestartableConnectServer(ManagedProcess("spark-connect", self.home / "spark-connect"),
-                                                         env={**info.s3.credentials_env(), **injection, **table_env})
+                                                         env={**info.s3.credentials_env(), **injection, **table_env,
+                                                              **(info.spark_kafka.secrets_env() if info.spark_kafka else {})})
             self.spark_server.start()
         self.airflow = onceflow_airflow(
-            self.home / "airflow", info.kafka, self.warehouse, clients_s3,
+            self.home / "airflow", info.airflow_kafka, self.warehouse, clients_s3, spark_kafka=info.spark_kafka,
             extra_env={"ONCEFLOW_SCHEDULE": "none", "CLICKSTREAM_TRANSACTION_TIMEOUT_MS": str(options.transaction_timeout_ms),
                        **({"CLICKSTREAM_TABLE_CONNECTION": TABLE_CONN_ID} if options.postgres else {}), **injection},
             spark_connect=self.spark_server.server if self.spark_server else None, postgres=info.postgres,
@@ -450,7 +489,12 @@ def _fault_points(spec: PipelineSpec) -> list[str]:
 
 
 def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> ChaosFigures:
-    """Run ``options.batches`` faulted batches, drain, audit; return the figures."""
+    """Run ``options.batches`` faulted batches (fewer if STOP_SIGNAL comes), drain, audit; return the figures."""
+    with _StopRequest() as stop:
+        return _run_chaos(options, say, stop.event)
+
+
+def _run_chaos(options: ChaosOptions, say: Callable[[str], None], stop: threading.Event) -> ChaosFigures:
     from onceflow_devkit.audit.clickstream_audit import audit_clickstream
     from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 
@@ -459,12 +503,13 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
     kinds = options.kinds or options.possible_kinds(options.warehouse == "s3")
     sequence = schedule.fault_sequence(options.seed, options.batches, kinds, _fault_points(pipeline_spec(options)))
     figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark,
-                           executor=options.executor, kinds=options.kinds, commit=code_commit(), postgres=options.postgres)
+                           executor=options.executor, kinds=options.kinds, commit=code_commit(), postgres=options.postgres,
+                           secure=options.secure, transaction_timeout=options.transaction_timeout)
     world = _Run(options, say)
     try:
         world.up()
         figures.records_in = world.produce_input(sequence)
-        say(f"[chaos]   {options.broker} / {world.warehouse} / spark {options.spark} / {options.executor} executor"
+        say(f"[chaos]   {options.broker}{' secured' if options.secure else ''} / {world.warehouse} / spark {options.spark} / {options.executor} executor"
             f"{' / a PostgreSQL table' if options.postgres else ''}: "
             f"{figures.records_in} input records, "
             f"{options.batches} faulted batches, seed {options.seed}; state in {world.home}")
@@ -472,6 +517,11 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
             api.wait_for_dag(world.dag_id, timeout=300)
             api.unpause(world.dag_id)
             for n, fault in enumerate(sequence, 1):
+                if stop.is_set():
+                    figures.stopped_early = True
+                    say(f"[chaos]   stopped ({STOP_SIGNAL.name}) after {n - 1} of {len(sequence)} faulted batches: "
+                        "draining and auditing what ran")
+                    break
                 run_id, state, injection, seconds = world.run_batch(api, n, fault, options.records_per_partition)
                 batch = world.runtime.batch_of_run(run_id)
                 record = BatchRun(n, fault, injection or Injection(fault.kind, False, "no report"), run_id, state,

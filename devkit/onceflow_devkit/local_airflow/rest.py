@@ -248,13 +248,16 @@ class AirflowApi:
                                                     map_index=e["map_index"])["value"] for e in entries}
 
     def task_log_content(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1,
-                         map_index: int = -1) -> str | list:
-        """The task's log as the API gives it: text, or a list of structured events."""
+                         map_index: int = -1, missing_ok: bool = False) -> str | list | None:
+        """The task's log as the API gives it: text, or a list of structured events. ``missing_ok``: None
+        for a try the API knows nothing of (a try that never started has no task instance history)."""
         response = self._http.get(
             f"/api/v2/dags/{_p(dag_id)}/dagRuns/{_p(run_id)}/taskInstances/{_p(task_id)}/logs/{try_number}",
             params={"full_content": "true", "map_index": map_index},
             headers={"Accept": "application/json"},
         )
+        if missing_ok and response.status_code == 404:
+            return None
         return self._check(response, f"log of {dag_id}.{task_id} in {run_id}").json().get("content")
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1) -> str:

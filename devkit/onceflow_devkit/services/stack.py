@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from onceflow_devkit.services.apache_kafka import ApacheCluster
-from onceflow.kafka.acls import AIRFLOW
+from onceflow.kafka.acls import AIRFLOW, SPARK
 from onceflow_devkit.services.kafka_broker import CLUSTER, DEFAULT_BROKER, STACK_BROKERS, KafkaBroker, start_broker
 from onceflow_devkit.services.kafka_security import SecuredKafka, Security
 from onceflow_devkit.services.postgres import PostgresServer, postgres_bin, start_postgres
@@ -41,10 +41,20 @@ class StackInfo:
         """The broker as ``user`` sees it (a secured broker's other users; the one broker otherwise)."""
         return SecuredKafka(self.kafka, Security(self.security)).as_user(user) if self.security else self.kafka
 
+    @property
+    def airflow_kafka(self) -> KafkaBroker:
+        """The broker as the Airflow side's principal sees it (``onceflow.kafka.acls``; the one broker unsecured)."""
+        return self.kafka_as(AIRFLOW.default_user)
+
+    @property
+    def spark_kafka(self) -> KafkaBroker | None:
+        """The broker as the Spark side's principal sees it, where that is a principal of its own (secured)."""
+        return self.kafka_as(SPARK.default_user) if self.security else None
+
     def env(self) -> dict[str, str]:
         """The variables that point onceflow's CLI and Spark jobs at this stack: on a secured broker, as
         the Airflow side's user (``onceflow.kafka.acls``), whose ACLs ``onceflow acls`` prints."""
-        return {**self.kafka_as(AIRFLOW.default_user).environment(), "ONCEFLOW_S3_ENDPOINT": self.s3.endpoint_url,
+        return {**self.airflow_kafka.environment(), "ONCEFLOW_S3_ENDPOINT": self.s3.endpoint_url,
                 **self.s3.credentials_env()}
 
     def to_json(self) -> str:

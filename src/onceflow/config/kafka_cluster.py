@@ -99,13 +99,16 @@ class KafkaCluster:
         """This cluster as a process's environment, which ``from_environment`` reads back: its settings in
         ``ONCEFLOW_KAFKA_CONFIG`` and their secrets apart in ``ONCEFLOW_KAFKA_SECRETS``."""
         public = {k: v for k, v in self.client_config.items() if not is_secret(k)}
-        secret = {k: v for k, v in self.client_config.items() if is_secret(k)}
         env = {settings.KAFKA_BOOTSTRAP_VAR: self.bootstrap}
         if public or self._profile_setting():
             env[settings.KAFKA_CONFIG_VAR] = json.dumps({**public, **self._profile_setting()})
-        if secret:
-            env[settings.KAFKA_SECRETS_VAR] = json.dumps(secret)
-        return env
+        return {**env, **self.secrets_env()}
+
+    def secrets_env(self) -> dict[str, str]:
+        """The secret settings alone, in ``ONCEFLOW_KAFKA_SECRETS``: what a Spark executor or a Spark Connect
+        server's Python worker needs in its environment, the rest reaching it as data source options."""
+        secret = {k: v for k, v in self.client_config.items() if is_secret(k)}
+        return {settings.KAFKA_SECRETS_VAR: json.dumps(secret)} if secret else {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.bootstrap!r}, {redact(self.client_config)!r})"

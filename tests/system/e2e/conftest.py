@@ -19,6 +19,7 @@ from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
 from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.services.kafka_broker import DEFAULT_BROKER, start_broker
+from onceflow_devkit.services.kafka_security import SecuredKafka, Security
 from onceflow_devkit.services.process import ManagedProcess
 from tests.conftest import TEST_HOME
 
@@ -109,14 +110,15 @@ def hour_with_room(seconds: float) -> int:
 
 
 @contextmanager
-def broker_with_topics():
-    """A fresh broker with the clickstream pipelines' topics, stopped on exit."""
+def broker_with_topics(secure: bool = False):
+    """A fresh broker with the clickstream pipelines' topics, stopped on exit. ``secure``: on SASL_SSL with
+    the ACL authorizer and no ACL yet, yielded as a SecuredKafka (its ``broker`` the dev kit admin's)."""
     proc = ManagedProcess(f"e2e-kafka-{uuid.uuid4().hex[:6]}", TEST_HOME / f"e2e-{uuid.uuid4().hex[:6]}").reset()
-    broker = start_broker(DEFAULT_BROKER, proc, die_with_parent=True)
+    broker = start_broker(DEFAULT_BROKER, proc, die_with_parent=True, secure=secure)
     outputs = [s.target for spec in (CLICKSTREAM, CLICKSTREAM_HOURLY) for s in spec.sinks if s.kind == "kafka"]
     ensure_topics(broker.config(), ["clicks", *outputs])
     try:
-        yield broker
+        yield SecuredKafka(broker, Security(str(proc.directory / "security"))) if secure else broker
     finally:
         proc.stop(grace=2)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from dataclasses import replace
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -34,8 +35,9 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from onceflow.core import faults
 from onceflow.airflow.deployed import PLAN_TASK_ID, DeployedPipeline
 from onceflow.config.iceberg_catalogs import public_properties, secret_properties
-from onceflow.config.kafka_cluster import is_secret
-from onceflow.config.settings import ICEBERG_CATALOGS_VAR, ConfigurationError
+from onceflow.airflow.hooks.kafka import cluster_from_extra
+from onceflow.config.kafka_cluster import KafkaCluster, is_secret
+from onceflow.config.settings import ICEBERG_CATALOGS_VAR, KAFKA_BOOTSTRAP_VAR, ConfigurationError
 from onceflow.pipeline.spec import PipelineSpec
 from onceflow.spark.shipping import SPEC_VAR
 
@@ -118,9 +120,22 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         self.env_vars = self.submitted_env()
         return super().execute(context)
 
+    def spark_kafka(self) -> KafkaCluster | None:
+        """The Kafka cluster as the spark task's own connection names it (rendered into its environment):
+        its principal may be a writer's, not the plan and commit tasks' (docs/security.md). In Spark Connect
+        mode this process is the driver, and the server's Python workers take the same user from the
+        job's options (its password from their own environment). None: the environment names none."""
+        env = self.env_vars or {}
+        if not env.get(KAFKA_CONFIG_ENV) and not env.get(KAFKA_BOOTSTRAP_VAR):
+            return None
+        config = json.loads(env.get(KAFKA_CONFIG_ENV) or "{}")
+        config.setdefault("bootstrap.servers", env.get(KAFKA_BOOTSTRAP_VAR))
+        return cluster_from_extra(f"the Kafka connection of task {self.task_id}", config)
+
     def execute_connect(self, context, connection_url: str) -> dict[str, Any]:
         from onceflow.spark.connect import ConnectBatchJob
         from onceflow.airflow.operators.batch import planned_seq, task_runtime
+        from onceflow.pipeline.runtime import PipelineRuntime
 
         if self.deployed is None:
             raise ConfigurationError(f"task {self.task_id}: connection {self._conn_id!r} is a Spark Connect "
@@ -130,6 +145,9 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
             log.warning("spark_conf %s not applied: on a Spark Connect server, Spark settings are the server's "
                         "(set them where it starts)", ", ".join(ignored))
         runtime = task_runtime(context, self.deployed)
+        kafka = self.spark_kafka()
+        if kafka is not None:
+            runtime = PipelineRuntime(runtime.spec, replace(runtime.deployment, kafka=kafka), identity=runtime.identity)
         seq = planned_seq(context, PLAN_TASK_ID, self.task_id)
         self._connect_job = ConnectBatchJob(connection_url, runtime, seq, self.py_files.split(","))
         with faults.armed_for_job((context.get("params") or {}).get(faults.RUN_PARAM)):

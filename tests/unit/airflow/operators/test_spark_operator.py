@@ -81,3 +81,39 @@ def test_on_yarn_and_kubernetes_secrets_are_withheld_and_the_rest_still_reaches_
     assert "ONCEFLOW_ICEBERG_CATALOGS[lake][uri]" in caplog.text and "[lake][s3.secret-access-key]" in caplog.text
     assert not any(secret in caplog.text for secret in SECRETS)
     assert f"{SPEC_VAR}[params]" in caplog.text and f"{SPEC_VAR}=" in text  # the spec, without its params
+
+
+def test_in_spark_connect_mode_the_job_runs_as_the_spark_task_s_kafka_connection_not_the_pipeline_s(monkeypatch):
+    # On a secured broker the spark task's connection is the writer's principal; the server's Python workers
+    # take the user from the job's options and only the password from their environment, so a job built
+    # from the pipeline's (the plan and commit tasks') connection would log in as the wrong user.
+    from onceflow.airflow.operators import batch
+    from onceflow.config.deployment import Deployment
+    from onceflow.config.kafka_cluster import KafkaCluster
+    from onceflow.pipeline.runtime import PipelineRuntime
+    from onceflow.spark import connect
+
+    airflow_side = KafkaCluster("b1:9093", {"security.protocol": "SASL_SSL", "sasl.username": "onceflow-airflow"})
+    monkeypatch.setattr(batch, "task_runtime",
+                        lambda context, deployed: PipelineRuntime(SPEC, Deployment("file:///w", airflow_side), "try1"))
+    monkeypatch.setattr(batch, "planned_seq", lambda context, plan_task_id, task_id: 7)
+    jobs = []
+
+    class Job:
+        def __init__(self, url, runtime, seq, code_zips):
+            jobs.append(runtime)
+
+        def run(self):
+            return type("Result", (), {"to_dict": lambda self, name: {"pipeline": name}})()
+
+    monkeypatch.setattr(connect, "ConnectBatchJob", Job)
+    op = OnceflowSparkSubmitOperator(task_id="spark", application="/app/submit.py", conn_id="spark_connect_under_test",
+                                     env_vars=dict(ENV), py_files="onceflow.zip",
+                                     deployed=DeployedPipeline("orders", SPEC, "s3://lake/w", "onceflow_kafka", None))
+    op.execute_connect({"params": {}}, "sc://localhost:15002")
+
+    (runtime,) = jobs
+    assert runtime.deployment.kafka.bootstrap == "b1:9093"
+    assert runtime.deployment.kafka.client_config["sasl.username"] == "svc"  # ENV's: the spark task's connection
+    assert runtime.deployment.kafka.client_config["sasl.password"] == KAFKA_SECRET
+    assert runtime.identity == "try1" and runtime.spec == SPEC

@@ -73,6 +73,23 @@ def test_the_postgresql_bar_counts_only_the_cluster_runs_with_a_table_and_their_
     assert not set(schedule.POSTGRES_KINDS) & (set(report.EMBEDDED.kinds) | set(report.APACHE_CLUSTER.kinds))
 
 
+def test_a_run_on_the_secured_broker_counts_under_the_secured_bar_alone():
+    kinds = report.SECURED.kinds
+    secured = run("apache", "file", per_kind=16, kinds=kinds, secure=True)  # 4 x 16 = 64 faulted
+    plain = run("apache", "file", per_kind=16, kinds=kinds)
+    cluster = run("apache-cluster", "file", per_kind=16, kinds=kinds, secure=True)
+
+    assert report.check([plain], report.SECURED).shortfalls[0] == "0 faulted batches, the bar is 60"
+    assert report.check([secured], report.SECURED).shortfalls == ("no run on broker apache-cluster",
+                                                                 "no run on a s3 warehouse")
+    assert report.check([secured, cluster], report.APACHE_CLUSTER).shortfalls[0] == "0 faulted batches, the bar is 500"
+    short = report.check([run("apache", "file", per_kind=0, kinds=kinds, secure=True)], report.SECURED).shortfalls
+    assert {s.split()[0] for s in short if "injected 0 times, the bar is 1" in s} == set(kinds)
+    text = report.markdown([secured, plain])
+    assert text.index("#### Apache Kafka secured") < text.index("| apache secured / file |") < text.index("#### Other")
+    assert text.index("#### Other brokers") < text.index("| apache / file |")
+
+
 def test_the_figures_show_each_run_with_the_code_it_ran_on_under_its_broker():
     runs = [run("noida", "file", per_kind=1), run("apache-cluster", "s3", per_kind=1, commit="604fc3258043")]
 

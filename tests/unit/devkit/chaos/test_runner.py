@@ -39,3 +39,17 @@ def test_the_points_drawn_are_those_of_the_outputs_the_run_s_dag_writes(options,
 
 def test_a_backfill_run_draws_from_the_hourly_dag_s_outputs():
     assert pipeline_spec(ChaosOptions(1, 1, mode="backfill")).name == CLICKSTREAM_HOURLY.name
+
+
+def test_the_stop_signal_asks_a_run_to_stop_and_its_handler_goes_with_the_run():
+    import os
+    import signal
+
+    from onceflow_devkit.chaos.runner import STOP_SIGNAL, _StopRequest
+
+    before = signal.getsignal(STOP_SIGNAL)
+    with _StopRequest() as stop:
+        assert not stop.event.is_set()
+        os.kill(os.getpid(), STOP_SIGNAL)
+        assert stop.event.wait(5)
+    assert signal.getsignal(STOP_SIGNAL) == before

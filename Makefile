@@ -15,7 +15,7 @@ venv:
 demo: venv
 	$(VENV)/bin/onceflow demo $(DEMO_ARGS)
 
-# The default suite: everything but runs marked slow (18.2 min on 2 cores, docs/measurements/make-test.log).
+# The default suite: everything but runs marked slow (docs/measurements/make-test.log: its time on 2 cores).
 # TEST_WORKERS pytest processes share the test files, a whole file each (its module fixtures stay in one
 # process), longest first (tests/conftest.py); each process starts the services its tests ask for.
 # TEST_WORKERS=0 runs everything in this process. --durations: the slowest tests (docs/testing.md).

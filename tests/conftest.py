@@ -42,7 +42,7 @@ from onceflow_devkit.services.hdfs import HdfsCluster, start_hdfs
 from onceflow_devkit.services.kafka_broker import COMPATIBLE, DEFAULT_BROKER, KafkaBroker, start_broker
 from onceflow_devkit.services.kafka_security import SecuredKafka, Security
 from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID, PostgresServer, start_postgres
-from onceflow_devkit.services.process import ANY_PORT_VAR, ManagedProcess
+from onceflow_devkit.services.process import ANY_PORT_VAR, PORT_SHARE_VAR, ManagedProcess, port_share
 from onceflow_devkit.services.rest_catalog import RestCatalog, start_rest_catalog
 from onceflow_devkit.services.s3 import ACCESS_KEY as S3_ACCESS_KEY, SECRET_KEY as S3_SECRET_KEY, S3Endpoint, start_moto
 from onceflow_devkit.services.spark_connect import SparkConnectServer, start_connect_server
@@ -55,8 +55,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # boto3's credential chain (a test without keys) must never ask a cloud metadata
 # address: tests talk to 127.0.0.1 only. Subprocesses inherit this.
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-# make test's workers start their services side by side: none may race another for a usual port.
+# make test's workers start their services side by side: none may race another for a usual port, and
+# each takes its ports from a share of its own (PYTEST_XDIST_WORKER is gw0, gw1, ...; unset without workers).
 os.environ[ANY_PORT_VAR] = "1"
+os.environ[PORT_SHARE_VAR] = port_share(int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]),
+                                        int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 TESTS_ROOT = ROOT / ".onceflow" / "test"
 # One directory per pytest process, so concurrent sessions never share a broker.
 TEST_HOME = TESTS_ROOT / f"session-{os.getpid()}"

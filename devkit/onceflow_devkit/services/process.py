@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -107,15 +108,37 @@ def held_by_session(port: int, session: int) -> bool | None:
 # Set (to anything) where many stacks start side by side, as make test's worker processes do: two
 # services that both find their usual port free would race for it, and one of them would fail.
 ANY_PORT_VAR = "ONCEFLOW_ANY_PORT"
+# "LOW-HIGH": the ports this process and its children take their services' ports from. make test's
+# workers each get a share of their own below the kernel's ephemeral range: a port the kernel hands
+# one worker (bind to port 0) is free to hand the other before the first service has bound it.
+PORT_SHARE_VAR = "ONCEFLOW_PORT_SHARE"
+_handed_out: set[int] = set()  # a port picked is not picked again by this process, bound yet or not
+
+
+def port_share(worker: int, workers: int, low: int = 20_000, high: int = 32_000) -> str:
+    """Worker ``worker``'s share (of ``workers``) of the ports ``low``..``high``, as ``PORT_SHARE_VAR`` spells it."""
+    size = (high - low) // max(workers, 1)
+    return f"{low + worker * size}-{low + (worker + 1) * size - 1}"
 
 
 def pick_port(preferred: int | None, host: str = "127.0.0.1") -> int:
-    """The preferred port when it is free (unless ``ONCEFLOW_ANY_PORT`` is set), otherwise any free port."""
+    """The preferred port when it is free (unless ``ONCEFLOW_ANY_PORT`` is set), otherwise a free port:
+    of this process's share (``ONCEFLOW_PORT_SHARE``) when it has one, else any."""
     if preferred and not os.environ.get(ANY_PORT_VAR) and port_is_free(preferred, host):
         return preferred
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    if share := os.environ.get(PORT_SHARE_VAR):
+        low, _, high = share.partition("-")
+        candidates = [p for p in range(int(low), int(high) + 1) if p not in _handed_out]
+        random.shuffle(candidates)
+        port = next((p for p in candidates if port_is_free(p, host)), None)
+        if port is None:
+            raise ServiceError(f"no free port left in {PORT_SHARE_VAR}={share}")
+    else:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+    _handed_out.add(port)
+    return port
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:

@@ -38,3 +38,15 @@ def test_a_service_is_found_again_as_soon_as_start_returns(tmp_path):
         pid = proc.start(["sleep", "60"], port=0, ready=lambda: True)
         assert proc.running_pid() == pid, f"attempt {attempt}: the service just started was not found"
         assert proc.kill()
+
+
+def test_workers_port_shares_are_disjoint_below_the_ephemeral_range_and_a_pick_stays_in_its_share(monkeypatch):
+    from onceflow_devkit.services import process
+
+    shares = [process.port_share(w, 2) for w in range(2)]
+    (a_low, a_high), (b_low, b_high) = [tuple(map(int, s.split("-"))) for s in shares]
+    assert a_high < b_low and b_high < 32_768  # the kernel's ephemeral ports start at 32768
+    monkeypatch.setenv(process.ANY_PORT_VAR, "1")
+    monkeypatch.setenv(process.PORT_SHARE_VAR, shares[1])
+    picked = [process.pick_port(9092) for _ in range(20)]
+    assert all(b_low <= p <= b_high for p in picked) and len(set(picked)) == 20  # never handed out twice

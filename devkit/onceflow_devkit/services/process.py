@@ -121,6 +121,12 @@ def port_share(worker: int, workers: int, low: int = 20_000, high: int = 32_000)
     return f"{low + worker * size}-{low + (worker + 1) * size - 1}"
 
 
+def _kernel_free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
 def pick_port(preferred: int | None, host: str = "127.0.0.1") -> int:
     """The preferred port when it is free (unless ``ONCEFLOW_ANY_PORT`` is set), otherwise a free port:
     of this process's share (``ONCEFLOW_PORT_SHARE``) when it has one, else any."""
@@ -134,19 +140,16 @@ def pick_port(preferred: int | None, host: str = "127.0.0.1") -> int:
         if port is None:
             raise ServiceError(f"no free port left in {PORT_SHARE_VAR}={share}")
     else:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = sock.getsockname()[1]
+        port = _kernel_free_port(host)
+        while port in _handed_out:  # free again, but a service this process started may not have bound it yet
+            port = _kernel_free_port(host)
     _handed_out.add(port)
     return port
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct free ports (two picks can return the same free port)."""
-    ports: list[int] = []
-    while len(ports) < count:
-        ports += [p for p in [pick_port(None, host)] if p not in ports]
-    return ports
+    """``count`` distinct free ports (``pick_port`` never hands out a port twice)."""
+    return [pick_port(None, host) for _ in range(count)]
 
 
 def _die_with_parent() -> None:

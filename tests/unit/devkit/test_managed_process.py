@@ -50,3 +50,11 @@ def test_workers_port_shares_are_disjoint_below_the_ephemeral_range_and_a_pick_s
     monkeypatch.setenv(process.PORT_SHARE_VAR, shares[1])
     picked = [process.pick_port(9092) for _ in range(20)]
     assert all(b_low <= p <= b_high for p in picked) and len(set(picked)) == 20  # never handed out twice
+
+
+def test_without_a_share_free_ports_are_distinct_and_never_handed_out_again(monkeypatch):
+    from onceflow_devkit.services import process
+
+    monkeypatch.delenv(process.PORT_SHARE_VAR, raising=False)
+    first, second = process.free_ports(10), process.free_ports(10)
+    assert len(set(first) | set(second)) == 20

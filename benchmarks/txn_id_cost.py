@@ -112,8 +112,7 @@ def run(ids: int, steps: int, threads: int, top: int, warm_up: int) -> dict:
             with ThreadPoolExecutor(threads) as pool:
                 for step in range(steps):
                     started = time.monotonic()
-                    names = [transactional_id("bench", "out", split, batch)
-                             for batch in range(opened, opened + per_step) for split in (0,)]
+                    names = [transactional_id("bench", "out", 0, batch) for batch in range(opened, opened + per_step)]
                     list(pool.map(lambda tid: open_id(config, topic, tid), names))
                     opened += per_step
                     took = time.monotonic() - started

@@ -5,7 +5,8 @@ task process from a worker (``os.fork``, no new interpreter): a module the sched
 costs a task nothing. Without this plugin, every plan, commit and rollback task imports the
 protocol, the Kafka client, pyarrow, pyiceberg and the built-in sink kinds again, on the path
 from its trigger to its batch's commit. Executors that start a fresh interpreter per task
-(Celery's, Kubernetes') import the same modules in the task, as they would anyway.
+(Celery's, Kubernetes') import them all in each task when it loads the plugins, some of them a
+task would not need (pyiceberg, for a pipeline without tables).
 
 Nothing is imported that opens a connection or starts a thread: forking after it stays safe.
 Spark's client stays out: only the spark task needs it, and its gRPC is not fork-safe.

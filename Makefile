@@ -7,10 +7,14 @@ PYTEST_ARGS ?=
 # make demo DEMO_ARGS=--keep-running: leave the stack and Airflow up, print the onceflow page URL.
 DEMO_ARGS ?=
 
-.PHONY: venv demo test test-unit test-slow test-all test-chaos chaos chaos-report services-up services-down clean
+.PHONY: venv reader-env demo test test-unit test-slow test-all test-chaos chaos chaos-report services-up services-down clean
 
 venv:
 	@tools/bootstrap.sh
+
+# The tests' second Iceberg reader: PySpark 4.1 in a venv of its own, made once (a minute), then found.
+reader-env: venv
+	$(VENV)/bin/python -m onceflow_devkit.services.pyspark_env
 
 demo: venv
 	$(VENV)/bin/onceflow demo $(DEMO_ARGS)
@@ -20,7 +24,7 @@ demo: venv
 # process), longest first (tests/conftest.py); each process starts the services its tests ask for.
 # TEST_WORKERS=0 runs everything in this process. --durations: the slowest tests (docs/testing.md).
 TEST_WORKERS ?= 2
-test: venv
+test: venv reader-env
 	$(VENV)/bin/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		--durations=12 $(PYTEST_ARGS)
 
@@ -33,7 +37,7 @@ test-slow: venv
 	$(VENV)/bin/python -m pytest -m slow --durations=0 --durations-min=1 $(PYTEST_ARGS)
 
 # Everything: make test and make test-slow in one run.
-test-all: venv
+test-all: venv reader-env
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 # The chaos tests alone: the bounded run (also in `make test`) and the slow ones.

@@ -7,7 +7,7 @@ in states that cover the health table's rows (``onceflow.airflow.ui.health.RULES
 pipeline's Kafka connection points at a port nothing listens on. Asserted: the columns of a
 sample of rows, and that "Needs a person" shows exactly the pipelines the table flags. The
 list's server time (its Server-Timing header, and the browser's own measure) is printed, not
-asserted.
+asserted. Slow.
 """
 
 from __future__ import annotations
@@ -224,6 +224,8 @@ def _server_timing(page) -> dict[str, float]:
     return {**entry["server"], "browser_request_to_first_byte": entry["browser"]}
 
 
+@pytest.mark.slow  # its own Airflow with fifty DAGs: about two minutes
+@pytest.mark.timeout(900)
 def test_the_list_shows_each_pipelines_health_and_filters_those_that_need_a_person(fleet):
     chromium = _chromium()
     from playwright.sync_api import expect, sync_playwright

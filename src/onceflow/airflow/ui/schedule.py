@@ -4,6 +4,9 @@ rules (``ui.health``) judge a pipeline against these, not against one number for
 
 from __future__ import annotations
 
+import pendulum
+from airflow.timetables.base import TimeRestriction
+
 from onceflow.airflow.dag_settings import spark_timeout_of
 from onceflow.airflow.triggers.input_lag import InputLagTrigger
 from onceflow.airflow.ui.health import Expected
@@ -14,9 +17,6 @@ _INPUT_TRIGGER = f"{InputLagTrigger.__module__}.{InputLagTrigger.__name__}"
 
 def cron_period_s(timetable) -> float | None:
     """The time between the timetable's next two runs (None: it does not run on a clock)."""
-    import pendulum
-    from airflow.timetables.base import TimeRestriction
-
     if not timetable.periodic:
         return None
     restriction = TimeRestriction(earliest=pendulum.now("UTC"), latest=None, catchup=True)

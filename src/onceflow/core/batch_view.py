@@ -27,6 +27,10 @@ from onceflow.core.plan import EXACTLY_ONCE, Plan
 from onceflow.core.states import BatchState, derive_state
 
 
+# How many batches back from the latest to look for the newest committed one (two ledger reads each).
+MAX_WALK = 50
+
+
 @dataclass(frozen=True)
 class BatchStatus:
     """One batch as ``onceflow status`` shows it. ``timings`` holds epoch ms
@@ -202,6 +206,21 @@ class LedgerView:
     def is_committed(self, seq: int) -> bool:
         """Is batch ``seq`` COMMITTED? Two reads when it is decided."""
         return self.batch(seq).state is BatchState.COMMITTED
+
+    def newest_committed_seq(self, latest: int | None = None) -> int:
+        """The newest COMMITTED batch at or below ``latest`` (default: the latest; 0: none): a walk
+        down, at most ``MAX_WALK`` batches and never below the head's hint, which names it when the
+        walk gives up."""
+        latest = self.latest_seq() if latest is None else latest
+        head = self.ledger.read_head()
+        hint = head.last_committed_seq if head else 0
+        floor = max(hint, latest - MAX_WALK, 1)
+        return next((seq for seq in range(latest, floor - 1, -1) if self.is_committed(seq)), hint)
+
+    def committed_at_ms(self, seq: int) -> int | None:
+        """When batch ``seq``, a committed one, was finished (its batch done marker), or None."""
+        marker = self.batch(seq).done_marker(BATCH_EFFECT) if seq else None
+        return marker.done_at_ms if marker else None
 
     def replacement_refusal(self, plan: Plan) -> str | None:
         """Why ``plan`` may not replace the committed batch it names, or None (``intervals.replacement_refusal``)."""

@@ -13,10 +13,6 @@ from onceflow.core.planning import TopicPartition
 if TYPE_CHECKING:
     from onceflow.core.batch_view import LedgerView
 
-# How many batches back from the latest to look for the newest committed one
-# (two ledger reads each); the ledger's head names it when the walk gives up.
-MAX_WALK = 50
-
 
 class LagSource(Protocol):
     """What the lag asks of the input log (``onceflow.kafka.offsets.KafkaOffsetSource`` is one).
@@ -71,12 +67,7 @@ def consumed_to(reader: LedgerView) -> dict[tuple[str, int], int]:
         earliest = min(planned, key=lambda i: i.start_ms) if planned else None
         first = reader.plan(ledger.read_interval_batch(earliest, 1).batch_seq if earliest else latest)
         return {(r.topic, r.partition): r.start for r in first.ranges}
-    head = ledger.read_head()
-    floor = max(head.last_committed_seq if head else 0, latest - MAX_WALK, 1)
-    committed = next(
-        (seq for seq in range(latest, floor - 1, -1) if reader.is_committed(seq)),
-        head.last_committed_seq if head else 0,
-    )
+    committed = reader.newest_committed_seq(latest)
     if committed:
         return {(r.topic, r.partition): r.end for r in ledger.read_plan(committed).ranges}
     first = ledger.read_plan(1) if latest else None

@@ -8,12 +8,13 @@ run needs), a paused DAG and a JSON body (which a form on another site cannot
 send), and is recorded with the signed-in user's name.
 
     GET /onceflow/api/pipelines                       the pipelines this user may see
+        ?health=true[&needs_person=true]              with each one's health (listing.row); only those that need a person
     GET /onceflow/api/pipelines/{dag_id}              overview: latest batch, lag, open transactions, a page of batches
     GET /onceflow/api/pipelines/{dag_id}/batches      ?before=<batch seq>&limit=N, newest first
     GET /onceflow/api/pipelines/{dag_id}/runs/{run_id}  the batch an Airflow run planned
     POST /onceflow/api/pipelines/{dag_id}/batches/{seq}/split  {"records": N, "reason": R}  (onceflow split)
     POST /onceflow/api/pipelines/{dag_id}/batches/{seq}/skip   {"reason": R}               (onceflow skip)
-    GET /onceflow/  /onceflow/dags/{dag_id}  /onceflow/dags/{dag_id}/runs/{run_id}   the same as pages
+    GET /onceflow/[?needs=person]  /onceflow/dags/{dag_id}  /onceflow/dags/{dag_id}/runs/{run_id}   the same as pages
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ import time
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import AfterValidator, BaseModel, Field
 
 from onceflow.core.planning.interventions import is_blank
 from onceflow.pipeline.spec import INTERVAL
 from onceflow.airflow.ui import overview as data
 from onceflow.airflow.ui.charts import stacked_bars
+from onceflow.airflow.ui.health import Expected
+from onceflow.airflow.ui.listing import Listed, pipeline_list
+from onceflow.airflow.ui.schedule import expected_of
 
 MAX_PAGE = 100
 
@@ -58,6 +62,7 @@ class Pipelines:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, Any]] = {}
+        self._dags: dict[str, tuple[float, str | None, Any]] = {}  # dag_id: (looked up, hash, _load's answer)
 
     def _cached(self, key: str, load):
         now = time.monotonic()
@@ -85,20 +90,49 @@ class Pipelines:
 
         return self._cached("", load)
 
+    @staticmethod
+    def _load(dag) -> tuple[Any, Expected] | None:
+        """The DeployedPipeline a serialized DAG carries and what the DAG promises (``schedule.expected_of``)."""
+        from onceflow.airflow.deployed import PLAN_TASK_ID, DeployedPipeline
+
+        if not dag.has_task(PLAN_TASK_ID):
+            return None
+        deployed = DeployedPipeline.from_doc(dag.dag_id, dag.get_task(PLAN_TASK_ID).doc_json)
+        return None if deployed is None else (deployed, expected_of(dag, deployed.spec))
+
+    def refresh(self, dag_ids: list[str]) -> None:
+        """Look up, in one query, the DAGs whose lookup is older than ``TTL_S``; only a DAG whose
+        serialized form changed (its hash) is deserialized again: the list looks up fifty."""
+        from airflow.models.serialized_dag import SerializedDagModel
+
+        now = time.monotonic()
+        with self._lock:
+            stale = [d for d in dag_ids if d not in self._dags or now - self._dags[d][0] >= self.TTL_S]
+        if not stale:
+            return
+        rows = {row.dag_id: row for row in SerializedDagModel.get_latest_serialized_dags(dag_ids=stale)}
+        for dag_id in stale:
+            row, kept = rows.get(dag_id), self._dags.get(dag_id)
+            if row is None:
+                entry = (now, None, None)
+            elif kept and kept[1] == row.dag_hash:
+                entry = (now, kept[1], kept[2])
+            else:
+                entry = (now, row.dag_hash, self._load(row.dag))
+            with self._lock:
+                self._dags[dag_id] = entry
+
+    def _found(self, dag_id: str) -> tuple[Any, Expected] | None:
+        self.refresh([dag_id])
+        return self._dags[dag_id][2]
+
     def find(self, dag_id: str):
         """The DeployedPipeline of ``dag_id``, or None."""
+        found = self._found(dag_id)
+        return found[0] if found else None
 
-        def load():
-            from airflow.models.serialized_dag import SerializedDagModel
-
-            from onceflow.airflow.deployed import PLAN_TASK_ID, DeployedPipeline
-
-            dag = SerializedDagModel.get_dag(dag_id)
-            if dag is None or not dag.has_task(PLAN_TASK_ID):
-                return None
-            return DeployedPipeline.from_doc(dag_id, dag.get_task(PLAN_TASK_ID).doc_json)
-
-        return self._cached(f"dag:{dag_id}", load)
+    def expected(self, dag_id: str) -> Expected:
+        return self._found(dag_id)[1]
 
     def get(self, dag_id: str):
         found = self.find(dag_id)
@@ -107,7 +141,12 @@ class Pipelines:
         return found
 
     def runtime(self, dag_id: str):
-        return self.get(dag_id).runtime(identity=f"airflow-ui:{dag_id}")
+        """The pipeline's runtime, its connections looked up once per ``TTL_S`` (the list opens fifty)."""
+        deployed = self.get(dag_id)
+        return self._cached(f"runtime:{dag_id}", lambda: deployed.runtime(identity=f"airflow-ui:{dag_id}"))
+
+    def listed(self, dag_id: str) -> Listed:
+        return Listed(dag_id, self.get(dag_id).spec.name, lambda: self.runtime(dag_id), self.expected(dag_id))
 
 
 PIPELINES = Pipelines()
@@ -124,7 +163,9 @@ def _may(user, method: str, dag_id: str) -> bool:
 
 def _visible_dag_ids(user) -> list[str]:
     """The pipelines whose runs ``user`` may read."""
-    return [dag_id for dag_id in PIPELINES.dag_ids() if PIPELINES.find(dag_id) is not None and _may(user, "GET", dag_id)]
+    dag_ids = PIPELINES.dag_ids()
+    PIPELINES.refresh(dag_ids)
+    return [dag_id for dag_id in dag_ids if PIPELINES.find(dag_id) is not None and _may(user, "GET", dag_id)]
 
 
 def _dag_paused(dag_id: str) -> bool:
@@ -151,9 +192,30 @@ def _run_batch(dag_id: str, run_id: str) -> dict[str, Any]:
 app = FastAPI(title="onceflow", description=__doc__.split("\n\n")[0], docs_url=None, redoc_url=None, openapi_url=None)
 
 
+def _health_list(user, needs_person: bool) -> tuple[list[dict[str, Any]], dict[str, float], int]:
+    """The rows of the pipelines ``user`` may read (only those that need a person, if asked), the
+    time each part took, and how many need a person in all."""
+    started = time.perf_counter()
+    listed = [PIPELINES.listed(d) for d in _visible_dag_ids(user)]
+    looked_up = (time.perf_counter() - started) * 1000
+    rows, timing = pipeline_list(listed)
+    flagged = sum(r["needs_person"] for r in rows)
+    timing = {"dags": looked_up, **timing, "total": looked_up + timing["total"]}
+    return [r for r in rows if r["needs_person"] or not needs_person], timing, flagged
+
+
+def _server_timing(timing: dict[str, float]) -> dict[str, str]:
+    """The list's time as a Server-Timing header: a browser's devtools (and the browser test) read it."""
+    return {"Server-Timing": ", ".join(f"{name};dur={ms:.1f}" for name, ms in timing.items())}
+
+
 @app.get("/api/pipelines")
-def list_pipelines(user=_user()) -> dict[str, Any]:
-    return {"pipelines": [{"dag_id": d, "pipeline": PIPELINES.get(d).spec.name} for d in _visible_dag_ids(user)]}
+def list_pipelines(health: bool = False, needs_person: bool = False, user=_user()) -> Any:
+    """?health=true: each pipeline's health as the list shows it; &needs_person=true: only those that need a person."""
+    if not (health or needs_person):
+        return {"pipelines": [{"dag_id": d, "pipeline": PIPELINES.get(d).spec.name} for d in _visible_dag_ids(user)]}
+    rows, timing, flagged = _health_list(user, needs_person)
+    return JSONResponse({"pipelines": rows, "needs_person": flagged, "timing_ms": timing}, headers=_server_timing(timing))
 
 
 @app.get("/api/pipelines/{dag_id}", dependencies=[_runs_access("GET")])
@@ -235,12 +297,12 @@ def _render(template: str, **context: Any) -> HTMLResponse:
 
 
 @app.get("/", response_class=HTMLResponse)
-def index_page(user=_user()) -> HTMLResponse:
-    rows = []
-    for dag_id in _visible_dag_ids(user):
-        page = data.batch_page(PIPELINES.runtime(dag_id), limit=1)
-        rows.append({"dag_id": dag_id, "latest": page["batches"][0] if page["batches"] else None})
-    return _render("index.html", pipelines=rows)
+def index_page(needs: str | None = Query(None, pattern="^person$"), user=_user()) -> HTMLResponse:
+    """The pipelines and their health; ``?needs=person``: only those that need a person."""
+    rows, timing, flagged = _health_list(user, needs == "person")
+    page = _render("index.html", pipelines=rows, needs_person=flagged, filtered=needs == "person")
+    page.headers.update(_server_timing(timing))
+    return page
 
 
 @app.get("/dags/{dag_id}", response_class=HTMLResponse, dependencies=[_runs_access("GET")])

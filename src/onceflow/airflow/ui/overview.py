@@ -4,22 +4,21 @@ asks Kafka for the input's last stable offsets; never lists the ledger."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
+from onceflow.airflow.ui.health import WARN_FROM
+from onceflow.airflow.ui.lag_cache import LagCache
+from onceflow.core.batch_view import STAGES, batch_row, batch_rows
 from onceflow.core.states import BatchState
 from onceflow.sinks import open_transactions_of
-from onceflow.core.lag import input_lag
-from onceflow.core.batch_view import STAGES, batch_row, batch_rows
 
 PAGE_SIZE = 25
-LAG_TIMEOUT_S = 3.0
-LAG_TTL_S = 15.0
-_LAG: dict[str, tuple[float, list, str | None]] = {}
-_LAG_LOCK = threading.Lock()
-# Open transactions turn to a warning once this fraction of their timeout is gone.
-WARN_FROM = 0.5
+# Kafka is asked for a pipeline's lag at most every 15 s, each request within 3 s: a page never
+# holds an api-server thread for long, whatever Kafka does.
+LAG = LagCache(ttl_s=15.0, timeout_s=3.0)
+# The pipeline page waits this long for Kafka's answer (a failing Kafka answers within a request's timeout).
+PAGE_LAG_WAIT_S = 4 * LAG.timeout_s
 STAGE_ORDER = tuple(name for name, _start, _end in STAGES)
 # States whose votes' transactions may still be open (an abort ends them too, once applied).
 _HOLDS_TRANSACTIONS = (BatchState.PREPARING, BatchState.PREPARED, BatchState.COMMITTING, BatchState.ABORTING)
@@ -71,28 +70,11 @@ def batch_page(runtime, before: int | None = None, limit: int = PAGE_SIZE, now: 
     return {"batches": rows, "next_before": oldest if oldest > 1 else None}
 
 
-def lag_of(runtime, dag_id: str, now: int) -> tuple[list[dict[str, Any]], str | None]:
-    """The input lag, asked of Kafka at most every ``LAG_TTL_S`` per pipeline and
-    within ``LAG_TIMEOUT_S`` a request: a page never holds an api-server thread
-    for long, whatever Kafka does."""
-    with _LAG_LOCK:
-        hit = _LAG.get(dag_id)
-    if hit and time.monotonic() - hit[0] < LAG_TTL_S:
-        return hit[1], hit[2]
-    try:
-        lag = input_lag(runtime, now, timeout_s=LAG_TIMEOUT_S)
-    except Exception as exc:  # Kafka down: the ledger part of the page still helps (not cached: ask again next time)
-        return [], f"Kafka did not answer within {LAG_TIMEOUT_S:g} s ({type(exc).__name__})"
-    with _LAG_LOCK:
-        _LAG[dag_id] = (time.monotonic(), lag, None)
-    return lag, None
-
-
 def overview(runtime, dag_id: str, before: int | None = None, limit: int = PAGE_SIZE) -> dict[str, Any]:
     """Everything the pipeline page shows."""
     now = now_ms()
     page = batch_page(runtime, before, limit, now)
-    lag, lag_error = lag_of(runtime, dag_id, now)
+    lag = LAG.reading(dag_id, runtime, PAGE_LAG_WAIT_S)
     latest = page["batches"][0] if page["batches"] and before is None else None
     return {
         "dag_id": dag_id,
@@ -101,8 +83,9 @@ def overview(runtime, dag_id: str, before: int | None = None, limit: int = PAGE_
         "sinks": [{"name": s.name, "kind": s.kind, "target": s.target, "guarantee": s.guarantee} for s in runtime.spec.sinks],
         "now_ms": now,
         "latest": latest,
-        "lag": lag,
-        "lag_error": lag_error,
+        "lag": lag.rows,
+        "lag_error": lag.error,
+        "lag_pending": lag.pending,
         "open_transactions": [t for row in page["batches"] for t in row["open_transactions"]],
         **page,
     }

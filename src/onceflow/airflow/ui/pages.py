@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from functools import cache
 from urllib.parse import quote
 
+from onceflow.airflow.ui.health import WARN_FROM, age
 from onceflow.core.batch_id import BatchId
 
 
@@ -25,7 +26,9 @@ def _environment():
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     env = Environment(loader=PackageLoader("onceflow.airflow.ui", "templates"), autoescape=select_autoescape(["html"]))
-    env.filters.update(when=when, duration=duration, urlpart=lambda s: quote(str(s), safe=""), batch=lambda n: str(BatchId(n)))
+    env.filters.update(when=when, duration=duration, age=age, urlpart=lambda s: quote(str(s), safe=""),
+                       batch=lambda n: str(BatchId(n)))
+    env.globals["warn_from"] = WARN_FROM
     return env
 
 

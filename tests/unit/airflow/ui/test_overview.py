@@ -64,8 +64,13 @@ def test_batches_come_newest_first_a_page_at_a_time_without_listing_the_ledger(t
 
 
 def test_pages_escape_what_they_show():
-    html = render("index.html", pipelines=[{"dag_id": "<script>alert(1)</script>", "latest": None}])
-    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
+    from onceflow.airflow.ui.health import Expected, PipelineHealth
+    from onceflow.airflow.ui.listing import row
+
+    evil = "<script>alert(1)</script>"
+    listed = row(PipelineHealth(evil, "p", Expected(None, 60.0, evil), START, lag_error=evil))
+    html = render("index.html", pipelines=[listed], needs_person=1, filtered=False)
+    assert evil not in html and "&lt;script&gt;" in html
 
 
 def test_dead_letters_are_the_records_of_the_outputs_the_spec_marks_so():

@@ -61,6 +61,7 @@ from onceflow.core.states import (
     IllegalTransition,
     check_transition,
 )
+from onceflow.config.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,6 @@ class Coordinator(LedgerView):
         """Verifying or committing needs every output's participant: fail fast, naming the fix."""
         missing = [n for n in self._expected(plan) if n not in self.participants]
         if missing:
-            from onceflow.config.settings import ConfigurationError
-
             raise ConfigurationError(
                 f"batch {plan.batch_id} of pipeline {self.pipeline!r} has sinks {missing} in its plan "
                 f"({self.ledger.storage.describe(self.ledger.plan_key(plan.batch_seq))}) but no participant of that "
@@ -127,8 +126,6 @@ class Coordinator(LedgerView):
         task gets the plan it wrote before, as long as that batch is undecided."""
         sink_names = sorted(s.name for s in config.sinks)
         if sink_names != sorted(self.participants):
-            from onceflow.config.settings import ConfigurationError
-
             raise ConfigurationError(
                 f"pipeline {self.pipeline!r}: the plan's sinks {sink_names} and the configured participants "
                 f"{sorted(self.participants)} differ; give every sink exactly one participant of the same name"

@@ -26,6 +26,9 @@ from typing import Any, Callable, Mapping
 from onceflow.storage import storage_for
 from onceflow.core.batch_id import BatchId
 from onceflow.core.participant import Vote
+from onceflow.config.deployment import Deployment
+from onceflow.core.coordinator import Coordinator
+from onceflow.core.ledger.storage import deployment_ledger_storage
 
 VOTE_PATH_OPTION = "vote_path"
 # The key of a vote payload that names its version; a payload without it is version 1.
@@ -99,10 +102,6 @@ def record_vote(options: Mapping[str, str], vote: Vote) -> None:
 def record_vote_in_ledger(pipeline: str, deployment_option: str, vote: Vote) -> None:
     """The vote into the pipeline's ledger: the pipeline's name and the deployment reach the worker as
     options; no spec, runtime or participant is built."""
-    from onceflow.core.coordinator import Coordinator
-    from onceflow.core.ledger.storage import deployment_ledger_storage
-    from onceflow.config.deployment import Deployment
-
     deployment = Deployment.from_option(deployment_option)
     Coordinator(deployment_ledger_storage(deployment), pipeline, participants={}, identity=f"spark:{pipeline}").record_vote(vote.batch_seq, vote.attempt, vote)
 

@@ -150,7 +150,7 @@ class KafkaHarness:
         (the splits' and their repairs'), which the broker aborts within the transaction timeout; a broker
         that does not describe transactions (docs/brokers.md) shows the staged copies alone."""
         from onceflow.config.warehouse_layout import kafka_staging_dir
-        from onceflow.kafka.ids import repair_id
+        from onceflow.sinks.kafka.ids import repair_id
         from onceflow.sinks.kafka.txn_protocol import TransactionState, describe_transactions
 
         staging = kafka_staging_dir(self.warehouse, self.pipeline, "out", layout.batch_id(batch_seq))

@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Mapping
 
 from onceflow.core import faults
-from onceflow.kafka.ids import transactional_ids
+from onceflow.sinks.kafka.ids import transactional_ids
 from onceflow.kafka.lifetime import DEFAULT_SAFETY_FRACTION
 from onceflow.sinks.kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, PARTITIONERS
 from onceflow.config.settings import ConfigurationError

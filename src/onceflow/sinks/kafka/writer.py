@@ -39,7 +39,7 @@ from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import direct_producer_config, producer_config
-from onceflow.kafka.ids import transactional_id
+from onceflow.sinks.kafka.ids import transactional_id
 from onceflow.kafka.lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
 from onceflow.sinks.kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, SplitPartitioner
 from onceflow.sinks.kafka.producing import SplitDeliveries, produce_rows, producer_eos

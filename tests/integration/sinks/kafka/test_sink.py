@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from onceflow.sinks.kafka.fencing import fence_transactional_ids
-from onceflow.kafka.ids import repair_id, transactional_ids
+from onceflow.sinks.kafka.ids import repair_id, transactional_ids
 from onceflow.sinks.kafka.participant import KafkaSinkParticipant, handles_of, vote_payload
 from onceflow.sinks.kafka.txn_protocol import describe_transactions, end_txn
 from onceflow.sinks.kafka.headers import REPAIR, record_headers

@@ -20,7 +20,7 @@ from onceflow.sinks.kafka.participant import KafkaSinkParticipant, vote_payload,
 from onceflow.sinks.kafka.writer import DEFAULT_MESSAGE_MAX_BYTES, TransactionalSplitWriter, max_record_bytes_of, staged_uri
 from onceflow.core.participant import Outcome, Vote
 from onceflow.core.plan import Plan, SinkPlan
-from onceflow.kafka.ids import transactional_ids
+from onceflow.sinks.kafka.ids import transactional_ids
 from tests.integration.kafka.helpers import create_topic, read_committed
 
 PARTITIONS = 2

@@ -52,7 +52,7 @@ DEFERRED = (
              "the conformance kit checks an output's Asset URI with Airflow; a kind's other tests run without it"),
     # Modules of the library that import those packages at their top, reached from light modules.
     Deferred("onceflow.sinks.kafka.kind", ("onceflow.kafka.admin", "onceflow.kafka.offsets", "onceflow.kafka.reader",
-                                           "onceflow.sinks.kafka.fencing", "onceflow.sinks.kafka.writer",
+                                           "onceflow.sinks.kafka.fencing", "onceflow.sinks.kafka.withheld",
                                            "onceflow.sinks.kafka.participant"),
              "a kind is loaded wherever a spec is read, the DAG processor included; these bring the Kafka "
              "clients and pyarrow, for a check, a commit or the audit"),

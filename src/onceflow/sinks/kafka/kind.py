@@ -114,7 +114,7 @@ class KafkaKind(SinkKind):
         from confluent_kafka import KafkaException
 
         from onceflow.kafka.admin import topic_setting
-        from onceflow.sinks.kafka.writer import max_record_bytes_of
+        from onceflow.sinks.kafka.withheld import max_record_bytes_of
 
         config = deployment.kafka.config()
         try:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from onceflow.sinks.kafka.ids import transactional_ids
 from onceflow.sinks.kafka.participant import KafkaSinkParticipant
-from onceflow.sinks.kafka.writer import staged_uri
+from onceflow.sinks.kafka.staged import staged_uri
 from onceflow.core.batch_id import BatchId
 from onceflow.core.participant import Outcome
 from tests.integration.kafka.helpers import batch_value, create_topic, precommit_batch, read_committed

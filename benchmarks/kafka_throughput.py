@@ -60,9 +60,11 @@ from onceflow_devkit.services.stack import environment_broker
 from onceflow.kafka.admin import delete_topics, ensure_topics
 from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.reader import FIELDS, RangeReader
-from onceflow.sinks.kafka.participant import KafkaSinkParticipant, vote_payload
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant
+from onceflow.sinks.kafka.handle import vote_payload
 from onceflow.sinks.kafka.headers import record_headers
-from onceflow.sinks.kafka.writer import DirectSplitWriter, TransactionalSplitWriter, staged_uri
+from onceflow.sinks.kafka.writer import DirectSplitWriter, TransactionalSplitWriter
+from onceflow.sinks.kafka.staged import staged_uri
 from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE, NO_GUARANTEE
 from onceflow.core.participant import Vote
 from onceflow.core.plan import OffsetRange

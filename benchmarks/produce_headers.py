@@ -35,7 +35,7 @@ import uuid
 from confluent_kafka import Producer
 
 from onceflow.sinks.kafka.headers import CURRENT_FORMAT, record_headers
-from onceflow.kafka.ids import transactional_id
+from onceflow.sinks.kafka.ids import transactional_id
 
 from baseline import PRODUCER_TUNING  # benchmarks/ is the script's directory
 from quiet import CpuMeter, wait_for_quiet

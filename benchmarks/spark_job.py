@@ -115,7 +115,7 @@ def plain_producer(config: dict, topic: str, headers_of: tuple[str, str] | None 
         producer = Producer({**config, **PRODUCER_TUNING})
         headers = None
         if headers_of:
-            from onceflow.kafka.ids import transactional_id
+            from onceflow.sinks.kafka.ids import transactional_id
             from onceflow.sinks.kafka.headers import record_headers
             from onceflow.core.batch_id import BatchId
 

@@ -2,7 +2,7 @@
 
     python benchmarks/txn_id_cost.py [--ids N] [--steps S] [--threads T] [--json]
 
-onceflow derives an id per (pipeline, sink, batch, split) (``onceflow.kafka.ids``), and the
+onceflow derives an id per (pipeline, sink, batch, split) (``onceflow.sinks.kafka.ids``), and the
 transaction coordinator keeps every id until ``transactional.id.expiration.ms`` (7 days by
 default) after its last use. This starts a fresh single-node Apache Kafka (the dev kit's), then
 opens ``--warm-up`` ids, then in ``S`` steps opens ``N/S`` new ids each, as a batch's split does: ``init_transactions``, one
@@ -38,7 +38,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from onceflow.kafka.admin import ensure_topics
-from onceflow.kafka.ids import transactional_id
+from onceflow.sinks.kafka.ids import transactional_id
 from onceflow_devkit import doc_blocks
 from onceflow_devkit.services import apache_kafka
 from onceflow_devkit.services.kafka_broker import DEFAULT_BROKER, start_broker

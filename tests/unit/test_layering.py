@@ -65,6 +65,7 @@ def test_an_import_of_a_moved_module_names_the_new_one(old, new):
         ("onceflow.core.interval_planner", "onceflow.core.planning.interval_planner", "IntervalPlanner"),
         ("onceflow.interval_batches", "onceflow.core.planning.interval_planner", "committed_prefix"),
         ("onceflow.core.run_inputs", "onceflow.core.planning.run_inputs", "read_run_inputs"),
+        ("onceflow.kafka.ids", "onceflow.sinks.kafka.ids", "transactional_id"),
         ("onceflow.sinks.votes", "onceflow.sinks.votes", "record_vote"),  # not renamed: itself, no warning
     ],
 )

@@ -152,7 +152,7 @@ def _committed_writes(statuses, sink: str) -> Written:
     own split's range *and* carrying that split's headers; earlier attempts of
     the split lie before the range.
     """
-    from onceflow.sinks.kafka.participant import handles_of
+    from onceflow.sinks.kafka.handle import handles_of
 
     written: Written = {}
     for status in statuses:

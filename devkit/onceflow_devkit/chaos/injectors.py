@@ -433,7 +433,7 @@ def _this_runs_batch(target: RunTarget):
 
 def _kill_coordinator(target: RunTarget, fault: schedule.Fault) -> Injection:
     """SIGKILL the node that coordinates the batch's first Kafka split, ``after_s`` into the commit task."""
-    from onceflow.sinks.kafka.txn_protocol import describe_transactions
+    from onceflow.sinks.kafka.coordinators import describe_transactions
 
     if _wait_for(target, lambda: _task_process(target, "commit")) is None:
         return Injection(fault.kind, False, "the commit task never ran")
@@ -449,7 +449,7 @@ def _kill_coordinator(target: RunTarget, fault: schedule.Fault) -> Injection:
 
 def _await_broker_aborts(target: RunTarget, ids: list[str], timeout_s: float) -> bool:
     """Poll the coordinators until none of ``ids`` has a transaction open (the broker timed them out)."""
-    from onceflow.sinks.kafka.txn_protocol import TransactionState, describe_transactions
+    from onceflow.sinks.kafka.coordinators import describe_transactions, TransactionState
 
     deadline = time.monotonic() + timeout_s
     config = target.runtime.deployment.kafka.config()

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from onceflow.core import faults
-from onceflow.sinks.kafka.participant import DEFAULT_SAFETY_FRACTION
+from onceflow.kafka.lifetime import DEFAULT_SAFETY_FRACTION
 from onceflow.config.settings import ConfigurationError
 from onceflow.pipeline.spec import PipelineSpec
 from onceflow_devkit.chaos import schedule

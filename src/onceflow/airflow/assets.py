@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow.sdk import Asset, AssetAlias
+
 from onceflow.sinks import sink_kind
 from onceflow.pipeline.spec import PipelineSpec
 
@@ -29,8 +31,6 @@ def asset_uri(spec: PipelineSpec, sink_name: str, warehouse: str) -> str:
 
 def outputs(spec: PipelineSpec, warehouse: str) -> list:
     """The pipeline's outputs as Assets, for the DAGs downstream of them."""
-    from airflow.sdk import Asset
-
     return [
         Asset(name=f"onceflow.{spec.name}.{s.name}", uri=asset_uri(spec, s.name, warehouse), group="onceflow")
         for s in spec.sinks
@@ -39,8 +39,6 @@ def outputs(spec: PipelineSpec, warehouse: str) -> list:
 
 def alias(spec: PipelineSpec):
     """The AssetAlias the protocol tasks emit their output events through."""
-    from airflow.sdk import AssetAlias
-
     return AssetAlias(name=f"onceflow.{spec.name}", group="onceflow")
 
 

@@ -39,6 +39,8 @@ import sys
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from airflow.sdk import DAG, Param, TriggerRule
+
 from onceflow.core import faults
 from onceflow.config.settings import ICEBERG_CATALOGS_VAR, ConfigurationError
 from onceflow.airflow.assets import alias, asset_uri, outputs  # noqa: F401  (outputs, asset_uri: where DAG files import them from)
@@ -48,6 +50,9 @@ from onceflow.airflow.deployed import PLAN_TASK_ID, catalog_conn_ids
 from onceflow.config.deployment import is_s3_uri
 from onceflow.spark.shipping import SUBMIT_APPLICATION, shipped_code
 from onceflow.pipeline.spec import INTERVAL, PipelineSpec
+from onceflow.airflow.operators.batch import CommitBatchOperator, PlanBatchOperator, RollbackBatchOperator
+from onceflow.airflow.operators.spark import OnceflowSparkSubmitOperator, submit_defaults
+from onceflow.core.planning.run_inputs import MAX_RECORDS, REPLACE_COMMITTED
 
 # The DAG settings an offsets pipeline refuses, each with the values refused. catchup: any value the
 # scheduler takes as true (1, "true", numpy.True_ as well as True); max_active_runs: anything but 1.
@@ -78,8 +83,6 @@ def pipeline_dag(
     **dag_kwargs: Any,
 ):
     """The pipeline's DAG: its settings resolved once, then each part of the DAG from them."""
-    from airflow.sdk import DAG
-
     settings = dag_settings(spec, dag_id=dag_id, warehouse=warehouse, schedule=schedule, kafka_conn_id=kafka_conn_id,
                             spark_kafka_conn_id=spark_kafka_conn_id, aws_conn_id=aws_conn_id,
                             spark_conn_id=spark_conn_id, spark_conf=spark_conf, spark_binary=spark_binary,
@@ -100,10 +103,6 @@ def pipeline_dag(
 
 def run_params(settings: DagSettings) -> dict[str, Any]:
     """The DAG's params: its batches' own (the interval's or the offsets'), the transform's and ``faults``."""
-    from airflow.sdk import Param
-
-    from onceflow.core.planning.run_inputs import MAX_RECORDS, REPLACE_COMMITTED
-
     spec = settings.spec
     if spec.batches == INTERVAL:
         batch_params = {REPLACE_COMMITTED: Param(
@@ -153,11 +152,6 @@ def dag_doc(settings: DagSettings) -> str:
 
 def add_tasks(settings: DagSettings) -> None:
     """``plan >> spark >> [commit, rollback]``, in the DAG being defined."""
-    from airflow.sdk import TriggerRule
-
-    from onceflow.airflow.operators.batch import CommitBatchOperator, PlanBatchOperator, RollbackBatchOperator
-    from onceflow.airflow.operators.spark import OnceflowSparkSubmitOperator, submit_defaults
-
     deployed, spec = settings.deployed, settings.spec
     # Every protocol task may finish a batch (a plan's recovery, a rollback that finds COMMIT decided):
     # each announces the committed batches it saw that no event carries yet, through the pipeline's

@@ -15,9 +15,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk import Asset, AssetWatcher
+from airflow.timetables.interval import CronDataIntervalTimetable
+
 from onceflow.config.input_schedule import ABORT_BACKOFF_S, InputSchedule
 from onceflow.config.settings import ConfigurationError
 from onceflow.pipeline.spec import INTERVAL, OFFSETS
+from onceflow.airflow.triggers.input_lag import InputLagTrigger
 
 if TYPE_CHECKING:
     from onceflow.airflow.dag_settings import DagSettings
@@ -35,10 +39,6 @@ def dag_schedule(settings: DagSettings) -> Any:
 def input_asset(settings: DagSettings, schedule: InputSchedule):
     """The Asset standing for the DAG's input, watched by the pipeline's InputLagTrigger (one per DAG:
     two DAGs of one spec, say staging and production, each start only their own runs)."""
-    from airflow.sdk import Asset, AssetWatcher
-
-    from onceflow.airflow.triggers.input_lag import InputLagTrigger
-
     spec, dag_id, deployed = settings.spec, settings.dag_id, settings.deployed
     if spec.batches != OFFSETS:
         raise ConfigurationError(f"pipeline {spec.name!r} reads data intervals: its runs follow its timetable, "
@@ -60,8 +60,6 @@ def interval_schedule(pipeline: str, schedule: Any):
     """The schedule of an interval pipeline: one whose runs have data intervals.
     A cron expression becomes a ``CronDataIntervalTimetable`` in UTC (Airflow 3
     gives a bare cron string a trigger timetable, whose runs have no interval)."""
-    from airflow.timetables.interval import CronDataIntervalTimetable
-
     if schedule is None:
         raise ConfigurationError(
             f"pipeline {pipeline!r} reads data intervals (batches='interval'), so its DAG needs a schedule: give the "

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 from onceflow.config.deployment import Deployment, is_s3_uri
 from onceflow.pipeline.spec import PipelineSpec
+from onceflow.airflow.hooks.iceberg import IcebergCatalogHook
+from onceflow.airflow.hooks.kafka import KafkaConfigHook
+from onceflow.airflow.hooks.s3 import S3ConnectionHook
+from onceflow.pipeline.runtime import PipelineRuntime
 
 def catalog_conn_ids(spec: PipelineSpec) -> list[str]:
     """The Airflow connections of the catalogs of the pipeline's table outputs."""
@@ -34,10 +38,6 @@ class DeployedPipeline:
 
     def deployment(self) -> Deployment:
         """The deployment, from the Airflow connections (Airflow worker, api-server)."""
-        from onceflow.airflow.hooks.iceberg import IcebergCatalogHook
-        from onceflow.airflow.hooks.kafka import KafkaConfigHook
-        from onceflow.airflow.hooks.s3 import S3ConnectionHook
-
         s3 = None
         if is_s3_uri(self.warehouse):
             s3 = S3ConnectionHook(self.aws_conn_id).connection(f"warehouse {self.warehouse}")
@@ -66,7 +66,5 @@ class DeployedPipeline:
         return cls(dag_id, spec, raw["warehouse"], raw["kafka_conn_id"], raw.get("aws_conn_id"))
 
     def runtime(self, identity: str | None = None):
-        from onceflow.pipeline.runtime import PipelineRuntime
-
         return PipelineRuntime(self.spec, self.deployment(), identity=identity)
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import re
 
+from airflow.sdk.observability import stats
+
 from onceflow.core.states import BatchState
 from onceflow.sinks import open_transactions_of
 from onceflow.core.batch_view import stage_durations_ms
@@ -39,8 +41,6 @@ def transaction_age_at_decision(status, spec) -> float | None:
 def batch_finished(status, spec, lag: list[dict] | None = None) -> None:
     """Emit the metrics of one finished batch (and the input lag after it, when known)."""
     try:
-        from airflow.sdk.observability import stats
-
         name = f"{PREFIX}.{_slug(spec.name)}"
         tags = {"pipeline": spec.name}
         stats.incr(f"{name}.batches.{status.state.value}", tags=tags)

@@ -106,6 +106,9 @@ RENAMED: dict[str, str] = {
     "onceflow.core.interval_planner": "onceflow.core.planning.interval_planner",
     "onceflow.core.interventions": "onceflow.core.planning.interventions",
     "onceflow.core.run_inputs": "onceflow.core.planning.run_inputs",
+    # 0.4: the transactional ids beside their only user, the Kafka sink (the prefix the ACLs grant on
+    # is onceflow.config.names.transactional_id_prefix)
+    "onceflow.kafka.ids": "onceflow.sinks.kafka.ids",
 }
 
 # Old module (now a package of its name): {old name: the module that holds it now}.

@@ -21,3 +21,13 @@ def check_name(what: str, value: str) -> str:
     if not isinstance(value, str) or not NAME.match(value):
         raise ConfigurationError(f"{what} {value!r} is not valid: use {RULE}")
     return value
+
+
+# What every Kafka transactional id of onceflow begins with (onceflow.sinks.kafka.ids derives the rest).
+TRANSACTIONAL_ID_PREFIX = "onceflow"
+
+
+def transactional_id_prefix(pipeline: str) -> str:
+    """What every transactional id of ``pipeline`` begins with, up to the separator: a prefixed ACL on it
+    grants this pipeline's ids and no other's (``orders.`` is no prefix of ``orders2.``'s ids)."""
+    return f"{TRANSACTIONAL_ID_PREFIX}.{check_name('pipeline name', pipeline)}."

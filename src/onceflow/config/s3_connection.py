@@ -16,6 +16,7 @@ credential:
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -42,8 +43,6 @@ def create_if_absent(client, bucket: str, key: str, data: bytes) -> bool:
     exists (412). A concurrent conditional write may get 409
     ConditionalRequestConflict: retried with backoff, then it sees 412 or wins.
     Any other error propagates."""
-    import time
-
     from botocore.exceptions import ClientError
 
     for retry in range(CONFLICT_RETRIES):

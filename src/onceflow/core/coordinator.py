@@ -61,6 +61,7 @@ from onceflow.core.states import (
     IllegalTransition,
     check_transition,
 )
+from onceflow.config.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,42 @@ PLAN_AFTER_RECOVERY = faults.declare("plan.after_recovery", "after recovery fini
 
 def _default_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def write_vote(view: LedgerView, vote: Vote, clock: Callable[[], int] = wall_clock_ms) -> None:
+    """Record ``vote`` in ``view``'s ledger: what a vote needs is the ledger, not the participants (the
+    Spark worker that records it has none). Idempotent for the same vote. A zombie's vote (an older
+    attempt, or after the decision) raises StaleAttempt and is never counted; it can never replace
+    a vote already recorded."""
+    seq, attempt = vote.batch_seq, vote.attempt
+    where = f"batch {BatchId(seq)} of pipeline {view.pipeline!r}"
+    plan = view.plan(seq)
+    sinks = outputs_of(plan, view.configured)
+    if vote.participant not in sinks:
+        raise ValueError(f"{where} has no sink {vote.participant!r} (sinks: {sinks})")
+    records = view.batch(seq, plan=plan, attempt_hint=attempt)
+    # A vote keeps the batch PREPARING or, as the last one, makes it PREPARED: both need an undecided batch.
+    check_transition(records.state, BatchState.PREPARING, batch=str(BatchId(seq)), pipeline=view.pipeline,
+                     step=f"the vote of {vote.participant!r} in attempt {attempt} (ignored)", refusal=StaleAttempt)
+    latest = records.attempt
+    if latest != attempt:
+        raise StaleAttempt(
+            f"{where}: attempt {attempt} of {vote.participant!r} is not the latest (attempt {latest} started); "
+            "its vote is ignored and its output will be cleaned up"
+            if latest > attempt
+            else f"{where}: attempt {attempt} was never started (begin_attempt); vote refused"
+        )
+    created, winner = view.ledger.create_vote(vote, clock())
+    if not created and winner.vote != vote:
+        raise StaleAttempt(
+            f"{where}: attempt {attempt} already has a different vote from {vote.participant!r} "
+            f"({view.ledger.storage.describe(view.ledger.vote_key(seq, attempt, vote.participant))}); "
+            "the first one counts. Start a new attempt to vote again."
+        )
 
 
 class Coordinator(LedgerView):
@@ -98,7 +135,7 @@ class Coordinator(LedgerView):
         super().__init__(storage, pipeline, configured=list(participants))
         self.participants = dict(participants)
         self.identity = identity or _default_identity()
-        self._clock = clock or (lambda: int(time.time() * 1000))
+        self._clock = clock or wall_clock_ms
         # Called with the batch's seq by whichever call finished it (wrote its done
         # marker): once per batch, whoever finishes it (commit, rollback, recovery).
         self.on_finished = on_finished
@@ -111,8 +148,6 @@ class Coordinator(LedgerView):
         """Verifying or committing needs every output's participant: fail fast, naming the fix."""
         missing = [n for n in self._expected(plan) if n not in self.participants]
         if missing:
-            from onceflow.config.settings import ConfigurationError
-
             raise ConfigurationError(
                 f"batch {plan.batch_id} of pipeline {self.pipeline!r} has sinks {missing} in its plan "
                 f"({self.ledger.storage.describe(self.ledger.plan_key(plan.batch_seq))}) but no participant of that "
@@ -127,8 +162,6 @@ class Coordinator(LedgerView):
         task gets the plan it wrote before, as long as that batch is undecided."""
         sink_names = sorted(s.name for s in config.sinks)
         if sink_names != sorted(self.participants):
-            from onceflow.config.settings import ConfigurationError
-
             raise ConfigurationError(
                 f"pipeline {self.pipeline!r}: the plan's sinks {sink_names} and the configured participants "
                 f"{sorted(self.participants)} differ; give every sink exactly one participant of the same name"
@@ -213,37 +246,10 @@ class Coordinator(LedgerView):
         return claim.attempt
 
     def record_vote(self, seq: int, attempt: int, vote: Vote) -> None:
-        """Spark driver (or the data source's commit), after pre-commit:
-        record ``vote``. Idempotent for the same vote. A zombie's vote (an
-        older attempt, or after the decision) raises StaleAttempt and is
-        never counted; it can never replace a vote already recorded."""
+        """Spark driver (or the data source's commit), after pre-commit: record ``vote`` (``write_vote``)."""
         if (vote.batch_seq, vote.attempt) != (seq, attempt):
             raise ValueError(f"vote is for batch {vote.batch_seq} attempt {vote.attempt}, recorded as {seq} / {attempt}")
-        where = f"batch {BatchId(seq)} of pipeline {self.pipeline!r}"
-        plan = self.plan(seq)
-        # The plan names the sinks: a vote needs the ledger, not the participants (the Spark worker has none).
-        sinks = [s.name for s in plan.sinks] if plan.sinks else self._expected(plan)
-        if vote.participant not in sinks:
-            raise ValueError(f"{where} has no sink {vote.participant!r} (sinks: {sinks})")
-        records = self.batch(seq, plan=plan, attempt_hint=attempt)
-        # A vote keeps the batch PREPARING or, as the last one, makes it PREPARED: both need an undecided batch.
-        self._check(seq, records.state, BatchState.PREPARING,
-                    f"the vote of {vote.participant!r} in attempt {attempt} (ignored)", refusal=StaleAttempt)
-        latest = records.attempt
-        if latest != attempt:
-            raise StaleAttempt(
-                f"{where}: attempt {attempt} of {vote.participant!r} is not the latest (attempt {latest} started); "
-                "its vote is ignored and its output will be cleaned up"
-                if latest > attempt
-                else f"{where}: attempt {attempt} was never started (begin_attempt); vote refused"
-            )
-        created, winner = self.ledger.create_vote(vote, self._clock())
-        if not created and winner.vote != vote:
-            raise StaleAttempt(
-                f"{where}: attempt {attempt} already has a different vote from {vote.participant!r} "
-                f"({self.ledger.storage.describe(self.ledger.vote_key(seq, attempt, vote.participant))}); "
-                "the first one counts. Start a new attempt to vote again."
-            )
+        write_vote(self, vote, self._clock)
 
     # -- decision ----------------------------------------------------------------
     def _decide(self, seq: int, state: BatchState, outcome: DecisionOutcome, attempt: int, votes: Mapping[str, Vote], reason: str) -> Decision:

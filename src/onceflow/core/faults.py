@@ -34,13 +34,17 @@ fast instead of silently never firing. A kind's points start with its name.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Iterator
+
+from onceflow.config.settings import ConfigurationError
 
 ENV_VAR = "ONCEFLOW_FAULTS"
 # Airflow run param ``faults`` (same syntax) arms one DAG run's tasks and
@@ -70,9 +74,6 @@ ENTRY_POINT_GROUP = "onceflow.fault_points"
 
 def declare_all() -> dict[str, str]:
     """Import every declaring module of the installed packages; returns ALL_POINTS (for chaos tooling)."""
-    import importlib
-    from importlib.metadata import entry_points
-
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         importlib.import_module(entry.value)
     return ALL_POINTS
@@ -81,8 +82,6 @@ def declare_all() -> dict[str, str]:
 def listed_points() -> set[str]:
     """The declared points whose module an installed package lists in ``ENTRY_POINT_GROUP``: the
     ones any process can arm by name, one that never imported their module included."""
-    from importlib.metadata import entry_points
-
     declare_all()
     modules = {entry.value for entry in entry_points(group=ENTRY_POINT_GROUP)}
     return {name for name, module in DECLARED_IN.items() if module in modules}
@@ -92,8 +91,6 @@ def _listed() -> bool:
     """Some installed package lists its declaring modules. Code shipped without its package's metadata
     (onceflow as a zip on a Spark executor) finds none: there the names were checked where the run was
     armed (the Airflow task, the driver), and are taken as they come."""
-    from importlib.metadata import entry_points
-
     return bool(entry_points(group=ENTRY_POINT_GROUP))
 
 
@@ -127,8 +124,6 @@ def declare(name: str, description: str) -> str:
 
 
 def _check(name: str, action: str, hits: int, source: str) -> None:
-    from onceflow.config.settings import ConfigurationError
-
     if name != ANY and name not in ALL_POINTS:
         declare_all()
     if name != ANY and name not in ALL_POINTS and _listed():
@@ -165,8 +160,6 @@ def armed() -> dict[str, str]:
 
 def parse(spec: str) -> dict[str, tuple[str, int]]:
     """Parse an ``ONCEFLOW_FAULTS`` value: ``name=action[@hits],...``."""
-    from onceflow.config.settings import ConfigurationError
-
     result: dict[str, tuple[str, int]] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, sep, rest = item.partition("=")
@@ -189,8 +182,6 @@ def run_param_allowed() -> bool:
 
 
 def _require_run_param_allowed(spec: str) -> None:
-    from onceflow.config.settings import ConfigurationError
-
     if not run_param_allowed():
         raise ConfigurationError(
             f"this DAG run asks for injected faults (run param {RUN_PARAM!r}={spec!r}) but fault injection is "

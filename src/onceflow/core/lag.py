@@ -8,7 +8,8 @@ import time
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
-from onceflow.core.planning import TopicPartition
+from onceflow.core.planning.source import TopicPartition
+from onceflow.core.planning.interval_planner import committed_prefix
 
 if TYPE_CHECKING:
     from onceflow.core.batch_view import LedgerView
@@ -54,8 +55,6 @@ def consumed_to(reader: LedgerView) -> dict[tuple[str, int], int]:
     ends of the newest committed batch (an interval pipeline: of its committed
     prefix); before any commit, where the first batch starts (the spec's start
     position)."""
-    from onceflow.core.planning.interval_planner import committed_prefix
-
     ledger = reader.ledger
     latest = reader.latest_seq()
     if latest and reader.plan(latest).interval is not None:

@@ -14,8 +14,8 @@ Each row of ``ACLS`` grants one principal one operation on one of a pipeline's r
 AddPartitionsToTxn, WRITE on the topic and the transactional id; InitProducerId and EndTxn, WRITE on
 the transactional id; DescribeTransactions, DESCRIBE on it (WRITE implies it); DescribeProducers,
 READ on the topic; OffsetCommit, READ on the group and the topic; WriteTxnMarkers, ALTER or
-CLUSTER_ACTION on the cluster. Prefixed ACLs end at a separator (``ids.pipeline_prefix``): pipeline
-``orders`` never grants ``orders2``'s ids.
+CLUSTER_ACTION on the cluster. Prefixed ACLs end at a separator
+(``onceflow.config.names.transactional_id_prefix``): pipeline ``orders`` never grants ``orders2``'s ids.
 
 Rows that are not ``required`` buy one thing, and their absence costs only that (the row says what).
 ``onceflow acls --pipeline NAME`` prints the grants as ``kafka-acls.sh`` commands (docs/security.md).
@@ -29,8 +29,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from onceflow.config.names import transactional_id_prefix
 from onceflow.kafka.config import ASSIGN_ONLY_GROUP
-from onceflow.kafka.ids import pipeline_prefix
 
 
 class Resource(enum.Enum):
@@ -136,7 +136,7 @@ class PipelineResources:
         if of is Of.READERS_GROUP:
             return [(Resource.GROUP, ASSIGN_ONLY_GROUP, "literal")]
         if of is Of.TRANSACTIONAL_IDS:
-            return [(Resource.TRANSACTIONAL_ID, pipeline_prefix(self.pipeline), "prefixed")]
+            return [(Resource.TRANSACTIONAL_ID, transactional_id_prefix(self.pipeline), "prefixed")]
         return [(Resource.CLUSTER, "kafka-cluster", "literal")]
 
 

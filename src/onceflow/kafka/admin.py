@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, ConfigResource
 
 from onceflow.kafka.config import base_config
 
@@ -47,8 +47,6 @@ def delete_topics(config: Mapping[str, Any], names: Iterable[str], timeout_s: fl
 
 def broker_setting(config: Mapping[str, Any], name: str, timeout_s: float = 30.0) -> str | None:
     """One broker's value of ``name`` (DescribeConfigs), or None when the broker reports none."""
-    from confluent_kafka.admin import ConfigResource
-
     admin = _admin(config)
     broker = next(iter(admin.list_topics(timeout=timeout_s).brokers))
     return _described(admin, ConfigResource(ConfigResource.Type.BROKER, str(broker)), name, timeout_s)
@@ -56,8 +54,6 @@ def broker_setting(config: Mapping[str, Any], name: str, timeout_s: float = 30.0
 
 def topic_setting(config: Mapping[str, Any], topic: str, name: str, timeout_s: float = 30.0) -> str | None:
     """The topic's value of ``name`` (DescribeConfigs), or None when the broker reports none."""
-    from confluent_kafka.admin import ConfigResource
-
     return _described(_admin(config), ConfigResource(ConfigResource.Type.TOPIC, topic), name, timeout_s)
 
 

@@ -31,7 +31,15 @@ from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition as KafkaTopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition as KafkaTopicPartition,
+    TopicCollection,
+)
+from confluent_kafka.admin import AdminClient
 
 from onceflow.core.plan import OffsetRange
 from onceflow.core.planning.source import TopicPartition
@@ -106,9 +114,6 @@ class KafkaOffsetSource:
 
     def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
         """Kafka's topic UUIDs (KIP-516); brokers that report none (the all-zero id) are left out."""
-        from confluent_kafka import TopicCollection
-        from confluent_kafka.admin import AdminClient
-
         admin = AdminClient({k: v for k, v in base_config(self._config).items() if not callable(v)})
         found = {}
         for topic, future in admin.describe_topics(TopicCollection(list(topics)), request_timeout=self.timeout_s).items():

@@ -38,6 +38,16 @@ from importlib.metadata import entry_points
 from typing import Any, Iterator
 
 from onceflow.config.settings import ConfigurationError
+from onceflow.config.deployment import Deployment
+from onceflow.core.batch_view import batch_row, batch_rows, format_rows
+from onceflow.core.errors import InterventionRefused
+from onceflow.core.planning.interventions import is_blank
+from onceflow.kafka.acls import grants, script
+from onceflow.pipeline.discovery import find_pipeline
+from onceflow.pipeline.runtime import PipelineRuntime
+from onceflow.spark.connect import close_client, connect_mode, join_session
+from onceflow.spark.local_session import local_spark
+from onceflow.spark.shipping import shipped_code
 
 COMMANDS_GROUP = "onceflow.commands"
 
@@ -61,17 +71,11 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def runtime_from_args(args: argparse.Namespace):
-    from onceflow.pipeline.discovery import find_pipeline
-    from onceflow.config.deployment import Deployment
-    from onceflow.pipeline.runtime import PipelineRuntime
-
     spec = find_pipeline(args.pipeline, spec=args.spec, dags_folder=args.dags_folder)
     return PipelineRuntime(spec, Deployment.from_environment(args.warehouse), identity="onceflow-cli")
 
 
 def _status(args: argparse.Namespace) -> int:
-    from onceflow.core.batch_view import batch_rows, format_rows
-
     rows = batch_rows(runtime_from_args(args).reader, limit=args.limit)
     print(json.dumps(rows, indent=2) if args.json else format_rows(rows))
     return 0
@@ -81,8 +85,6 @@ def _recover(args: argparse.Namespace) -> int:
     """Finish one batch as a plan task's recovery would: redo the effects of its
     decision, or, with no decision, presume it aborted (a batch whose Spark job is
     still running is then aborted too: its run fails, nothing is lost)."""
-    from onceflow.core.batch_view import batch_row, format_rows
-
     runtime = runtime_from_args(args)
     latest = runtime.coordinator.latest_seq()
     if latest == 0:
@@ -104,8 +106,6 @@ def _positive(text: str) -> int:
 
 
 def _words(text: str) -> str:
-    from onceflow.core.planning.interventions import is_blank
-
     if is_blank(text):
         raise argparse.ArgumentTypeError("is blank: the ledger records who decided and why, in words")
     return text
@@ -114,8 +114,6 @@ def _words(text: str) -> str:
 def _intervene(args: argparse.Namespace) -> int:
     """Split or skip the latest batch, aborted (``onceflow.pipeline.quarantine``)."""
     from onceflow.pipeline.quarantine import skip_batch, split_batch
-    from onceflow.core.errors import InterventionRefused
-    from onceflow.core.batch_view import batch_row, format_rows
 
     runtime = runtime_from_args(args)
     seq = args.batch or runtime.coordinator.latest_seq()
@@ -137,16 +135,10 @@ def audit_session(spec, remote: str | None = None, master: str | None = None) ->
     """A session for replaying ``spec``'s batches, with the pipeline's code shipped as its spark
     task ships it: on a Spark Connect server (``remote``: the session of that code), spark-submit's
     when this runs under it, or a local one (``master``, default local[2])."""
-    import os
-
     from pyspark.sql import SparkSession
-
-    from onceflow.spark.shipping import shipped_code
 
     code = shipped_code(spec)
     if remote:
-        from onceflow.spark.connect import close_client, connect_mode, join_session
-
         with connect_mode():
             spark = join_session(remote, code)
             try:
@@ -157,8 +149,6 @@ def audit_session(spec, remote: str | None = None, master: str | None = None) ->
     if os.environ.get("PYSPARK_GATEWAY_PORT") and not master:  # launched by spark-submit
         spark = SparkSession.builder.getOrCreate()
     else:
-        from onceflow.spark.local_session import local_spark
-
         spark = local_spark("onceflow-audit", master=master or "local[2]")
     for zip_path in code[1:]:  # the transform's package, for Python UDFs on executors (onceflow is installed)
         spark.sparkContext.addPyFile(zip_path)
@@ -167,9 +157,6 @@ def audit_session(spec, remote: str | None = None, master: str | None = None) ->
 
 def _acls(args: argparse.Namespace) -> int:
     """Print the least the pipeline's principals need on a secured Kafka (``onceflow.kafka.acls``)."""
-    from onceflow.kafka.acls import grants, script
-    from onceflow.pipeline.discovery import find_pipeline
-
     resources = find_pipeline(args.pipeline, spec=args.spec, dags_folder=args.dags_folder).kafka_resources()
     users = {role: user for role, user in (("spark", args.spark_user), ("airflow", args.airflow_user)) if user}
     if args.json:

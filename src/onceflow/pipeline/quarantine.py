@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from onceflow.config.warehouse_layout import quarantine_dir
 from onceflow.core.planning.interventions import Action, Intervention, QuarantinedRange
 from onceflow.core.plan import OffsetRange, Plan
+from onceflow.kafka.reader import RangeReader, SCHEMA
 
 QUARANTINE_TOPIC_FIELD = pa.field("topic", pa.string())
 
@@ -34,8 +35,6 @@ def quarantine_path(warehouse: str, pipeline: str, plan: Plan, rng: OffsetRange)
 
 def quarantine(runtime, plan: Plan) -> tuple[QuarantinedRange, ...]:
     """Copy every record of ``plan``'s ranges to the pipeline's quarantine; one file per non-empty range."""
-    from onceflow.kafka.reader import SCHEMA, RangeReader
-
     schema = SCHEMA.append(QUARANTINE_TOPIC_FIELD)
     storage = runtime.storage
     copied = []

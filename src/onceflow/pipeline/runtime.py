@@ -22,6 +22,11 @@ from onceflow.core.planning.run_inputs import RunInputs
 from onceflow.sinks import sink_kind
 from onceflow.pipeline.spec import PipelineSpec
 from onceflow.storage import warehouse_storage
+from onceflow.core.batch_view import LedgerView
+from onceflow.core.coordinator import Coordinator
+from onceflow.core.errors import RetryLater
+from onceflow.core.ledger.storage import open_ledger_storage
+from onceflow.core.planning.interval_planner import committed_prefix, IntervalPlanner
 
 
 RUN_LOOKBACK = 100
@@ -48,8 +53,6 @@ class PipelineRuntime:
 
     @cached_property
     def ledger_storage(self):
-        from onceflow.core.ledger.storage import open_ledger_storage
-
         return open_ledger_storage(self.deployment.warehouse, self.storage)
 
     def check_kafka(self) -> None:
@@ -70,8 +73,6 @@ class PipelineRuntime:
 
     @cached_property
     def coordinator(self):
-        from onceflow.core.coordinator import Coordinator
-
         return Coordinator(self.ledger_storage, self.spec.name, self.participants(), identity=self.identity)
 
     @cached_property
@@ -79,8 +80,6 @@ class PipelineRuntime:
         """The ledger, read only (``core.batch_view.LedgerView``: status, the UI page, the audit, the
         input lag): it commits nothing and builds no participant, so it needs no sink client (nor,
         on HDFS, a JVM of its own)."""
-        from onceflow.core.batch_view import LedgerView
-
         return LedgerView(self.ledger_storage, self.spec.name, [s.name for s in self.spec.sinks])
 
     def batch_of_run(self, run_id: str, lookback: int = RUN_LOOKBACK):
@@ -117,9 +116,7 @@ class PipelineRuntime:
         range ends (an interval pipeline: those of its committed prefix, which a
         batch committed out of order does not extend), so lag tools show the
         truth. Forward-only and idempotent."""
-        from onceflow.core.planning.interval_planner import committed_prefix
         from onceflow.sources.kafka.offsets_mirror import mirror_offsets
-        from onceflow.core.errors import RetryLater
 
         if plan.interval is not None:
             prefix = committed_prefix(self.coordinator)
@@ -138,8 +135,6 @@ class PipelineRuntime:
 
     def interval_planner(self, inputs: RunInputs | None = None):
         """The plan task's planner of an interval pipeline (``onceflow.core.planning.interval_planner``)."""
-        from onceflow.core.planning.interval_planner import IntervalPlanner
-
         return IntervalPlanner(self.coordinator, self.plan_config(inputs), grace_ms=self.spec.interval_grace_s * 1000,
                                pool=self.spec.batches_in_flight)
 

@@ -9,7 +9,8 @@ embedded stack and in production.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field, fields
+import json
+from dataclasses import dataclass, field, fields, replace, asdict
 from typing import Any, Callable, Mapping
 
 from onceflow.config.names import check_name
@@ -18,6 +19,8 @@ from onceflow.config.settings import ConfigurationError
 from onceflow.kafka.lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
 from onceflow.core.plan import EXACTLY_ONCE, GUARANTEES
 from onceflow.sinks import kinds, sink_kind, unknown_kind
+from onceflow.core.planning.run_inputs import ONCEFLOW_PARAMS
+from onceflow.kafka.acls import PipelineResources
 
 # The built-in sink kinds (onceflow.sinks has what each does).
 FILES = "files"
@@ -117,7 +120,7 @@ class PipelineSpec:
     # record at or after it stops holding the interval open (an idle partition).
     interval_grace_s: int = 300
     # Interval pipelines: at most this many batches in flight at once; each
-    # takes one slot of this many (its Kafka transactional ids are its own: onceflow.kafka.ids).
+    # takes one slot of this many (its Kafka transactional ids are its own: onceflow.sinks.kafka.ids).
     batches_in_flight: int = 16
 
     def __post_init__(self) -> None:
@@ -156,8 +159,6 @@ class PipelineSpec:
             )
 
     def _check_run_params(self) -> None:
-        from onceflow.core.planning.run_inputs import ONCEFLOW_PARAMS
-
         for name, schema in self.run_params.items():
             if not isinstance(name, str) or not name.isidentifier() or name in ONCEFLOW_PARAMS:
                 raise ConfigurationError(
@@ -184,8 +185,6 @@ class PipelineSpec:
 
     def kafka_resources(self):
         """The Kafka resources this pipeline's principals are granted ACLs on (``onceflow.kafka.acls``)."""
-        from onceflow.kafka.acls import PipelineResources
-
         outputs = tuple(topic for s in self.sinks for topic in sink_kind(s.kind).kafka_topics(s))
         return PipelineResources(self.name, tuple(self.topics), outputs, self.group_id)
 
@@ -198,21 +197,14 @@ class PipelineSpec:
     def without_params(self) -> "PipelineSpec":
         """This spec without its free-form ``params``, which may hold a token: what may be shown or
         stored where others read (the plan task's doc, a trigger's kwargs, a command line)."""
-        from dataclasses import replace
-
         return replace(self, params={})
 
     def to_json(self) -> str:
         """Plain data: travels to Spark workers as a data source option."""
-        import json
-        from dataclasses import asdict
-
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "PipelineSpec":
-        import json
-
         raw = json.loads(text)
         raw["sinks"] = tuple(SinkSpec(**s) for s in raw["sinks"])
         return cls(**raw)

@@ -21,6 +21,7 @@ from onceflow.config.settings import ConfigurationError
 from onceflow.sinks.api import (  # noqa: F401
     COMMITTED_PARQUET, AuditScope, CommittedOutput, OpenTransaction, SinkKind, committed_parquet, missing_members,
 )
+from onceflow.core.planning.intervals import ReprocessRefused
 
 if TYPE_CHECKING:
     from onceflow.core.participant import Vote
@@ -75,8 +76,6 @@ def reprocessing(spec: PipelineSpec) -> dict[str, str]:
     """What reprocessing a committed interval does to each output
     (``SinkKind.reprocess``); ``ReprocessRefused`` names every output that
     can neither retract its earlier batch nor safely publish it again."""
-    from onceflow.core.planning.intervals import ReprocessRefused
-
     how = {s.name: sink_kind(s.kind).reprocess(s) for s in spec.sinks}
     refused = [f"{s.name} ({s.kind}: {s.target})" for s in spec.sinks if how[s.name] is None]
     if refused:

@@ -27,8 +27,11 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from onceflow.sinks import COMMITTED_PARQUET as FORMAT
+from onceflow.config.deployment import Deployment
+from onceflow.storage import storage_for
 
 BATCH_COLUMN = "batch"
 
@@ -41,8 +44,6 @@ class FilePartition(InputPartition):
 
 class CommittedParquetReader(DataSourceReader):
     def __init__(self, schema, files: list[list[str]], options: dict[str, str]):
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         self.files = files
         self.options = options
@@ -55,14 +56,10 @@ class CommittedParquetReader(DataSourceReader):
         if io:  # an Iceberg table's data file, through the table's FileIO over its catalog's settings
             from pyiceberg.io import load_file_io
 
-            from onceflow.config.deployment import Deployment
-
             catalog = Deployment.from_option(self.options["deployment"]).catalog_properties(
                 self.options.get("catalog"), f"{FORMAT} of table {self.options.get('table')!r}")
             with load_file_io({**catalog, **json.loads(io)}, uri).new_input(uri).open() as stream:
                 return pq.read_table(stream)
-        from onceflow.storage import storage_for
-
         data = storage_for(uri, self.options.get("storage_kind") or None, self.options).read_bytes(uri)
         if data is None:
             raise FileNotFoundError(f"{FORMAT}: {uri} was listed and is gone")

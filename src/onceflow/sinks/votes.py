@@ -6,7 +6,7 @@ driver memory: it must be written somewhere durable from that worker.
 
 With the ``pipeline`` and ``deployment`` options (what ``onceflow.spark.batch_job``
 passes every kind) ``record_vote`` records the vote in the pipeline's ledger
-through the coordinator, which refuses a zombie attempt's vote. Without them,
+(``onceflow.core.coordinator.write_vote``), which refuses a zombie attempt's vote. Without them,
 it writes the vote as JSON to the ``vote_path`` option (create-if-absent): for
 using a data source on its own, outside a pipeline.
 
@@ -26,6 +26,10 @@ from typing import Any, Callable, Mapping
 from onceflow.storage import storage_for
 from onceflow.core.batch_id import BatchId
 from onceflow.core.participant import Vote
+from onceflow.config.deployment import Deployment
+from onceflow.core.batch_view import LedgerView
+from onceflow.core.coordinator import write_vote
+from onceflow.core.ledger.storage import deployment_ledger_storage
 
 VOTE_PATH_OPTION = "vote_path"
 # The key of a vote payload that names its version; a payload without it is version 1.
@@ -98,13 +102,8 @@ def record_vote(options: Mapping[str, str], vote: Vote) -> None:
 
 def record_vote_in_ledger(pipeline: str, deployment_option: str, vote: Vote) -> None:
     """The vote into the pipeline's ledger: the pipeline's name and the deployment reach the worker as
-    options; no spec, runtime or participant is built."""
-    from onceflow.core.coordinator import Coordinator
-    from onceflow.core.ledger.storage import deployment_ledger_storage
-    from onceflow.config.deployment import Deployment
-
-    deployment = Deployment.from_option(deployment_option)
-    Coordinator(deployment_ledger_storage(deployment), pipeline, participants={}, identity=f"spark:{pipeline}").record_vote(vote.batch_seq, vote.attempt, vote)
+    options; no spec, runtime, participant or coordinator is built."""
+    write_vote(LedgerView(deployment_ledger_storage(Deployment.from_option(deployment_option)), pipeline), vote)
 
 
 def read_recorded_vote(path: str, options: Mapping[str, str] | None = None) -> Vote | None:

@@ -17,6 +17,7 @@ the next run's recovery) aborts.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import time
@@ -29,6 +30,7 @@ from onceflow.core.plan import NO_GUARANTEE
 from onceflow.core.states import BatchState
 from onceflow.sinks import sink_kind
 from onceflow.sinks.api import job_options
+from onceflow.sources.kafka import data_source as kafka_source
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +58,6 @@ class JobResult:
 
 def register_data_sources(spark, spec) -> None:
     """The input's data source, and the one of each sink kind the pipeline writes."""
-    import importlib
-
-    from onceflow.sources.kafka import data_source as kafka_source
-
     kafka_source.register(spark)
     for module in sorted({sink_kind(s.kind).data_source for s in spec.sinks}):
         importlib.import_module(module).register(spark)

@@ -27,13 +27,18 @@ settings, catalog secrets) must be set where the server runs.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import tempfile
 import threading
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
+
+from onceflow.config.settings import ConfigurationError
+from onceflow.storage.local import LocalStorage
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +78,6 @@ def _names(code_zips: Sequence[str]) -> str:
 
 def session_url(connection_url: str, session_id: str) -> str:
     """``sc://host:port/;params`` (what SparkConnectHook.get_connection_url gives) with ``session_id``."""
-    from onceflow.config.settings import ConfigurationError
-
     if "session_id=" in connection_url:
         raise ConfigurationError("the Spark Connect connection names a session_id: remove it, onceflow names the "
                                  "session of each pipeline's code itself")
@@ -92,8 +95,6 @@ def check_connection_url(connection_url: str) -> None:
     """Refuse, naming the fix, a token the client would send over TLS to a server on this machine: the
     Spark Connect client speaks TLS to every host but ``localhost`` once a token is set, and a server
     without TLS answers each handshake with an error the client retries for minutes."""
-    from onceflow.config.settings import ConfigurationError
-
     address, params = _host_and_params(connection_url)
     host = address.rsplit(":", 1)[0].strip("[]")
     if "token" in params and params.get("use_ssl", "").lower() != "true" and host in LOOPBACK:
@@ -104,8 +105,6 @@ def check_connection_url(connection_url: str) -> None:
 
 def refused(exc: BaseException, connection_url: str) -> Exception | None:
     """A ConfigurationError for a server that refused this client's token (gRPC UNAUTHENTICATED), else None."""
-    from onceflow.config.settings import ConfigurationError
-
     if "UNAUTHENTICATED" not in str(exc):
         return None
     address, params = _host_and_params(connection_url)
@@ -124,9 +123,6 @@ def is_session_closed(exc: BaseException) -> bool:
 
 def _generation_hint(connection_url: str, code_zips: Sequence[str]) -> Path:
     """Where this machine remembers the generation that last worked for this code on this server."""
-    import hashlib
-    import tempfile
-
     key = hashlib.sha256(f"{connection_url}|{_names(code_zips)}".encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"onceflow-connect-{os.getuid()}-{key}.generation"
 
@@ -139,8 +135,6 @@ def _read_hint(path: Path) -> int:
 
 
 def _write_hint(path: Path, generation: int) -> None:
-    from onceflow.storage.local import LocalStorage
-
     try:
         LocalStorage().replace(str(path), str(generation).encode())  # atomic: a reader sees one value or the other
     except OSError:

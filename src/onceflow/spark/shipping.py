@@ -7,7 +7,11 @@ task log and in the task's rendered fields (docs/deploying.md, "Security")."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
+import tempfile
+import zipfile
 from pathlib import Path
 
 from onceflow.config.settings import ConfigurationError
@@ -40,11 +44,6 @@ def code_zip(module_name: str) -> str:
     Named by a hash of its source files and published with an atomic rename:
     every task process re-parses the DAG, and a spark-submit reading the zip
     must never see one that another parse is rewriting."""
-    import hashlib
-    import importlib.util
-    import tempfile
-    import zipfile
-
     top = module_name.split(".")[0]
     found = importlib.util.find_spec(top)
     if found is None or not found.origin:

@@ -35,6 +35,13 @@ from typing import Sequence
 
 from onceflow.config.settings import ConfigurationError
 from onceflow.pipeline.spec import PipelineSpec
+from onceflow.config.deployment import Deployment
+from onceflow.core.states import IllegalTransition
+from onceflow.pipeline.discovery import spec_in_module
+from onceflow.pipeline.runtime import PipelineRuntime
+from onceflow.spark.batch_job import run_batch
+from onceflow.spark.local_session import local_spark
+from onceflow.spark.shipping import spec_from_environment
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -50,18 +57,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def load_spec(name: str, spec_location: str | None) -> PipelineSpec:
     if spec_location is None:
-        from onceflow.spark.shipping import spec_from_environment
-
         return spec_from_environment(name)
-    from onceflow.pipeline.discovery import spec_in_module
-
     return spec_in_module(name, spec_location)
 
 
 def spark_session(master: str | None):
     if master:
-        from onceflow.spark.local_session import local_spark
-
         return local_spark("onceflow-run-batch", master=master)
     from pyspark.sql import SparkSession
 
@@ -71,11 +72,6 @@ def spark_session(master: str | None):
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    from onceflow.core.states import IllegalTransition
-    from onceflow.config.deployment import Deployment
-    from onceflow.pipeline.runtime import PipelineRuntime
-    from onceflow.spark.batch_job import run_batch
-
     try:
         spec = load_spec(args.pipeline, args.spec)
         deployment = Deployment.from_environment(args.warehouse)

@@ -6,6 +6,10 @@ from typing import TYPE_CHECKING, Mapping
 from urllib.parse import urlparse
 
 from onceflow.storage.base import Storage
+from onceflow.config.settings import ConfigurationError
+from onceflow.storage.hadoop import HadoopStorage
+from onceflow.storage.local import LocalStorage
+from onceflow.storage.s3 import OPTION_KEYS, S3Storage
 
 if TYPE_CHECKING:
     from onceflow.config.deployment import Deployment
@@ -29,21 +33,13 @@ def storage_for(uri: str, kind: str | None = None, options: Mapping[str, str] | 
     if kind == "local":
         if scheme not in ("", "file"):
             raise ValueError(f"storage kind 'local' cannot serve {uri}: use a /path or file:// URI, or kind='hadoop'")
-        from onceflow.storage.local import LocalStorage
-
         return LocalStorage()
     if kind == "hadoop":
-        from onceflow.storage.hadoop import HadoopStorage
-
         return HadoopStorage()
     if kind == "s3":
         if scheme not in ("s3", "s3a"):
             raise ValueError(f"storage kind 's3' cannot serve {uri}: use an s3://bucket/prefix URI")
-        from onceflow.storage.s3 import OPTION_KEYS, S3Storage
-
         if not any(k in (options or {}) for k in OPTION_KEYS):
-            from onceflow.config.settings import ConfigurationError
-
             raise ConfigurationError(
                 f"{uri} is on S3 but no S3 connection was given: pass storage=S3Storage(connection) "
                 "(Airflow: S3ConnectionHook(conn_id).connection()) or the s3.* options"
@@ -56,8 +52,6 @@ def warehouse_storage(deployment: Deployment) -> Storage:
     """The storage of ``deployment``'s warehouse (local, Hadoop FS or S3, with its S3
     connection): the ledger, the file outputs and the Kafka sinks' staged copies all use it."""
     if deployment.on_s3:
-        from onceflow.storage.s3 import S3Storage
-
         return S3Storage(deployment.s3)
     return storage_for(deployment.warehouse)
 

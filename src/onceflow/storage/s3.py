@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 from onceflow.config.s3_connection import S3Connection, create_if_absent
 from onceflow.storage.base import MissingStagedFile, PendingStorage, PendingWrite, join
+from onceflow.config.settings import ConfigurationError
 
 OPTION_KEYS = ("s3.endpoint_url", "s3.region")
 # (endpoint, bucket) pairs this process has seen honour If-None-Match.
@@ -275,8 +276,6 @@ class S3Storage(PendingStorage):
         overwrote = create_if_absent(self.client, bucket, key, b"second")
         self.client.delete_object(Bucket=bucket, Key=key)
         if overwrote:
-            from onceflow.config.settings import ConfigurationError
-
             raise ConfigurationError(
                 f"the S3 store at {self.connection.endpoint_url or 'AWS'} (bucket {bucket!r}) ignores conditional writes "
                 "(PutObject with If-None-Match: * overwrote an existing object). onceflow's ledger needs them to decide "

@@ -43,9 +43,13 @@ from onceflow.core.participant import Outcome, Participant, Vote
 from onceflow.core.plan import AT_LEAST_ONCE, NO_GUARANTEE, Plan, SinkPlan
 from onceflow.config.deployment import Deployment
 from onceflow.config.settings import ConfigurationError
-from onceflow.sinks import kind_module, sink_kind
+from onceflow.sinks import kind_module, sink_kind, reprocessing
 from onceflow.sinks.api import AuditScope, job_options
 from onceflow.pipeline.spec import PipelineSpec, SinkSpec
+from onceflow.core.coordinator import Coordinator
+from onceflow.core.ledger.storage import deployment_ledger_storage
+from onceflow.core.planning.intervals import ReprocessRefused
+from onceflow.core.states import BatchState
 
 Row = Mapping[str, object]
 
@@ -297,10 +301,6 @@ class SinkConformance(_Kit):
         assert how in ("replaced", "republished", None)
         self.committed(sink_harness, sink_harness.pre_commit(7, 1, rows_of(7, 1)))
         if how is None:  # refused before anything is read: the earlier batch stays as it was
-            from onceflow.core.planning.intervals import ReprocessRefused
-            from onceflow.sinks import reprocessing
-            from onceflow.pipeline.spec import PipelineSpec
-
             with pytest.raises(ReprocessRefused):
                 reprocessing(PipelineSpec(sink_harness.pipeline, ("t",), "m:f", (sink_harness.sink,)))
             assert self.of_batch(sink_harness, 7) == seen(rows_of(7, 1), 7)
@@ -370,10 +370,6 @@ class SparkSideConformance(_Kit):
         sink, deployment = sink_harness.sink, sink_harness.deployment
         kind = sink_kind(sink.kind)
         spec = PipelineSpec(sink_harness.pipeline, ("t",), "m:f", (sink,))
-        from onceflow.core.coordinator import Coordinator
-        from onceflow.core.ledger.storage import deployment_ledger_storage
-        from onceflow.core.states import BatchState
-
         coordinator = Coordinator(deployment_ledger_storage(deployment), spec.name, {sink.name: sink_harness.participant()})
         plan = coordinator.plan_new_batch(lambda seq: self.plan(sink_harness, seq))
         seq, attempt = plan.batch_seq, coordinator.begin_attempt(plan.batch_seq)

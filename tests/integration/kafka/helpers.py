@@ -120,8 +120,9 @@ def precommit_batch(config: Mapping[str, Any], topic: str, staging_root, pipelin
     """What batch ``seq``'s Spark tasks leave behind: split ``i`` wrote ``records[i]`` records
     (``batch_value``) into a transaction left open, and exited; the splits wrote one after another in
     ``order`` (split order by default). Returns the vote naming them, in split order."""
-    from onceflow.sinks.kafka.participant import vote_payload
-    from onceflow.sinks.kafka.writer import TransactionalSplitWriter, staged_uri
+    from onceflow.sinks.kafka.handle import vote_payload
+    from onceflow.sinks.kafka.writer import TransactionalSplitWriter
+    from onceflow.sinks.kafka.staged import staged_uri
     from onceflow.core.batch_id import BatchId
     from onceflow.core.participant import Vote
 

@@ -28,8 +28,9 @@ from onceflow.kafka.refusals import NotAuthorized
 from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow.pipeline.spec import KAFKA, PipelineSpec, SinkSpec
 from onceflow.sinks.kafka.fencing import fence_transactional_ids
-from onceflow.sinks.kafka.participant import vote_payload
-from onceflow.sinks.kafka.writer import TransactionalSplitWriter, staged_uri
+from onceflow.sinks.kafka.handle import vote_payload
+from onceflow.sinks.kafka.writer import TransactionalSplitWriter
+from onceflow.sinks.kafka.staged import staged_uri
 from onceflow_devkit.services.kafka_security import apply_grants
 from tests.integration.kafka.helpers import read_committed
 
@@ -177,7 +178,7 @@ def test_writing_a_dropped_commit_marker_takes_alter_or_cluster_action_on_the_cl
     # marker written by the Airflow side as a commit of a hanging split would.
     from dataclasses import replace
 
-    from onceflow.sinks.kafka.txn_protocol import write_commit_markers
+    from onceflow.sinks.kafka.markers import write_commit_markers
 
     admin, airflow = secured_kafka.broker.config(), pipeline.airflow.deployment.kafka.config()
     (alter,) = [a for a in ACLS if a.operation == "Alter" and a.of is Of.CLUSTER]

@@ -14,7 +14,7 @@ from onceflow.kafka.acls import AIRFLOW
 from onceflow.kafka.connection import ConnectionRefused, check_connection
 from onceflow.kafka.offsets import KafkaOffsetSource
 from onceflow.kafka.refusals import NotAuthorized
-from onceflow.sinks.kafka.txn_protocol import describe_transactions
+from onceflow.sinks.kafka.coordinators import describe_transactions
 from onceflow_devkit.services.kafka_security import make_certificates
 from tests.integration.kafka.helpers import create_topic, produce_txn, read_committed
 

@@ -119,8 +119,9 @@ class KafkaHarness:
                                      "key binary, value binary")
 
     def pre_commit(self, batch_seq, attempt, rows, replaces=None, task_attempt=0):
-        from onceflow.sinks.kafka.participant import vote_payload
-        from onceflow.sinks.kafka.writer import DirectSplitWriter, TransactionalSplitWriter, staged_uri
+        from onceflow.sinks.kafka.handle import vote_payload
+        from onceflow.sinks.kafka.writer import DirectSplitWriter, TransactionalSplitWriter
+        from onceflow.sinks.kafka.staged import staged_uri
 
         batch_id = layout.batch_id(batch_seq)
         transactional = self.sink.guarantee == EXACTLY_ONCE
@@ -150,8 +151,8 @@ class KafkaHarness:
         (the splits' and their repairs'), which the broker aborts within the transaction timeout; a broker
         that does not describe transactions (docs/brokers.md) shows the staged copies alone."""
         from onceflow.config.warehouse_layout import kafka_staging_dir
-        from onceflow.kafka.ids import repair_id
-        from onceflow.sinks.kafka.txn_protocol import TransactionState, describe_transactions
+        from onceflow.sinks.kafka.ids import repair_id
+        from onceflow.sinks.kafka.coordinators import describe_transactions, TransactionState
 
         staging = kafka_staging_dir(self.warehouse, self.pipeline, "out", layout.batch_id(batch_seq))
         held = [Held(f"staged copy {staging}/{path}") for path in storage_for(staging).list_tree(staging)]
@@ -164,14 +165,14 @@ class KafkaHarness:
                        for txn_id, view in sorted(views.items()) if view.state is TransactionState.ONGOING]
 
     def aged(self, vote, by):
-        from onceflow.sinks.kafka.participant import handles_of, vote_payload
+        from onceflow.sinks.kafka.handle import handles_of, vote_payload
 
         older = [dataclasses.replace(h, first_write_ms=h.first_write_ms - int(by.total_seconds() * 1000)) for h in handles_of(vote)]
         return dataclasses.replace(vote, payload=vote_payload(older))
 
     def job_failed(self, vote):
         from onceflow.sinks.kafka.fencing import fence_transactional_ids
-        from onceflow.sinks.kafka.participant import handles_of
+        from onceflow.sinks.kafka.handle import handles_of
 
         fence_transactional_ids(self.broker.config(), [h.transactional_id for h in handles_of(vote)])
 

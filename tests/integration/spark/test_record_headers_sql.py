@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from onceflow.sinks.kafka.headers import FORMATS, REPAIR, batch_and_split, record_headers, sql_batch_and_split
-from onceflow.kafka.ids import transactional_id
+from onceflow.sinks.kafka.ids import transactional_id
 from onceflow.kafka.reader import HEADERS_TYPE
 
 

@@ -58,7 +58,7 @@ def test_every_row_belongs_to_a_principal_and_says_why_and_rows_are_told_apart_b
 
 def test_a_pipeline_s_id_prefix_never_covers_another_pipeline_whose_name_begins_alike():
     (prefix,) = {g.name for g in grants(ORDERS) if g.resource is Resource.TRANSACTIONAL_ID}
-    from onceflow.kafka.ids import transactional_id
+    from onceflow.sinks.kafka.ids import transactional_id
 
     assert transactional_id("orders", "out", 0, 1).startswith(prefix)
     assert not transactional_id("orders2", "out", 0, 1).startswith(prefix)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from onceflow.kafka.config import REDACTED, RECEIVE_MESSAGE_MAX_BYTES, consumer_config, kafka_python_config, producer_config, redact
-from onceflow.kafka.ids import is_split_id, repair_id, transactional_id, transactional_ids
-from onceflow.sinks.kafka.txn_protocol import ACTIONS, CONNECTION_CLOSED, Action, classify
+from onceflow.sinks.kafka.ids import is_split_id, repair_id, transactional_id, transactional_ids
+from onceflow.sinks.kafka.txn_protocol import ACTIONS
+from onceflow.sinks.kafka.broker_answers import Action, classify, CONNECTION_CLOSED
 from onceflow.config.settings import ConfigurationError
 
 SECURE = {

@@ -9,7 +9,8 @@ import pytest
 from onceflow.config.kafka_cluster import SASL_MECHANISMS, KafkaCluster
 from onceflow.config.settings import ConfigurationError
 from onceflow.kafka.config import kafka_python_config, principal
-from onceflow.kafka.ids import pipeline_prefix, transactional_id
+from onceflow.config.names import transactional_id_prefix
+from onceflow.sinks.kafka.ids import transactional_id
 
 SCRAM = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "onceflow-spark",
          "sasl.password": "s3cret", "ssl.ca.location": "/etc/kafka/ca.pem"}
@@ -50,6 +51,6 @@ def test_a_clusters_environment_keeps_its_secrets_apart_and_reads_back_whole(mon
 
 
 def test_a_pipelines_id_prefix_ends_at_the_separator_so_it_grants_no_other_pipeline():
-    assert pipeline_prefix("orders") == "onceflow.orders."
-    assert transactional_id("orders", "daily", 0, 7).startswith(pipeline_prefix("orders"))
-    assert not transactional_id("orders2", "daily", 0, 7).startswith(pipeline_prefix("orders"))
+    assert transactional_id_prefix("orders") == "onceflow.orders."
+    assert transactional_id("orders", "daily", 0, 7).startswith(transactional_id_prefix("orders"))
+    assert not transactional_id("orders2", "daily", 0, 7).startswith(transactional_id_prefix("orders"))

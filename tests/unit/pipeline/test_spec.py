@@ -36,7 +36,7 @@ def test_unknown_or_no_input_columns_fail_naming_the_setting_and_the_choices(col
 def test_dotted_names_that_could_share_transactional_ids_are_refused_when_the_spec_is_written():
     """Pipeline ``a.b`` with sink ``c`` and pipeline ``a`` with sink ``b.c`` would both derive
     ``onceflow.a.b.c.0`` and fence each other: the spec refuses the dot, as the ids do."""
-    from onceflow.kafka.ids import transactional_id
+    from onceflow.sinks.kafka.ids import transactional_id
     from onceflow.pipeline.spec import KAFKA, PipelineSpec, SinkSpec
 
     with pytest.raises(ConfigurationError, match="sink name 'b.c' is not valid: use 1-100 characters"):

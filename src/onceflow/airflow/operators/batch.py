@@ -32,12 +32,21 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
 from onceflow.core.ledger.ledger import BATCH_EFFECT
 from onceflow.core.planning import run_inputs
 from onceflow.core.batch_id import BatchId
 from onceflow.core.states import BatchState
 from onceflow.pipeline.spec import INTERVAL, PipelineSpec
+from onceflow.airflow import metrics
+from onceflow.airflow.assets import announce, announced_batches
+from onceflow.airflow.deployed import DeployedPipeline
+from onceflow.core import faults
+from onceflow.core.errors import ConcurrentPlanError
+from onceflow.core.lag import input_lag
+from onceflow.core.planning.intervals import Interval, PlanMustWait, ReprocessRefused
+from onceflow.sinks import reprocessing
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +59,6 @@ def _on_finished(runtime, finished: list[int], seq: int) -> None:
 
 def _emit_metrics(runtime, seq: int) -> None:
     """Airflow metrics of a batch this task finished, with the input lag behind it."""
-    from onceflow.airflow import metrics
-    from onceflow.core.lag import input_lag
-
     try:
         lag = input_lag(runtime)
     except Exception as exc:  # Kafka unreachable now: the batch is finished all the same
@@ -64,8 +70,6 @@ def _emit_metrics(runtime, seq: int) -> None:
 def task_runtime(context, deployed):
     """Where every task that runs protocol steps starts: arm the run's injected
     faults (test deployments only), then build the runtime from the connections."""
-    from onceflow.core import faults
-
     faults.arm_run_param((context.get("params") or {}).get(faults.RUN_PARAM))
     ti = context["ti"]
     identity = f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
@@ -108,8 +112,6 @@ class _BatchOperator(BaseOperator):
         self.plan_task_id = plan_task_id
 
     def runtime(self, context):
-        from onceflow.airflow.deployed import DeployedPipeline
-
         deployed = DeployedPipeline(context["ti"].dag_id, self.pipeline, self.warehouse, self.kafka_conn_id,
                                     self.aws_conn_id)
         runtime = task_runtime(context, deployed)
@@ -126,8 +128,6 @@ class _BatchOperator(BaseOperator):
         task to announce it, nor has one whose task died before Airflow recorded its events). The
         events already recorded are read through the alias (every protocol task's inlet), so a
         batch is announced once whichever tasks see it."""
-        from onceflow.airflow.assets import announce, announced_batches
-
         statuses = [runtime.reader.describe(seq) for seq in dict.fromkeys([*self._finished, *([also] if also else [])])]
         status = newest_before
         for _ in range(UNANNOUNCED_LOOKBACK):  # past the aborted batches that may follow it
@@ -174,10 +174,6 @@ def backfill_refusal(pipeline: str, context) -> str | None:
 
 def run_interval(pipeline: str, context):
     """The DAG run's data interval, for an interval pipeline; AirflowFailException if it has none."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from onceflow.core.planning.intervals import Interval
-
     start, end = context.get("data_interval_start"), context.get("data_interval_end")
     if start is None or end is None or end <= start:
         raise AirflowFailException(
@@ -200,8 +196,6 @@ class PlanBatchOperator(_BatchOperator):
     """
 
     def execute(self, context) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowFailException
-
         try:
             inputs = self.run_inputs(context)
         except run_inputs.RunParamsRefused as refused:
@@ -235,12 +229,6 @@ class PlanBatchOperator(_BatchOperator):
 
     def _plan_interval(self, context, inputs: run_inputs.RunInputs) -> dict[str, Any]:
         """An interval pipeline's run: the batch of its data interval (``onceflow.core.planning.interval_planner``)."""
-        from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
-
-        from onceflow.core.errors import ConcurrentPlanError
-        from onceflow.core.planning.intervals import PlanMustWait, ReprocessRefused
-        from onceflow.sinks import reprocessing
-
         interval = run_interval(self.pipeline.name, context)
         runtime = self.runtime(context)
         runtime.check_outputs()
@@ -275,8 +263,6 @@ class PlanBatchOperator(_BatchOperator):
     def _skip_committed(self, plan, hint: str = "") -> None:
         """A cleared or re-run run whose batch is committed: say so in the task
         log (the skip reason alone does not always reach it), then skip the run."""
-        from airflow.sdk.exceptions import AirflowSkipException
-
         message = f"batch {plan.batch_id} of {self.pipeline.name} (this run's) is already committed: nothing to do"
         message += f" ({hint})" if hint else ""
         log.info(message)

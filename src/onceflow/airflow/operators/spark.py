@@ -31,6 +31,8 @@ from dataclasses import replace
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+from airflow.sdk import BaseHook
 
 from onceflow.core import faults
 from onceflow.airflow.deployed import PLAN_TASK_ID, DeployedPipeline
@@ -40,6 +42,9 @@ from onceflow.config.kafka_cluster import KafkaCluster, is_secret
 from onceflow.config.settings import ICEBERG_CATALOGS_VAR, KAFKA_BOOTSTRAP_VAR, ConfigurationError
 from onceflow.pipeline.spec import PipelineSpec
 from onceflow.spark.shipping import SPEC_VAR
+from onceflow.airflow.operators.batch import planned_seq, task_runtime
+from onceflow.pipeline.runtime import PipelineRuntime
+from onceflow.spark.connect import ConnectBatchJob
 
 log = logging.getLogger(__name__)
 # Environment variables that hold a secret, or half of a key pair without its secret.
@@ -111,9 +116,6 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         return env
 
     def execute(self, context):
-        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-        from airflow.sdk import BaseHook
-
         if BaseHook.get_connection(self._conn_id).conn_type == SparkConnectHook.conn_type:
             self._connect_mode = True
             return self.execute_connect(context, SparkConnectHook(self._conn_id).get_connection_url())
@@ -133,10 +135,6 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         return cluster_from_extra(f"the Kafka connection of task {self.task_id}", config)
 
     def execute_connect(self, context, connection_url: str) -> dict[str, Any]:
-        from onceflow.spark.connect import ConnectBatchJob
-        from onceflow.airflow.operators.batch import planned_seq, task_runtime
-        from onceflow.pipeline.runtime import PipelineRuntime
-
         if self.deployed is None:
             raise ConfigurationError(f"task {self.task_id}: connection {self._conn_id!r} is a Spark Connect "
                                      "connection, which needs the deployed pipeline: build the task with pipeline_dag")

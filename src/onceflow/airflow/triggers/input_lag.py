@@ -27,6 +27,9 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from onceflow.config.input_schedule import InputSchedule, InputState, reason_to_fire
 from onceflow.core.states import BatchState
+from onceflow.airflow.deployed import DeployedPipeline
+from onceflow.core.lag import input_lag
+from onceflow.pipeline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +54,6 @@ class InputLagTrigger(BaseEventTrigger):
         })
 
     def _runtime(self):
-        from onceflow.airflow.deployed import DeployedPipeline
-        from onceflow.pipeline.spec import PipelineSpec
-
         deployed = DeployedPipeline(self.dag_id, PipelineSpec.from_json(self.spec_json), self.warehouse,
                                     self.kafka_conn_id, self.aws_conn_id)
         return deployed.runtime(identity=f"airflow-triggerer:{self.dag_id}")
@@ -61,8 +61,6 @@ class InputLagTrigger(BaseEventTrigger):
     def look(self, runtime, source) -> InputState:
         """One look at the input (through ``source``, an open offset source) and the ledger
         (blocking: run in a thread)."""
-        from onceflow.core.lag import input_lag
-
         # The newest batch first, then the lag: a batch that commits between the two reads is then
         # either seen in flight or left out of the lag, never seen done with its records still waiting.
         latest = runtime.reader.describe()

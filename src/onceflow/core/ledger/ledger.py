@@ -52,6 +52,7 @@ from onceflow.core.ledger.records import (
     encode,
 )
 from onceflow.core.ledger.storage import LedgerStorage
+from onceflow.config.settings import ConfigurationError
 
 BATCH_EFFECT = "_batch"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -65,8 +66,6 @@ for _kind in Kind:
 def check_name(what: str, name: str) -> str:
     """Pipeline and participant names become path segments: keep them plain."""
     if not _NAME.match(name) or name == BATCH_EFFECT:
-        from onceflow.config.settings import ConfigurationError
-
         raise ConfigurationError(
             f"{what} name {name!r} is not usable in ledger paths: use letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"

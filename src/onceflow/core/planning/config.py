@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from onceflow.core.plan import SinkPlan
+from onceflow.config.settings import ConfigurationError
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,6 @@ class StartPosition:
             return cls(text)
         if text.startswith("timestamp:") and text[10:].isdigit():
             return cls("timestamp", int(text[10:]))
-        from onceflow.config.settings import ConfigurationError
-
         raise ConfigurationError(
             f"start_position {value!r} is not valid: use 'earliest', 'latest', or a timestamp in epoch "
             "milliseconds (an int or 'timestamp:<ms>')"
@@ -56,8 +55,6 @@ class PlanConfig:
     transform_params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from onceflow.config.settings import ConfigurationError
-
         object.__setattr__(self, "topics", tuple(self.topics))
         object.__setattr__(self, "sinks", tuple(self.sinks))
         object.__setattr__(self, "start", StartPosition.parse(self.start))

@@ -20,7 +20,7 @@ task, in this order::
 
 Batches of different intervals never touch each other: each has its own
 attempts, votes and decision (per-batch fencing), and its own Kafka
-transactional ids (``kafka.ids``); its slot (``intervals.slot_of``)
+transactional ids (``sinks.kafka.ids``); its slot (``intervals.slot_of``)
 only bounds how many run at once.
 """
 

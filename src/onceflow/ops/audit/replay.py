@@ -48,9 +48,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence, Set
 
 from onceflow.config.settings import ConfigurationError
-from onceflow.sinks import AuditScope, sink_kind
+from onceflow.sinks import AuditScope, sink_kind, committed_reader
 from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE, NO_GUARANTEE
 from onceflow.ops.audit.ranges import accounted_plans, contiguity_errors, replaced_batches, uncommitted_plans
+from onceflow.spark.batch_job import read_input, register_data_sources, release
 
 
 @dataclass
@@ -233,9 +234,6 @@ def replay_audit(spark, runtime, batches: str | None = None, sample: int | None 
     (module docstring)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
-
-    from onceflow.sinks import committed_reader
-    from onceflow.spark.batch_job import read_input, register_data_sources, release
 
     started = time.monotonic()
     spec, deployment = runtime.spec, runtime.deployment

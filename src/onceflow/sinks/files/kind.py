@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from onceflow.sinks.files.participant import FileSink
-from onceflow.sinks.api import SinkKind
+from onceflow.sinks.api import SinkKind, CommittedOutput, committed_parquet
 from onceflow.storage import warehouse_storage, warehouse_storage_options
+from onceflow.sinks.files import layout
+from onceflow.sinks.files.entries import Manifest
 
 
 # The Spark data source that pre-commits this kind (onceflow.sinks.files.data_source registers it).
@@ -40,10 +42,6 @@ class FilesKind(SinkKind):
     def committed_output(self, spark, sink, pipeline, deployment, scope):
         """Every Parquet file a reader of the output's directory sees, by ``batch=`` directory, and
         each directory checked against its ``_SUCCESS`` manifest."""
-        from onceflow.sinks.api import CommittedOutput, committed_parquet
-        from onceflow.sinks.files import layout
-        from onceflow.sinks.files.entries import Manifest
-
         storage, root = warehouse_storage(deployment), self.location(sink, deployment.warehouse)
         files, findings = [], []
         for name in sorted(storage.list_dir(root)):

@@ -8,7 +8,11 @@ import importlib.util
 import json
 from typing import Any, Mapping
 
-from onceflow.sinks.api import SinkKind
+from onceflow.sinks.api import SinkKind, CommittedOutput, committed_parquet
+from onceflow.config.iceberg_catalogs import public_properties
+from onceflow.config.settings import ConfigurationError
+from onceflow.sinks.iceberg.participant import BATCH_KEY, IcebergTableSink, PIPELINE_KEY, SINK_KEY
+from onceflow.sinks.iceberg.tables import open_catalog, partition_fields, prepared_table
 
 # The Spark data source that pre-commits this kind (onceflow.sinks.iceberg.data_source registers it).
 FORMAT = "onceflow_iceberg"
@@ -33,36 +37,25 @@ class IcebergKind(SinkKind):
         return None  # written data files wait for the commit as long as it takes
 
     def check(self, sink, deployment) -> None:
-        from onceflow.sinks.iceberg.tables import partition_fields
-
         what = f"sink {sink.name!r} (iceberg table {sink.target!r})"
         if importlib.util.find_spec("pyiceberg") is None:
-            from onceflow.config.settings import ConfigurationError
-
             raise ConfigurationError(f"{what}: pyiceberg is not installed where this task runs: install onceflow with "
                                      "its iceberg extra (pip install 'onceflow[iceberg]') on the Airflow workers and "
                                      "the Spark driver and executors")
         properties = deployment.catalog_properties(sink.catalog, what)
         partition_fields(sink.partition_by, what)
         if properties.get("snapshot-loading-mode") == "refs":
-            from onceflow.config.settings import ConfigurationError
-
             raise ConfigurationError(
                 f"{what}: catalog {sink.catalog!r} sets snapshot-loading-mode=refs, which hides the snapshots a commit "
                 "looks for its batch in (a repeated commit would append the batch again): remove the setting")
 
     def participant(self, pipeline, sink, deployment):
-        from onceflow.sinks.iceberg.participant import IcebergTableSink
-
         # Resolved when the participant is used, not built: `onceflow status` needs no catalog.
         properties = functools.partial(deployment.catalog_properties, sink.catalog, f"sink {sink.name!r}")
         return IcebergTableSink(sink.name, pipeline.name, sink.target, sink.catalog, properties)
 
     def pre_commit(self, frame: Any, sink, sink_plan, deployment, job_options: Mapping[str, str]) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
-
-        from onceflow.config.iceberg_catalogs import public_properties
-        from onceflow.sinks.iceberg.tables import open_catalog, prepared_table
 
         what = f"sink {sink.name!r} (iceberg table {sink.target!r})"
         catalog = open_catalog(sink.catalog, deployment.catalog_properties(sink.catalog, what))
@@ -75,11 +68,6 @@ class IcebergKind(SinkKind):
         """The table's current snapshot as any engine reads it: each live data file by the batch
         the summary of the snapshot that added it names."""
         from pyiceberg.exceptions import NoSuchTableError
-
-        from onceflow.sinks.api import CommittedOutput, committed_parquet
-        from onceflow.config.iceberg_catalogs import public_properties
-        from onceflow.sinks.iceberg.participant import BATCH_KEY, PIPELINE_KEY, SINK_KEY
-        from onceflow.sinks.iceberg.tables import open_catalog
 
         what = f"sink {sink.name!r} (iceberg table {sink.target!r})"
         catalog = open_catalog(sink.catalog, deployment.catalog_properties(sink.catalog, what))

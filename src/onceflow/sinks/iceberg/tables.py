@@ -15,13 +15,16 @@ again) never mistakes an earlier ledger's batch in the table for its own.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Mapping
 
 from onceflow.core.batch_id import BatchId
 from onceflow.config.settings import ConfigurationError
+from onceflow.sinks.iceberg import data_files
 
 log = logging.getLogger(__name__)
 # pyiceberg's data file writer puts a table's files under this property's path.
@@ -137,13 +140,8 @@ def write_data_files(table, pipeline: str, sink: str, batch_seq: int, planned_at
     and Parquet settings); what each is (``data_files.encode``). Nothing references them
     yet. Streamed into files for an unpartitioned table; a partitioned one is split by
     partition in memory (pyiceberg's writer needs the whole Arrow table for that)."""
-    import itertools
-    import uuid
-
     import pyarrow as pa
     from pyiceberg.io.pyarrow import _dataframe_to_data_files  # what Table.append writes with
-
-    from onceflow.sinks.iceberg import data_files
 
     batches = iter(batches)
     first = next((b for b in batches if b.num_rows), None)

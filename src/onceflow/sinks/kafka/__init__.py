@@ -14,6 +14,7 @@ Call sequence of one batch, and where each step runs::
     participant.KafkaSinkParticipant.abort      rollback task / recovery (abort)
         txn_protocol.end_txn(abort) + fencing.fence_transactional_ids
 
+Each split's transactional id is derived from its pipeline, sink, batch and split (``ids``).
 Data moves through confluent-kafka; only the requests it lacks (FindCoordinator,
 EndTxn, DescribeTransactions, WriteTxnMarkers) go through kafka-python, in
 ``txn_protocol``, ``coordinators`` and ``markers``.

@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Sequence
 
 from onceflow.core.batch_id import BatchId
 from onceflow.core.participant import Outcome, Result
-from onceflow.kafka.ids import transactional_id
+from onceflow.sinks.kafka.ids import transactional_id
 from onceflow.sinks.kafka.answers import COMMIT_ANSWERS, CommitAnswer, Read, inconsistent, unreadable
 from onceflow.sinks.kafka.broker_answers import Action
 from onceflow.sinks.kafka.coordinators import (

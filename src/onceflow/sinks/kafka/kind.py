@@ -9,12 +9,23 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Mapping
 
 from onceflow.core import faults
-from onceflow.kafka.ids import transactional_ids
+from onceflow.sinks.kafka.ids import transactional_ids
 from onceflow.kafka.lifetime import DEFAULT_SAFETY_FRACTION
 from onceflow.sinks.kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, PARTITIONERS
 from onceflow.config.settings import ConfigurationError
-from onceflow.sinks.api import EXACTLY_ONCE, GUARANTEES, OpenTransaction, SinkKind, refuse_options
+from onceflow.sinks.api import (
+    EXACTLY_ONCE,
+    GUARANTEES,
+    OpenTransaction,
+    SinkKind,
+    refuse_options,
+    CommittedOutput,
+    committed_parquet,
+)
 from onceflow.storage import warehouse_storage, warehouse_storage_options
+from onceflow.config.warehouse_layout import withheld_dir
+from onceflow.sinks.kafka.handle import handles_of
+from onceflow.sinks.kafka.headers import sql_batch_and_split
 
 if TYPE_CHECKING:
     from onceflow.sinks.kafka.participant import KafkaSinkParticipant
@@ -38,8 +49,6 @@ def check_transaction_timeout(sink, broker_max: str | None) -> None:
     if broker_max is None:
         return  # the broker reports no limit (the embedded brokers): init_transactions will tell
     if sink.transaction_timeout_ms > int(broker_max):
-        from onceflow.config.settings import ConfigurationError
-
         raise ConfigurationError(
             f"sink {sink.name!r}: transaction_timeout_ms={sink.transaction_timeout_ms} is above the brokers' "
             f"{MAX_TIMEOUT_SETTING}={broker_max}: lower SinkSpec.transaction_timeout_ms to at most {broker_max}, "
@@ -105,7 +114,7 @@ class KafkaKind(SinkKind):
         from confluent_kafka import KafkaException
 
         from onceflow.kafka.admin import topic_setting
-        from onceflow.sinks.kafka.writer import max_record_bytes_of
+        from onceflow.sinks.kafka.withheld import max_record_bytes_of
 
         config = deployment.kafka.config()
         try:
@@ -117,8 +126,6 @@ class KafkaKind(SinkKind):
         return max_record_bytes_of(config, topic_limit=int(topic_limit) if topic_limit else None)
 
     def open_transactions(self, sink, vote) -> list[OpenTransaction]:
-        from onceflow.sinks.kafka.handle import handles_of
-
         return [
             OpenTransaction(h.transactional_id, h.split, h.first_write_ms, sink.transaction_timeout_ms)
             for h in handles_of(vote)
@@ -169,12 +176,8 @@ class KafkaKind(SinkKind):
         from pyspark.sql import functions as F
         from pyspark.sql.types import StructType
 
-        from onceflow.sinks.api import CommittedOutput, committed_parquet
         from onceflow.kafka.offsets import KafkaOffsetSource
         from onceflow.kafka.reader import RANGE_FORMAT
-        from onceflow.sinks.kafka.headers import sql_batch_and_split
-        from onceflow.sinks.kafka.handle import handles_of
-        from onceflow.config.warehouse_layout import withheld_dir
 
         batch_of, split_of = sql_batch_and_split("headers")
 

@@ -14,13 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from confluent_kafka.admin import AdminClient
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
+from kafka import KafkaAdminClient
+from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
-from onceflow.kafka.config import kafka_python_config
+from onceflow.kafka.config import kafka_python_config, base_config
 from onceflow.sinks.kafka.broker_answers import classify
 
 
@@ -60,9 +63,6 @@ class OpenTransaction:
 def open_transactions(config: Mapping[str, Any], topic: str, partitions: Sequence[int],
                       timeout_s: float = 30.0) -> dict[int, tuple[OpenTransaction, ...]]:
     """Per partition of ``topic``, the transactions open in it (DescribeProducers: READ on the topic)."""
-    from kafka import KafkaAdminClient
-    from kafka.structs import TopicPartition as KafkaTopicPartition
-
     admin = KafkaAdminClient(**kafka_python_config(config), request_timeout_ms=int(min(timeout_s, 30) * 1000))
     try:
         described = admin.describe_producers([KafkaTopicPartition(topic, p) for p in partitions])
@@ -89,10 +89,6 @@ def write_commit_markers(config: Mapping[str, Any], topic: str, partitions: Sequ
     does. Writing markers needs ALTER or CLUSTER_ACTION on the cluster (an optional grant of
     ``onceflow.kafka.acls``); its refusal is an answer like any other, naming the principal.
     """
-    from confluent_kafka.admin import AdminClient
-
-    from onceflow.kafka.config import base_config
-
     timeout_ms = int(min(timeout_s, 30) * 1000)
     settings = kafka_python_config(config)
     holders = open_transactions(config, topic, partitions, timeout_s)

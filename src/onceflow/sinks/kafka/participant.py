@@ -36,10 +36,7 @@ from onceflow.sinks.kafka.visibility import Observer
 from onceflow.sinks.kafka.withheld import publish_withheld
 from onceflow.sinks.votes import UnreadablePayload
 from onceflow.storage import Storage, storage_for
-# Names this module held before the sink was split by job: they still import from it.
-from onceflow.sinks.kafka.answers import ABORT_LEFT, Left, left_after_abort  # noqa: F401
-from onceflow.sinks.kafka.handle import handles_of, vote_payload  # noqa: F401
-from onceflow.sinks.kafka.withheld import withheld_file  # noqa: F401
+from onceflow.sinks.kafka.handle import handles_of
 
 AFTER_END_TXN = faults.declare("kafka.commit.after_end_txn", "Kafka sink commit: EndTxn sent for every split, nothing verified yet")
 

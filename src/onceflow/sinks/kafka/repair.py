@@ -18,7 +18,7 @@ from onceflow.core.participant import Outcome, Result
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import producer_config
-from onceflow.kafka.ids import repair_id
+from onceflow.sinks.kafka.ids import repair_id
 from onceflow.kafka.produce import produce_waiting
 from onceflow.sinks.kafka.answers import inconsistent, unreadable
 from onceflow.sinks.kafka.handle import TxnHandle, handle_headers

@@ -36,13 +36,9 @@ from kafka.protocol.producer import EndTxnRequest
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import kafka_python_config
-from onceflow.sinks.kafka.broker_answers import (
-    ACTIONS as ACTIONS, CONNECTION_CLOSED, COORDINATOR_NOT_AVAILABLE, Action, classify)
+from onceflow.sinks.kafka.broker_answers import CONNECTION_CLOSED, COORDINATOR_NOT_AVAILABLE, Action, classify
+from onceflow.sinks.kafka.broker_answers import ACTIONS as ACTIONS  # docs/brokers.md names it here
 from onceflow.sinks.kafka.coordinators import find_coordinators
-# The coordinators' views and the markers were parts of this module: their names still import from it.
-from onceflow.sinks.kafka.coordinators import (  # noqa: F401
-    CoordinatorView, CoordinatorViews, TransactionState, describe_transactions)
-from onceflow.sinks.kafka.markers import MarkerOutcome, OpenTransaction, open_transactions, write_commit_markers  # noqa: F401
 
 log = logging.getLogger(__name__)
 

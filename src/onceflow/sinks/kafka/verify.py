@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from onceflow.core.participant import Outcome, Result, Vote
-from onceflow.kafka.ids import is_split_id
+from onceflow.sinks.kafka.ids import is_split_id
 from onceflow.sinks.kafka.coordinators import TransactionState, describe_transactions, recorded_state
 from onceflow.sinks.kafka.handle import TxnHandle, handles_of
 from onceflow.sinks.kafka.output import KafkaOutput

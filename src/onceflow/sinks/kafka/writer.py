@@ -39,18 +39,15 @@ from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import direct_producer_config, producer_config
-from onceflow.kafka.ids import transactional_id
+from onceflow.sinks.kafka.ids import transactional_id
 from onceflow.kafka.lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
 from onceflow.sinks.kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, SplitPartitioner
 from onceflow.sinks.kafka.producing import SplitDeliveries, produce_rows, producer_eos
 from onceflow.sinks.kafka.headers import CURRENT_FORMAT, REPAIR, record_headers
-# The handle, the staged copy and the withheld records were parts of this module: their names still import from it.
-from onceflow.sinks.kafka.handle import (
-    TRANSACTION_VERSION, PartitionWrite as PartitionWrite, TxnHandle, handle_headers as handle_headers)
-from onceflow.sinks.kafka.staged import (
-    STAGED_SCHEMA, staged_batch, StagedCopyDamaged as StagedCopyDamaged, open_staged as open_staged, staged_uri as staged_uri)
-from onceflow.sinks.kafka.withheld import (
-    DEFAULT_MESSAGE_MAX_BYTES as DEFAULT_MESSAGE_MAX_BYTES, Withholder, max_record_bytes_of, withheld_uri_of)
+from onceflow.sinks.kafka.handle import TRANSACTION_VERSION, TxnHandle
+from onceflow.sinks.kafka.staged import STAGED_SCHEMA, staged_batch
+from onceflow.sinks.kafka.staged import staged_uri as staged_uri  # the Kafka data source takes it from here
+from onceflow.sinks.kafka.withheld import Withholder, max_record_bytes_of, withheld_uri_of
 
 _WRITE_CHUNK = 50_000  # rows of write() calls produced together
 # A split is produced in bulk: batch for 20 ms, and queue a whole Arrow batch without blocking.

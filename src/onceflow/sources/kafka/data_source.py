@@ -40,6 +40,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from onceflow.kafka.reader import RANGE_FORMAT as FORMAT  # the name this data source registers under
 from onceflow.core.plan import OffsetRange
 from onceflow.sources.kafka.columns import INPUT_COLUMNS, check_input_columns
+from onceflow.config.deployment import Deployment
+from onceflow.kafka.reader import read_range, split_range
 
 _DDL = {
     "key": "binary",
@@ -81,8 +83,6 @@ class KafkaRangeReader(DataSourceReader):
         self.columns = columns
 
     def partitions(self) -> list[RangePartition]:
-        from onceflow.kafka.reader import split_range
-
         parts = [
             RangePartition(sub.to_dict())
             for rng in self.ranges
@@ -95,9 +95,6 @@ class KafkaRangeReader(DataSourceReader):
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         if not partition.range:
             return
-        from onceflow.kafka.reader import read_range
-        from onceflow.config.deployment import Deployment
-
         rng = OffsetRange.from_dict(partition.range)
         config = Deployment.from_option(self.deployment).kafka.config()
         schema = pa.schema([ARROW_SCHEMA.field(c) for c in self.columns])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.sinks.kafka.writer import TxnHandle
+from onceflow.sinks.kafka.handle import TxnHandle
 
 CHILD = Path(__file__).with_name("precommit_child.py")
 from tests.support import ROOT

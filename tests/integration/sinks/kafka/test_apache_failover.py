@@ -17,9 +17,10 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from onceflow.core import faults
 from onceflow.kafka.config import kafka_python_config
-from onceflow.kafka.ids import transactional_id
-from onceflow.sinks.kafka.participant import AFTER_END_TXN, KafkaSinkParticipant, handles_of
-from onceflow.sinks.kafka.txn_protocol import TransactionState, describe_transactions
+from onceflow.sinks.kafka.ids import transactional_id
+from onceflow.sinks.kafka.participant import AFTER_END_TXN, KafkaSinkParticipant
+from onceflow.sinks.kafka.handle import handles_of
+from onceflow.sinks.kafka.coordinators import describe_transactions, TransactionState
 from onceflow.core.participant import Outcome
 from onceflow_devkit.services.apache_kafka import start_apache_cluster
 from tests.conftest import TEST_HOME

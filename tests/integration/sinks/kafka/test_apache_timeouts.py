@@ -19,7 +19,8 @@ from collections import Counter
 import pytest
 
 from onceflow.sinks.kafka.headers import REPAIR
-from onceflow.sinks.kafka.participant import KafkaSinkParticipant, handles_of
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant
+from onceflow.sinks.kafka.handle import handles_of
 from onceflow.sinks.kafka.txn_protocol import end_txn
 from onceflow.core.participant import Outcome
 from onceflow_devkit.services.kafka_broker import TXN_TIMEOUT_ABORTS, start_broker

@@ -17,10 +17,12 @@ import pytest
 from kafka.net.compat import KafkaNetClient
 
 from onceflow.kafka.config import kafka_python_config
-from onceflow.sinks.kafka.participant import KafkaSinkParticipant, handles_of
-from onceflow.sinks.kafka.txn_protocol import Action, end_txn
-from onceflow.sinks.kafka.writer import TRANSACTION_VERSION
-from onceflow.kafka.ids import transactional_ids
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant
+from onceflow.sinks.kafka.handle import handles_of
+from onceflow.sinks.kafka.txn_protocol import end_txn
+from onceflow.sinks.kafka.broker_answers import Action
+from onceflow.sinks.kafka.handle import TRANSACTION_VERSION
+from onceflow.sinks.kafka.ids import transactional_ids
 from onceflow.core.participant import Outcome
 from onceflow.core.plan import Plan, SinkPlan
 from tests.integration.kafka.helpers import batch_value, create_topic, precommit_batch, read_committed

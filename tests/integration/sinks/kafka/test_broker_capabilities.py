@@ -16,8 +16,11 @@ from collections import Counter
 from confluent_kafka import Consumer, TopicPartition
 
 from onceflow.sinks.kafka.fencing import fence_transactional_ids
-from onceflow.sinks.kafka.participant import KafkaSinkParticipant, handles_of
-from onceflow.sinks.kafka.txn_protocol import OpenTransaction, TransactionState, describe_transactions, end_txn, open_transactions
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant
+from onceflow.sinks.kafka.handle import handles_of
+from onceflow.sinks.kafka.txn_protocol import end_txn
+from onceflow.sinks.kafka.coordinators import describe_transactions, TransactionState
+from onceflow.sinks.kafka.markers import open_transactions, OpenTransaction
 from onceflow.core.participant import Outcome
 from onceflow_devkit.services.kafka_broker import (
     DESCRIBE_TRANSACTIONS,

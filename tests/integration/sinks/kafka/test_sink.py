@@ -16,11 +16,15 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from onceflow.sinks.kafka.fencing import fence_transactional_ids
-from onceflow.kafka.ids import repair_id, transactional_ids
-from onceflow.sinks.kafka.participant import KafkaSinkParticipant, handles_of, vote_payload
-from onceflow.sinks.kafka.txn_protocol import describe_transactions, end_txn
+from onceflow.sinks.kafka.ids import repair_id, transactional_ids
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant
+from onceflow.sinks.kafka.handle import handles_of, vote_payload
+from onceflow.sinks.kafka.txn_protocol import end_txn
+from onceflow.sinks.kafka.coordinators import describe_transactions
 from onceflow.sinks.kafka.headers import REPAIR, record_headers
-from onceflow.sinks.kafka.writer import TRANSACTION_VERSION, PreCommitError, TransactionalSplitWriter, staged_uri
+from onceflow.sinks.kafka.writer import PreCommitError, TransactionalSplitWriter
+from onceflow.sinks.kafka.handle import TRANSACTION_VERSION
+from onceflow.sinks.kafka.staged import staged_uri
 from onceflow.core.batch_view import batch_rows, format_rows
 from onceflow.core.coordinator import Coordinator
 from onceflow.core.errors import AbortFailed

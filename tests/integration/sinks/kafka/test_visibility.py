@@ -18,7 +18,9 @@ from onceflow.sinks.kafka.hidden_repairs import confirm_aborted
 from onceflow.sinks.kafka.split_state import SplitState
 from onceflow.sinks.kafka.visibility import SEEK_GAP, Observer
 from onceflow.sinks.kafka.headers import CURRENT_FORMAT, batch_and_split
-from onceflow.sinks.kafka.writer import TRANSACTION_VERSION, TransactionalSplitWriter, TxnHandle, staged_uri
+from onceflow.sinks.kafka.writer import TransactionalSplitWriter
+from onceflow.sinks.kafka.handle import TRANSACTION_VERSION, TxnHandle
+from onceflow.sinks.kafka.staged import staged_uri
 from onceflow_devkit.services.kafka_broker import HIDES_ABORTED_RECORDS
 from tests.integration.kafka.helpers import create_topic
 from tests.support import require

@@ -16,11 +16,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from onceflow.kafka.admin import topic_setting
-from onceflow.sinks.kafka.participant import KafkaSinkParticipant, vote_payload, withheld_file
-from onceflow.sinks.kafka.writer import DEFAULT_MESSAGE_MAX_BYTES, TransactionalSplitWriter, max_record_bytes_of, staged_uri
+from onceflow.sinks.kafka.participant import KafkaSinkParticipant
+from onceflow.sinks.kafka.handle import vote_payload
+from onceflow.sinks.kafka.withheld import withheld_file
+from onceflow.sinks.kafka.writer import TransactionalSplitWriter
+from onceflow.sinks.kafka.staged import staged_uri
+from onceflow.sinks.kafka.withheld import DEFAULT_MESSAGE_MAX_BYTES, max_record_bytes_of
 from onceflow.core.participant import Outcome, Vote
 from onceflow.core.plan import Plan, SinkPlan
-from onceflow.kafka.ids import transactional_ids
+from onceflow.sinks.kafka.ids import transactional_ids
 from tests.integration.kafka.helpers import create_topic, read_committed
 
 PARTITIONS = 2

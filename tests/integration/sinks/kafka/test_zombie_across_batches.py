@@ -3,7 +3,7 @@
 The zombie is a real process: a Spark task of batch 1 that passed every check it makes, paused
 there (SIGSTOP) while batch 1 committed without it, and resumed once batch 2 has opened its
 transactions. Resumed, it opens its transaction and writes, then fences every id of its plan, as
-a failed job's abort does. Each batch has transactional ids of its own (``kafka.ids``), so all of
+a failed job's abort does. Each batch has transactional ids of its own (``sinks.kafka.ids``), so all of
 that lands on batch 1's ids: batch 2 commits as it is, with no repair, and no record of the
 zombie is ever visible. (With ids shared by consecutive batches, the zombie's init_transactions
 aborted batch 2's open transactions, which only the repair from staged copies saved.)"""
@@ -19,9 +19,9 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from onceflow.kafka.ids import transactional_ids
+from onceflow.sinks.kafka.ids import transactional_ids
 from onceflow.sinks.kafka.participant import KafkaSinkParticipant
-from onceflow.sinks.kafka.writer import staged_uri
+from onceflow.sinks.kafka.staged import staged_uri
 from onceflow.core.batch_id import BatchId
 from onceflow.core.participant import Outcome
 from tests.integration.kafka.helpers import batch_value, create_topic, precommit_batch, read_committed

@@ -87,16 +87,15 @@ def test_in_spark_connect_mode_the_job_runs_as_the_spark_task_s_kafka_connection
     # On a secured broker the spark task's connection is the writer's principal; the server's Python workers
     # take the user from the job's options and only the password from their environment, so a job built
     # from the pipeline's (the plan and commit tasks') connection would log in as the wrong user.
-    from onceflow.airflow.operators import batch
+    from onceflow.airflow.operators import spark as spark_operator
     from onceflow.config.deployment import Deployment
     from onceflow.config.kafka_cluster import KafkaCluster
     from onceflow.pipeline.runtime import PipelineRuntime
-    from onceflow.spark import connect
 
     airflow_side = KafkaCluster("b1:9093", {"security.protocol": "SASL_SSL", "sasl.username": "onceflow-airflow"})
-    monkeypatch.setattr(batch, "task_runtime",
+    monkeypatch.setattr(spark_operator, "task_runtime",
                         lambda context, deployed: PipelineRuntime(SPEC, Deployment("file:///w", airflow_side), "try1"))
-    monkeypatch.setattr(batch, "planned_seq", lambda context, plan_task_id, task_id: 7)
+    monkeypatch.setattr(spark_operator, "planned_seq", lambda context, plan_task_id, task_id: 7)
     jobs = []
 
     class Job:
@@ -106,7 +105,7 @@ def test_in_spark_connect_mode_the_job_runs_as_the_spark_task_s_kafka_connection
         def run(self):
             return type("Result", (), {"to_dict": lambda self, name: {"pipeline": name}})()
 
-    monkeypatch.setattr(connect, "ConnectBatchJob", Job)
+    monkeypatch.setattr(spark_operator, "ConnectBatchJob", Job)
     op = OnceflowSparkSubmitOperator(task_id="spark", application="/app/submit.py", conn_id="spark_connect_under_test",
                                      env_vars=dict(ENV), py_files="onceflow.zip",
                                      deployed=DeployedPipeline("orders", SPEC, "s3://lake/w", "onceflow_kafka", None))

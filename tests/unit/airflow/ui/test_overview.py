@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from onceflow.sinks.kafka.writer import TxnHandle
+from onceflow.sinks.kafka.handle import TxnHandle
 from onceflow.core.participant import Vote
 from onceflow.core.states import BatchState
 from onceflow.pipeline.spec import PipelineSpec, SinkSpec

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from onceflow.sinks.kafka.headers import CURRENT_FORMAT, FORMATS, REPAIR, batch_and_split, record_headers, writer_tag
-from onceflow.kafka.ids import transactional_id
+from onceflow.sinks.kafka.ids import transactional_id
 
 TXN = transactional_id("clickstream_demo", "clicks_enriched", 3)
 

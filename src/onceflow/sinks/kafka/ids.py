@@ -21,15 +21,16 @@ batches in that time (docs/brokers.md), as Flink's KafkaSink's are.
 The pipeline is part of every id, so two pipelines never share one and can
 never fence each other. Because the ids are derived, the rollback task can
 fence every id a plan allows, including those of splits that never voted.
-Names follow ``onceflow.config.names`` (no dots), so the dots stay unambiguous.
+Names follow ``onceflow.config.names`` (no dots), so the dots stay unambiguous; the prefix every id
+of a pipeline begins with is there too, where the Kafka ACLs (``onceflow.kafka.acls``) take it.
 """
 
 from __future__ import annotations
 
-from onceflow.config.names import check_name
+from onceflow.config.names import TRANSACTIONAL_ID_PREFIX as PREFIX, check_name, transactional_id_prefix
 from onceflow.config.settings import ConfigurationError
 
-PREFIX = "onceflow"
+
 def _check(kind: str, value: str) -> str:
     try:
         return check_name(f"{kind} name", value)
@@ -43,16 +44,10 @@ def _index(what: str, value: int) -> int:
     return int(value)  # a BatchId spells itself with ten digits; an id spells the number
 
 
-def pipeline_prefix(pipeline: str) -> str:
-    """What every transactional id of ``pipeline`` begins with, up to the separator: a prefixed ACL on it
-    grants this pipeline's ids and no other's (``orders.`` is no prefix of ``orders2.``'s ids)."""
-    return f"{PREFIX}.{_check('pipeline', pipeline)}."
-
-
 def transactional_id(pipeline: str, sink: str, split: int, batch: int | None = None, *, slot: int | None = None) -> str:
     """The only transactional.id split ``split`` of ``sink`` in ``pipeline`` may use in batch ``batch``
     (``batch`` None, or ``slot``: the id an older onceflow derived, which its plans still name)."""
-    base = f"{pipeline_prefix(pipeline)}{_check('sink', sink)}"
+    base = f"{transactional_id_prefix(_check('pipeline', pipeline))}{_check('sink', sink)}"
     if batch is not None:
         base = f"{base}.b{_index('batch', batch)}"
     elif slot is not None:

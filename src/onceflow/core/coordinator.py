@@ -113,6 +113,12 @@ def write_vote(view: LedgerView, vote: Vote, clock: Callable[[], int] = wall_clo
         )
 
 
+
+def effect_note(result: Result) -> str:
+    """What a done marker keeps of an output's answer: its outcome and what it said (an Iceberg commit names
+    the snapshot it made), which status and the page show."""
+    return f"{result.outcome.value}: {result.detail}" if result.detail else result.outcome.value
+
 class Coordinator(LedgerView):
     """Drives the batches of one pipeline through the ledger. It reads as the
     ``LedgerView`` does: each step gates on ``batch(seq).state``.
@@ -372,9 +378,8 @@ class Coordinator(LedgerView):
             result = self.participants[name].commit(self._committable_vote(plan, decision.votes[name], justified))
             self._react(Step.COMMIT, plan, name, result)
             faults.fault_point(COMMIT_EFFECT_AFTER)
-            log.info("batch %s of %s: %s committed (%s%s)", plan.batch_id, self.pipeline, name, result.outcome.value,
-                     f": {result.detail}" if result.detail else "")
-            self.ledger.create_done(DoneMarker(seq, name, DecisionOutcome.COMMIT, result.outcome.value, self.identity, self._clock()))
+            log.info("batch %s of %s: %s committed (%s)", plan.batch_id, self.pipeline, name, effect_note(result))
+            self.ledger.create_done(DoneMarker(seq, name, DecisionOutcome.COMMIT, effect_note(result), self.identity, self._clock()))
             faults.fault_point(COMMIT_BETWEEN_EFFECTS)
         self._finish(seq, decision)
 
@@ -399,9 +404,9 @@ class Coordinator(LedgerView):
             result = self.participants[name].abort(plan, votes)
             self._react(Step.ABORT, plan, name, result)
             faults.fault_point(ABORT_EFFECT_AFTER)
-            log.info("batch %s of %s: %s aborted, %d vote(s) cleaned up (%s%s)", plan.batch_id, self.pipeline, name, len(votes),
-                     result.outcome.value, f": {result.detail}" if result.detail else "")
-            self.ledger.create_done(DoneMarker(seq, name, DecisionOutcome.ABORT, result.outcome.value, self.identity, self._clock()))
+            log.info("batch %s of %s: %s aborted, %d vote(s) cleaned up (%s)", plan.batch_id, self.pipeline, name, len(votes),
+                     effect_note(result))
+            self.ledger.create_done(DoneMarker(seq, name, DecisionOutcome.ABORT, effect_note(result), self.identity, self._clock()))
         self._finish(seq, decision)
 
     def _finish(self, seq: int, decision: Decision) -> None:

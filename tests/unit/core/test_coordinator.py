@@ -185,6 +185,22 @@ def test_failed_commit_is_loud_and_redone_later(local):
     assert set(world.visible) == {("files", 1), ("events", 1)}
 
 
+def test_status_keeps_what_each_output_said_of_its_commit_and_abort(local):
+    """An Iceberg commit names the snapshot it made: status and the page read it from the done marker."""
+    coord, _world, parts = world_coordinator(local)
+    plan = coord.plan_next(source(), config())
+    prepare_all(coord, parts, plan)
+    parts["files"].commit_answer = Result(Outcome.DONE, "3 data files, 40 rows committed in snapshot 4242")
+    done = coord.commit(plan.batch_seq).done
+    assert done["files"].detail == "done: 3 data files, 40 rows committed in snapshot 4242"
+    assert done["events"].detail == "done"  # an output that said nothing more: its outcome alone
+    aborted = coord.plan_next(source(500, 80), config())
+    prepare_all(coord, parts, aborted)
+    parts["events"].abort_answer = Result(Outcome.DONE, "2 transactions aborted")
+    coord.rollback(aborted.batch_seq, "a test")
+    assert coord.describe(aborted.batch_seq).done["events"].detail == "done: 2 transactions aborted"
+
+
 def test_a_failed_abort_stays_aborting_and_status_shows_what_the_sink_said_until_it_is_done(local):
     from onceflow.core.batch_view import batch_row, format_rows
     from onceflow.core.errors import AbortFailed

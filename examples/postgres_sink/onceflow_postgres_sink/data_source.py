@@ -1,82 +1,50 @@
-"""``onceflow_postgres``: the Spark side of a postgres sink (Spark's DataSourceWriter contract).
+"""``onceflow_postgres``: the Spark side of a postgres sink, on the sinks' data-source base
+(``onceflow.sinks.data_source_base``: the call sequence, the options, the vote).
 
-    writer()        driver: options checked
-    write(batches)  executor, once per task ATTEMPT: split = Spark partition; older attempts'
-                    prepared transactions of the split rolled back, the rows and the marker
-                    written, PREPARE TRANSACTION (writer.prepare_split)
-    commit(msgs)    a Python worker, once per job: the vote (every split's prepared id) goes
-                    to the ledger through onceflow.sinks.api.record_vote
-    abort(msgs)     a Python worker, when the job fails: the messages' transactions rolled
-                    back; a failed task's are left to the rollback task (found by prefix)
+    stage    executor, once per task ATTEMPT: older attempts' prepared transactions of the split
+             rolled back, the rows and the marker written, PREPARE TRANSACTION under the task
+             attempt's own id (writer.prepare_split)
+    vote     every split's prepared id
+    discard  a failed job: the messages' transactions rolled back; a failed task's are left to
+             the rollback task (found by prefix)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator
+import psycopg
 
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
-
-from onceflow.sinks.api import record_vote
+from onceflow.sinks.data_source_base import PreCommitSource, PreCommitWriter, StagedSplit
 
 from .connection import conninfo
 from .kind import CONNECTION_OPTION, FORMAT
 from .writer import SplitAttempt, prepare_split, vote_for
 
-REQUIRED = ("pipeline", "sink", "table", CONNECTION_OPTION, "batch_seq", "batch_id", "attempt")
 
-
-@dataclass(frozen=True)
-class PreparedSplit(WriterCommitMessage):
-    split: dict
-
-
-class PreparedTransactionWriter(DataSourceArrowWriter):
-    def __init__(self, options: dict[str, str], columns: list[str]):
-        self.options = options
-        self.columns = columns
-
-    def write(self, iterator: Iterator) -> PreparedSplit:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
+class PreparedTransactionWriter(PreCommitWriter[StagedSplit]):
+    def stage(self, batches, task) -> StagedSplit:
         o = self.options
-        who = SplitAttempt(o["pipeline"], o["sink"], int(o["batch_seq"]), o["batch_id"], context.partitionId(),
-                           int(o["attempt"]), context.attemptNumber())
-        return PreparedSplit(prepare_split(conninfo(o[CONNECTION_OPTION]), o["table"], self.columns, iterator, who))
+        who = SplitAttempt(o["pipeline"], o.sink, o.batch_seq, o.batch_id, task.split, o.attempt, task.task_attempt)
+        return StagedSplit(prepare_split(conninfo(o[CONNECTION_OPTION]), o["table"], self.schema.fieldNames(),
+                                       batches, who))
 
-    def commit(self, messages: list[PreparedSplit | None]) -> None:
-        o = self.options
-        vote = vote_for(o["sink"], int(o["batch_seq"]), int(o["attempt"]), o["table"],
-                        [m.split for m in messages if m is not None])
-        record_vote(o, vote)
+    def vote(self, messages):
+        return vote_for(self.options.sink, self.options.batch_seq, self.options.attempt, self.options["table"],
+                        [m.staged for m in messages])
 
-    def abort(self, messages: list[PreparedSplit | None]) -> None:
-        import psycopg
-
+    def discard(self, messages) -> None:
         with psycopg.connect(conninfo(self.options[CONNECTION_OPTION]), autocommit=True) as conn:
             for message in messages:
-                if message is not None:
-                    try:
-                        conn.tpc_rollback(message.split["gid"])
-                    except psycopg.errors.UndefinedObject:
-                        pass  # rolled back already
+                try:
+                    conn.tpc_rollback(message.staged["gid"])
+                except psycopg.errors.UndefinedObject:
+                    pass  # rolled back already
 
 
-class OnceflowPostgresDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def writer(self, schema, overwrite: bool) -> PreparedTransactionWriter:
-        if overwrite:
-            raise ValueError(f"{FORMAT} appends in prepared transactions: use .mode('append')")
-        options = {str(k).lower(): str(v) for k, v in self.options.items()}
-        missing = [k for k in REQUIRED if not options.get(k)]
-        if missing:
-            raise ValueError(f"{FORMAT}: missing option(s) {', '.join(missing)}")
-        return PreparedTransactionWriter(options, schema.fieldNames())
+class OnceflowPostgresDataSource(PreCommitSource):
+    format = FORMAT
+    writes = "appends in prepared transactions"
+    required = ("pipeline", "sink", "table", CONNECTION_OPTION, "batch_seq", "attempt")
+    writer_type = PreparedTransactionWriter
 
 
-def register(spark) -> None:
-    spark.dataSource.register(OnceflowPostgresDataSource)
+register = OnceflowPostgresDataSource.register

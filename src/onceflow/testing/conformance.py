@@ -79,7 +79,7 @@ class SinkHarness(Protocol):
                    task_attempt: int = 0) -> Vote:
         """What the kind's Spark side does for one attempt: write ``rows`` (``{"key": str, "value": int}``)
         over the sink's splits so that no reader sees them, and return the vote it would record. Every
-        split is written as Spark's task attempt ``task_attempt`` of it (``TaskContext.attemptNumber()``):
+        split is written as Spark's task attempt ``task_attempt`` of it (``TaskContext.taskAttemptId()``):
         a second call with another one stages a second copy beside the first, as a retried or speculative
         task does, and its vote names that call's copies only. The batch was planned at
         ``planned_at_ms(batch_seq)``."""

@@ -14,32 +14,28 @@ from __future__ import annotations
 
 import sys
 
-from onceflow.sinks.files.data_source import FilesWriteOptions, OnceflowFilesDataSource, StagedParquetWriter
+from pyspark import TaskContext
+
+from onceflow.sinks.files.data_source import OnceflowFilesDataSource, StagedParquetWriter
 
 FLAKY_FORMAT = "onceflow_files_flaky_first_attempt"
 
 
 class FlakyFirstAttemptWriter(StagedParquetWriter):
-    def write(self, iterator):
-        from pyspark import TaskContext
-
+    def stage(self, batches, task):
         if TaskContext.get().attemptNumber() > 0:
-            return super().write(iterator)
+            return super().stage(batches, task)
 
         def dies_after_first_batch():
-            yield next(iterator)
+            yield next(batches)
             raise RuntimeError("injected failure of a first task attempt, mid-file")
 
-        return super().write(dies_after_first_batch())
+        return super().stage(dies_after_first_batch(), task)
 
 
 class FlakyFilesDataSource(OnceflowFilesDataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FLAKY_FORMAT
-
-    def writer(self, schema, overwrite):
-        return FlakyFirstAttemptWriter(FilesWriteOptions.parse(self.options))
+    format = FLAKY_FORMAT
+    writer_type = FlakyFirstAttemptWriter
 
 
 def main(sink_uri: str, vote_path: str, rows: int, partitions: int) -> None:

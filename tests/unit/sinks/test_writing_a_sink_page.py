@@ -8,8 +8,10 @@ import inspect
 import pytest
 
 from onceflow.sinks.api import JOB_OPTIONS, REQUIRED, SinkKind
+from onceflow.sinks.data_source_base import PreCommitSource, PreCommitWriter, StagedSplit, TaskAttempt
 from onceflow.testing.conformance import Held, SinkHarness
 from onceflow_devkit import doc_blocks
+from onceflow_sqlite_sink import data_source as sqlite_data_source
 from tests.integration.examples.test_sqlite_sink import SqliteHarness
 from tests.support import ROOT
 
@@ -56,6 +58,16 @@ BLOCKS = {
         "", "@dataclass(frozen=True)", "class Held:  # what held() returns, one per thing held",
         *members(Held, ["what", "ends_within"])]),
     "sqlite-harness": lambda: python(inspect.getsource(SqliteHarness).splitlines()),
+    "data-source-base": lambda: python([
+        "class PreCommitSource(DataSource):  # onceflow.sinks.data_source_base: subclass it",
+        *members(PreCommitSource, ["format", "writes", "required", "writer_type"]),
+        "", "class PreCommitWriter(DataSourceArrowWriter, Generic[Message]):  # subclass it",
+        *members(PreCommitWriter, ["stage", "vote", "discard"]),
+        "", "@dataclass(frozen=True)", "class TaskAttempt:  # what stage() is told of its task",
+        *members(TaskAttempt, ["split", "task_attempt"]),
+        "", "@dataclass(frozen=True)", "class StagedSplit(WriterCommitMessage):  # a message, for a kind that votes dicts",
+        *members(StagedSplit, ["staged"])]),
+    "sqlite-data-source": lambda: python(inspect.getsource(sqlite_data_source).strip("\n").splitlines()),
 }
 
 

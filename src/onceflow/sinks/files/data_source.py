@@ -1,19 +1,11 @@
 """``onceflow_files``: a Spark Python data source that pre-commits Parquet files.
 
-Call sequence (Spark's DataSourceWriter contract)::
-
-    OnceflowFilesDataSource.writer()   driver: options parsed and checked (fails fast)
-    StagedParquetWriter.write(batches) executor, once per task ATTEMPT: one new Parquet file,
-                                       staged under <sink>/_staging/<batch>/<attempt>/ or, on
-                                       S3, pending at <sink>/batch=<batch>/ (FileSink.stage),
-                                       returns StagedFileMessage(entry)
-    StagedParquetWriter.commit(msgs)   a Python worker (NOT the driver), once per job, with
-                                       the message of exactly one successful attempt per
-                                       partition: builds the Vote, calls record_vote()
-    StagedParquetWriter.abort(msgs)    a Python worker, when the job fails: removes the files
-                                       the messages name; ``None`` messages (failed tasks)
-                                       are cleaned by FileSink.abort, which removes all
-                                       staging and pending uploads of the batch
+On the sinks' data-source base (``onceflow.sinks.data_source_base``: the call
+sequence, the options, the vote), a task attempt stages its split as one new
+Parquet file under ``<sink>/_staging/<batch>/<attempt>/`` or, on S3, pending at
+``<sink>/batch=<batch>/`` (``FileSink.stage``); the vote lists the files of the
+attempts Spark took; a failed job's abort removes the files its messages name,
+and ``FileSink.abort`` the rest (failed tasks' files, pending uploads).
 
 Why no duplicates from Spark itself: every task attempt writes a file of its
 own (fresh name), and only the attempts Spark committed reach
@@ -33,22 +25,16 @@ Usage::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Iterator
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import WriterCommitMessage
 
-from onceflow.storage import storage_for
+from onceflow.core.participant import Vote
+from onceflow.sinks.data_source_base import PreCommitSource, PreCommitWriter, TaskAttempt
 from onceflow.sinks.files.entries import FileEntry
-from onceflow.sinks.files.participant import FileSink
 from onceflow.sinks.files.kind import FORMAT  # the name this data source registers under
-from onceflow.sinks.votes import VOTE_PATH_OPTION, record_vote
-from onceflow.sinks.writer_options import FAULTS_OPTION, armed_as_job, checked_options, int_option
-
-REQUIRED = ("sink", "path", "batch_seq", "attempt")
+from onceflow.sinks.files.participant import FileSink
+from onceflow.storage import storage_for
 
 
 @dataclass(frozen=True)
@@ -58,76 +44,33 @@ class StagedFileMessage(WriterCommitMessage):
     entry: FileEntry | None
 
 
-@dataclass(frozen=True)
-class FilesWriteOptions:
-    sink: str
-    path: str
-    batch_seq: int
-    attempt: int
-    storage_kind: str | None
-    raw: Mapping[str, str]
-    # The committed batch this one replaces (a reprocessed interval), if any.
-    replaces: int | None = None
-    faults: str = ""  # the run's faults, for a Spark Connect server's workers (writer_options)
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "FilesWriteOptions":
-        opts = checked_options(FORMAT, options, REQUIRED)
-        if not (opts.get("pipeline") and opts.get("deployment")) and not opts.get(VOTE_PATH_OPTION):
-            raise ValueError(f"{FORMAT}: give options 'pipeline' and 'deployment' (the pipeline's name and "
-                             f"Deployment.to_option(): the vote goes to its ledger) or '{VOTE_PATH_OPTION}' (the vote is written there)")
-        ints = {key: int_option(FORMAT, opts, key) for key in ("batch_seq", "attempt", "replaces")}
-        return cls(opts["sink"], opts["path"], ints["batch_seq"], ints["attempt"], opts.get("storage") or None, opts,
-                   ints["replaces"], opts.get(FAULTS_OPTION, ""))
-
+class StagedParquetWriter(PreCommitWriter[StagedFileMessage]):
     def file_sink(self) -> FileSink:
-        return FileSink(self.sink, self.path, storage_for(self.path, self.storage_kind, self.raw))
+        path = self.options["path"]
+        return FileSink(self.options.sink, path, storage_for(path, self.options.get("storage") or None, self.options.raw))
 
+    def stage(self, batches: Iterator, task: TaskAttempt) -> StagedFileMessage:
+        return StagedFileMessage(self.file_sink().stage(batches, self.options.batch_seq, self.options.attempt,
+                                                        split=task.split, task_attempt=task.task_attempt))
 
-class StagedParquetWriter(DataSourceArrowWriter):
-    def __init__(self, options: FilesWriteOptions):
-        self.options = options
+    def vote(self, messages: list[StagedFileMessage]) -> Vote:
+        entries = [m.entry for m in messages if m.entry is not None]
+        return self.file_sink().vote_for(self.options.batch_seq, self.options.attempt, entries,
+                                         replaces=self.options.replaces)
 
-    @armed_as_job
-    def write(self, iterator: Iterator) -> StagedFileMessage:
-        """Executor: stage this task attempt's partition as one Parquet file."""
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        entry = self.options.file_sink().stage(iterator, self.options.batch_seq, self.options.attempt,
-                                               split=context.partitionId(), task_attempt=context.attemptNumber())
-        return StagedFileMessage(entry)
-
-    @armed_as_job
-    def commit(self, messages: list[StagedFileMessage | None]) -> None:
-        """Python worker, once per successful job: vote for exactly these attempts."""
-        entries = [m.entry for m in messages if m is not None and m.entry is not None]
-        vote = self.options.file_sink().vote_for(self.options.batch_seq, self.options.attempt, entries,
-                                                 replaces=self.options.replaces)
-        record_vote(self.options.raw, vote)
-
-    @armed_as_job
-    def abort(self, messages: list[StagedFileMessage | None]) -> None:
-        """Python worker, once per failed job: delete what the messages name.
-        Failed tasks' files (``None`` messages) are left to FileSink.abort."""
-        sink = self.options.file_sink()
+    def discard(self, messages: list[StagedFileMessage]) -> None:
+        """Failed tasks' files (no message) are left to FileSink.abort."""
+        sink = self.file_sink()
         for message in messages:
-            if message is not None and message.entry is not None:
+            if message.entry is not None:
                 sink.discard(message.entry)
 
 
-class OnceflowFilesDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def writer(self, schema, overwrite: bool) -> StagedParquetWriter:
-        if overwrite:
-            raise ValueError(f"{FORMAT} stages new files and never overwrites: use .mode('append'); "
-                             "what a batch replaces is decided at commit, not by the writer")
-        return StagedParquetWriter(FilesWriteOptions.parse(self.options))
+class OnceflowFilesDataSource(PreCommitSource):
+    format = FORMAT
+    writes = "stages new files"
+    required = ("sink", "path", "batch_seq", "attempt")
+    writer_type = StagedParquetWriter
 
 
-def register(spark) -> None:
-    """Driver: make ``format("onceflow_files")`` available in this session."""
-    spark.dataSource.register(OnceflowFilesDataSource)
+register = OnceflowFilesDataSource.register

@@ -23,7 +23,7 @@ class FileEntry:
     rows: int
     sha256: str        # hex digest of the file's bytes
     split: int         # Spark partition id (input split)
-    task_attempt: int  # Spark task attempt number that wrote it
+    task_attempt: int  # the Spark task attempt that wrote it (TaskContext.taskAttemptId())
     # A pending file (``onceflow.storage.PendingStorage``, S3): what completes it at ``path``. None: staged.
     upload: Mapping[str, Any] | None = None
 

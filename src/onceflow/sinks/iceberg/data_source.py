@@ -1,19 +1,12 @@
 """``onceflow_iceberg``: a Spark Python data source that pre-commits an Iceberg table's data files.
 
-Call sequence (Spark's DataSourceWriter contract)::
-
-    OnceflowIcebergDataSource.writer()  driver: options parsed and checked (fails fast)
-    IcebergFilesWriter.write(batches)   executor, once per task ATTEMPT: the partition's rows
-                                        as Parquet data files of the table (one per table
-                                        partition), under the attempt's own directory
-                                        (a fresh file name per task attempt); returns their
-                                        metadata and statistics
-    IcebergFilesWriter.commit(msgs)     a Python worker, once per job, with the message of
-                                        exactly one successful attempt per partition: builds
-                                        the Vote, records it in the ledger
-    IcebergFilesWriter.abort(msgs)      a Python worker, when the job fails: nothing; the
-                                        rollback's IcebergTableSink.abort deletes the batch's
-                                        directory, files of failed tasks included
+On the sinks' data-source base (``onceflow.sinks.data_source_base``: the call
+sequence, the options, the vote), a task attempt writes its split's rows as
+Parquet data files of the table (one per table partition) under the attempt's
+own directory, a fresh file name per task attempt, and returns their metadata
+and statistics; the vote lists the files of the attempts Spark took. A failed
+job's abort does nothing: the rollback's ``IcebergTableSink.abort`` deletes the
+batch's directory, files of failed tasks included.
 
 The files are written by pyiceberg's own writer (field ids, the table's
 Parquet settings and partitioning), from the table's metadata file as the
@@ -36,15 +29,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 
+from onceflow.config.deployment import Deployment
+from onceflow.core.participant import Vote
+from onceflow.sinks.data_source_base import PreCommitSource, PreCommitWriter, TaskAttempt
 from onceflow.sinks.iceberg import tables
 from onceflow.sinks.iceberg.kind import FORMAT  # the name this data source registers under
-from onceflow.sinks.votes import record_vote
-from onceflow.sinks.writer_options import FAULTS_OPTION, armed_as_job, checked_options, int_option
-
-REQUIRED = ("pipeline", "deployment", "sink", "catalog", "table", "metadata_location", "batch_seq", "planned_at_ms",
-            "attempt")
+from onceflow.sinks.iceberg.participant import IcebergTableSink
 
 
 @dataclass(frozen=True)
@@ -55,86 +47,38 @@ class DataFilesMessage(WriterCommitMessage):
     table_location: str
 
 
-@dataclass(frozen=True)
-class IcebergWriteOptions:
-    pipeline: str
-    sink: str
-    catalog: str
-    table: str
-    metadata_location: str
-    batch_seq: int
-    planned_at_ms: int
-    attempt: int
-    raw: Mapping[str, str]
-    replaces: int | None = None
-    faults: str = ""  # the run's faults, for a Spark Connect server's workers (writer_options)
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "IcebergWriteOptions":
-        opts = checked_options(FORMAT, options, REQUIRED)
-        ints = {key: int_option(FORMAT, opts, key) for key in ("batch_seq", "planned_at_ms", "attempt", "replaces")}
-        return cls(opts["pipeline"], opts["sink"], opts["catalog"], opts["table"], opts["metadata_location"],
-                   ints["batch_seq"], ints["planned_at_ms"], ints["attempt"], opts, ints["replaces"],
-                   opts.get(FAULTS_OPTION, ""))
-
+class IcebergFilesWriter(PreCommitWriter[DataFilesMessage]):
     def catalog_properties(self) -> dict[str, str]:
-        from onceflow.config.deployment import Deployment
-
-        deployment = Deployment.from_option(self.raw["deployment"])
-        return deployment.catalog_properties(self.catalog, f"{FORMAT} sink {self.sink!r}")
+        deployment = Deployment.from_option(self.options["deployment"])
+        return deployment.catalog_properties(self.options["catalog"], f"{FORMAT} sink {self.options.sink!r}")
 
     def io_properties(self) -> dict[str, str]:
         """The FileIO settings of the table as the driver loaded it, over the catalog's own."""
-        return {**self.catalog_properties(), **json.loads(self.raw.get("io_properties") or "{}")}
+        return {**self.catalog_properties(), **json.loads(self.options.get("io_properties") or "{}")}
 
-    def table_sink(self):
-        from onceflow.sinks.iceberg.participant import IcebergTableSink
-
-        return IcebergTableSink(self.sink, self.pipeline, self.table, self.catalog, self.catalog_properties())
-
-
-class IcebergFilesWriter(DataSourceArrowWriter):
-    def __init__(self, options: IcebergWriteOptions):
-        self.options = options
-
-    @armed_as_job
-    def write(self, iterator: Iterator) -> DataFilesMessage:
-        """Executor: this task attempt's rows as data files under the attempt's directory."""
-        from pyiceberg.table import StaticTable
+    def stage(self, batches: Iterator, task: TaskAttempt) -> DataFilesMessage:
+        from pyiceberg.table import StaticTable  # an optional package: imported where a table is written
 
         opts = self.options
-        table = StaticTable.from_metadata(opts.metadata_location, properties=opts.io_properties())
-        files = tables.write_data_files(table, opts.pipeline, opts.sink, opts.batch_seq, opts.planned_at_ms, opts.attempt,
-                                        iterator)
+        table = StaticTable.from_metadata(opts["metadata_location"], properties=self.io_properties())
+        files = tables.write_data_files(table, opts["pipeline"], opts.sink, opts.batch_seq,
+                                        opts.planned_at_ms, opts.attempt, batches)
         return DataFilesMessage(tuple(files), table.location())
 
-    @armed_as_job
-    def commit(self, messages: list[DataFilesMessage | None]) -> None:
-        """Python worker, once per successful job: vote for exactly these attempts' files."""
-        done = [m for m in messages if m is not None]
-        location = done[0].table_location if done else ""
-        files = [f for m in done for f in m.files]
+    def vote(self, messages: list[DataFilesMessage]) -> Vote:
         opts = self.options
-        vote = opts.table_sink().vote_for(opts.batch_seq, opts.planned_at_ms, opts.attempt, location, files,
-                                          replaces=opts.replaces)
-        record_vote(self.options.raw, vote)
-
-    def abort(self, messages: list[DataFilesMessage | None]) -> None:
-        """Nothing: the rollback deletes the batch's whole directory (IcebergTableSink.abort)."""
+        sink = IcebergTableSink(opts.sink, opts["pipeline"], opts["table"], opts["catalog"], self.catalog_properties())
+        location = messages[0].table_location if messages else ""
+        return sink.vote_for(opts.batch_seq, opts.planned_at_ms, opts.attempt, location,
+                             [f for m in messages for f in m.files], replaces=opts.replaces)
 
 
-class OnceflowIcebergDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def writer(self, schema, overwrite: bool) -> IcebergFilesWriter:
-        if overwrite:
-            raise ValueError(f"{FORMAT} writes new data files and never overwrites: use .mode('append'); "
-                             "what a batch replaces is decided at commit, not by the writer")
-        return IcebergFilesWriter(IcebergWriteOptions.parse(self.options))
+class OnceflowIcebergDataSource(PreCommitSource):
+    format = FORMAT
+    writes = "writes new data files"
+    required = ("pipeline", "deployment", "sink", "catalog", "table", "metadata_location", "batch_seq",
+                "planned_at_ms", "attempt")
+    writer_type = IcebergFilesWriter
 
 
-def register(spark) -> None:
-    """Driver: make ``format("onceflow_iceberg")`` available in this session."""
-    spark.dataSource.register(OnceflowIcebergDataSource)
+register = OnceflowIcebergDataSource.register

@@ -75,13 +75,6 @@ DEFERRED = (
     Deferred("onceflow.airflow.ui", ("airflow", "sqlalchemy", "jinja2", "onceflow"),
              "the page's module: Airflow's API server and its database, the templates, the runtime, imported "
              "when the page serves a request"),
-    # The data sources, each run in the Spark executors.
-    Deferred("onceflow.sinks.kafka.data_source", ("onceflow",),
-             "the Kafka data source's writer and vote, imported in the executor that writes; to the top with "
-             "the data sources' shared base"),
-    Deferred("onceflow.sinks.iceberg.data_source", ("onceflow",),
-             "the Iceberg data source's participant, imported in the executor that writes; to the top with "
-             "the data sources' shared base"),
 )
 
 

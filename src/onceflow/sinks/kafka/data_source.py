@@ -30,10 +30,11 @@ from onceflow.core.plan import EXACTLY_ONCE, GUARANTEES, NO_GUARANTEE
 from onceflow.kafka.lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
 from onceflow.sinks.data_source_base import PreCommitSource, PreCommitWriter, StagedSplit, TaskAttempt, WriteOptions
 from onceflow.sinks.kafka.fencing import fence_transactional_ids
-from onceflow.sinks.kafka.handle import vote_payload
+from onceflow.sinks.kafka.handle import TxnHandle, vote_payload
 from onceflow.sinks.kafka.kind import FORMAT  # the name this data source registers under
 from onceflow.sinks.kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER
-from onceflow.sinks.kafka.writer import DirectSplitWriter, TransactionalSplitWriter, TxnHandle, staged_uri
+from onceflow.sinks.kafka.staged import staged_uri
+from onceflow.sinks.kafka.writer import DirectSplitWriter, TransactionalSplitWriter
 from onceflow.storage import warehouse_storage
 
 REQUIRED = ("pipeline", "deployment", "sink", "topic", "batch_seq", "attempt", "splits", "transactional_ids")

@@ -46,7 +46,6 @@ from onceflow.sinks.kafka.producing import SplitDeliveries, produce_rows, produc
 from onceflow.sinks.kafka.headers import CURRENT_FORMAT, REPAIR, record_headers
 from onceflow.sinks.kafka.handle import TRANSACTION_VERSION, TxnHandle
 from onceflow.sinks.kafka.staged import STAGED_SCHEMA, staged_batch
-from onceflow.sinks.kafka.staged import staged_uri as staged_uri  # the Kafka data source takes it from here
 from onceflow.sinks.kafka.withheld import Withholder, max_record_bytes_of, withheld_uri_of
 
 _WRITE_CHUNK = 50_000  # rows of write() calls produced together

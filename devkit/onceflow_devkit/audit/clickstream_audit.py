@@ -14,7 +14,9 @@ demo). It reads:
   the whole of ``clicks_enriched`` and ``clicks_dead_letter`` as a
   read_committed consumer sees them, and the PostgreSQL table of
   ``clicks_table`` (when the pipeline has it) with plain SQL, as any reader
-  sees it.
+  sees it;
+- with ``spark_reads_tables``, the Iceberg table again through Spark (``audit.table_readers``, a
+  REST catalog only), whose rows and snapshots must be pyiceberg's, batch by batch.
 
 Then: per page and minute window the sum of ``views`` equals the number of
 valid input events, in the Parquet output and in the table; the table has
@@ -53,13 +55,15 @@ class OutputAudit:
     unexpected: int = 0
     # Copies published again on purpose: a reprocessed interval into a republish=True sink.
     republished: int = 0
+    # Batches two engines read differently (audit.table_readers): each a failure, naming its batch.
+    disagreements: list[str] = field(default_factory=list)
     # Of ``records``: too large for the topic, published in the warehouse's withheld files instead.
     withheld: int = 0
     examples: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (self.duplicates or self.missing or self.unexpected)
+        return not (self.duplicates or self.missing or self.unexpected or self.disagreements)
 
     def note(self, text: str) -> None:
         if len(self.examples) < 5:
@@ -76,6 +80,7 @@ class AuditReport:
     outputs: dict[str, OutputAudit]
     contiguity_errors: list[str]
     visibility: str
+    table_readers: list[str] = field(default_factory=list)  # the engines that read the Iceberg tables
 
     @property
     def duplicates(self) -> int:
@@ -102,6 +107,7 @@ class AuditReport:
             "outputs": {name: {**asdict(o), "ok": o.ok} for name, o in self.outputs.items()},
             "contiguity_errors": self.contiguity_errors,
             "visibility": self.visibility,
+            "table_readers": self.table_readers,
         }
 
     def summary(self) -> str:
@@ -116,8 +122,11 @@ class AuditReport:
                 + (f"  (withheld, too large for the topic: {o.withheld})" if o.withheld else "")
                 + (f"  e.g. {'; '.join(o.examples)}" if o.examples else "")
             )
+            lines += [f"    readers disagree on {d}" for d in o.disagreements]
         lines += [f"  contiguity: {e}" for e in self.contiguity_errors]
         lines.append(f"  visibility: {self.visibility}")
+        if self.table_readers:
+            lines.append(f"  tables read by: {', '.join(self.table_readers)}")
         return "\n".join(lines)
 
 
@@ -258,14 +267,18 @@ def _audit_views(out: OutputAudit, expected_views: Counter, table) -> None:
             out.note(f"{key}: {got_views[key]} views, expected {expected_views[key]}")
 
 
-def _audit_table(runtime, sink, expected_views: Counter, committed: list, replaced: set) -> OutputAudit:
+def _audit_table(runtime, sink, expected_views: Counter, committed: list, replaced: set,
+                 readers: list[str], spark: bool) -> OutputAudit:
     """The table's rows as a reader sees them, and its history: one snapshot per committed
-    batch and none of any other batch; current files only of committed, unreplaced batches."""
+    batch and none of any other batch; current files only of committed, unreplaced batches.
+    ``spark``: Spark reads it too, and must see what pyiceberg sees. Each engine that read the
+    table is added to ``readers``."""
     import pyarrow as pa
     from pyiceberg.exceptions import NoSuchTableError
 
     from onceflow.sinks.iceberg import participant as iceberg_sink
     from onceflow.sinks.iceberg.tables import batch_key
+    from onceflow_devkit.audit import table_readers
     from onceflow_devkit.services.iceberg_catalog import table_of
 
     out = OutputAudit(sink.name)
@@ -274,7 +287,14 @@ def _audit_table(runtime, sink, expected_views: Counter, committed: list, replac
     except NoSuchTableError:
         _audit_views(out, expected_views, pa.table({}))
         return out
-    _audit_views(out, expected_views, table.scan().to_arrow())
+    scanned = table.scan().to_arrow()
+    _audit_views(out, expected_views, scanned)
+    views = [table_readers.pyiceberg_view(table, scanned)]
+    if spark:
+        properties = runtime.deployment.catalog_properties(sink.catalog, f"sink {sink.name}")
+        views.append(table_readers.spark_view(properties, sink.target))
+        out.disagreements += table_readers.disagreements(*views, batch_of=lambda row: row.get("batch_id"))
+    readers.extend(view.reader for view in views if view.reader not in readers)
     # (batch key, decided attempt) of every committed batch: the directory its files are in, and its snapshot.
     attempts = {batch_key(p.batch_seq, p.created_at_ms): status.decision.attempt for p, status in committed}
     snapshots = Counter(
@@ -316,9 +336,12 @@ def audit_table_rows(name: str, server, target: str, expected: Mapping[Source, i
     return out
 
 
-def audit_clickstream(runtime, hides_aborted: bool = True, tables: Mapping[str, Any] | None = None) -> AuditReport:
+def audit_clickstream(runtime, hides_aborted: bool = True, tables: Mapping[str, Any] | None = None,
+                      spark_reads_tables: bool = False) -> AuditReport:
     """``tables``: the PostgreSQL server (services.postgres.PostgresServer) of each table output's
-    connection id, read directly (``with_table``'s variant of the pipeline)."""
+    connection id, read directly (``with_table``'s variant of the pipeline). ``spark_reads_tables``:
+    Spark reads each Iceberg table too (its catalog must be a REST catalog; about 20-40 s a table,
+    most of it Spark's start), and a batch it sees otherwise than pyiceberg fails the audit."""
     spec = runtime.spec
     config = runtime.deployment.kafka.config()
     committed = committed_plans(runtime.coordinator)
@@ -344,6 +367,7 @@ def audit_clickstream(runtime, hides_aborted: bool = True, tables: Mapping[str, 
                     malformed[source] = verdict.reason
 
     outputs: dict[str, OutputAudit] = {}
+    readers: list[str] = []  # of the Iceberg tables
 
     # Files and table: per (page, window) the committed views equal the valid events.
     from onceflow.sinks.files.reader import read_committed
@@ -354,7 +378,8 @@ def audit_clickstream(runtime, hides_aborted: bool = True, tables: Mapping[str, 
     outputs[counts.name] = counts
     for sink in spec.sinks:
         if sink.kind == "iceberg":
-            outputs[sink.name] = _audit_table(runtime, sink, expected_views, committed, replaced)
+            outputs[sink.name] = _audit_table(runtime, sink, expected_views, committed, replaced, readers,
+                                              spark_reads_tables)
 
     for sink_name, sources, nested in (
         ("clicks_enriched", set(valid), True),
@@ -382,4 +407,5 @@ def audit_clickstream(runtime, hides_aborted: bool = True, tables: Mapping[str, 
         visibility="read_committed consumer (broker hides aborted records)"
         if hides_aborted
         else "restricted to records written by committed transactions, by offset range and split headers (this broker shows aborted records)",
+        table_readers=readers,
     )

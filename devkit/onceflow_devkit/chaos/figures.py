@@ -73,6 +73,7 @@ class ChaosFigures:
     missing: int = 0                  # audited missing + input never committed after the drain
     unexpected: int = 0
     audit_summary: str = ""
+    table_readers: list[str] = field(default_factory=list)  # the engines the audit read the Iceberg table with
     failures: list[str] = field(default_factory=list)
     wall_time_s: float = 0.0
 
@@ -143,6 +144,7 @@ class ChaosFigures:
             "duplicates": self.duplicates,
             "missing": self.missing,
             "unexpected": self.unexpected,
+            "table_readers": self.table_readers,
             "failures": self.failures,
             "wall_time_s": round(self.wall_time_s, 1),
             "reproduce": self.reproduce(),
@@ -169,6 +171,8 @@ class ChaosFigures:
             + (f", of them withheld as too large for Kafka {self.withheld}" if self.withheld else ""),
             f"  duplicates {self.duplicates}, missing {self.missing}, unexpected {self.unexpected}",
         ]
+        if self.table_readers:
+            lines.append(f"  table read by  {', '.join(self.table_readers)}")
         lines += [f"  FAILURE: {f}" for f in self.failures]
         if not self.ok:
             lines.append(f"  reproduce with: {self.reproduce()}")

@@ -102,6 +102,11 @@ def check(runs: Sequence[dict[str, Any]], bar: Bar) -> Verdict:
     return Verdict(tuple(short))
 
 
+def _readers(run: dict[str, Any]) -> str:
+    """The engines the run's audit read its Iceberg table with; runs saved before the field say nothing."""
+    return f" (table read by {' and '.join(run['table_readers'])})" if run.get("table_readers") else ""
+
+
 def _per_faulted(figures: dict[str, Any]) -> str:
     """The run's wall time (start, drain and audit included) per faulted batch."""
     return f"{figures['wall_time_s'] / figures['faulted_batches']:.0f} s" if figures["faulted_batches"] else "-"
@@ -128,7 +133,8 @@ def _table(runs: Sequence[dict[str, Any]], kinds: Sequence[str]) -> list[str]:
     ]
     for run in runs:
         lines.append(
-            f"| {run['broker']}{' secured' if run.get('secure') else ''} / {run['warehouse']} | {run.get('commit') or 'not recorded'} | `{run['reproduce']}` | "
+            f"| {run['broker']}{' secured' if run.get('secure') else ''} / {run['warehouse']}{_readers(run)} | "
+            f"{run.get('commit') or 'not recorded'} | `{run['reproduce']}` | "
             f"{run['batches_run']} | {run['faulted_batches']} | {run['batches_aborted']} | {run['batches_recovered']} | "
             f"{run['records_in']:,} | {run['duplicates']} | {run['missing']} | {run['wall_time_s'] / 60:.0f} min | "
             f"{_per_faulted(run)} |"

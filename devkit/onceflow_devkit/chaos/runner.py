@@ -17,8 +17,9 @@ hour n, and the drain is Airflow backfills of every hour, three at a time
 that the intervals tile the log (I8).
 
 Nothing here decides whether exactly-once held except the audit: it reads the
-input topic and every real output (Parquet, both Kafka topics) and counts
-each input record in each.
+input topic and every real output (Parquet, both Kafka topics, the Iceberg
+table, with Spark too when it is in the REST catalog) and counts each input
+record in each.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ class ChaosOptions:
     postgres: bool = False             # a PostgreSQL table among the outputs, on a server of its own
     secure: bool = False               # Apache Kafka on SASL_SSL with the ACLs of onceflow.kafka.acls (kafka_security)
     transaction_timeout: int | None = None  # ms; None: the broker's default below
+    # Spark reads the Iceberg table in the audit too, when it is in the REST catalog (a file warehouse).
+    spark_reads_table: bool = True
 
     def possible_kinds(self, warehouse_on_s3: bool) -> tuple[str, ...]:
         from onceflow_devkit.services.kafka_broker import ADDS_PARTITIONS, CAPABILITIES, TXN_TIMEOUT_ABORTS
@@ -553,8 +556,10 @@ def _run_chaos(options: ChaosOptions, say: Callable[[str], None], stop: threadin
                 say(run.line())
         figures.ledger = _ledger_figures(world.runtime.coordinator)
         report = audit_clickstream(world.runtime, hides_aborted=HIDES_ABORTED_RECORDS in world.info.kafka.capabilities,
-                                   tables={TABLE_CONN_ID: world.table_server.server} if world.table_server else {})
+                                   tables={TABLE_CONN_ID: world.table_server.server} if world.table_server else {},
+                                   spark_reads_tables=options.spark_reads_table and world.catalog is not None)
         figures.audit_summary = report.summary()
+        figures.table_readers = report.table_readers
         figures.records_committed_in = report.input_records
         figures.records_out = {name: o.records for name, o in report.outputs.items()}
         figures.withheld = {name: o.withheld for name, o in report.outputs.items() if o.withheld}
@@ -563,6 +568,8 @@ def _run_chaos(options: ChaosOptions, say: Callable[[str], None], stop: threadin
         figures.missing = report.missing + max(0, figures.records_in - report.input_records)
         if report.contiguity_errors:
             figures.failures += [f"contiguity: {e}" for e in report.contiguity_errors]
+        figures.failures += [f"{name}: readers disagree on {d}" for name, o in report.outputs.items()
+                             for d in o.disagreements]
         if figures.ledger.unfinished:
             figures.failures.append(f"{figures.ledger.unfinished} batches left unfinished after the drain")
         figures.failures += [f"left prepared on the table's server: {gid}" for gid in world.lingering_prepared()]

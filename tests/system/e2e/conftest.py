@@ -2,18 +2,26 @@
 broker per test (the DAG's topic names are fixed, so tests must not share one).
 
 The DAG is built with ``ONCEFLOW_SCHEDULE=none``: a running scheduler must not
-start cron runs of its own between the runs a test triggers."""
+start cron runs of its own between the runs a test triggers.
+
+The Iceberg tables are in the dev kit's REST catalog, as in the demo and the
+chaos runs (the warehouses here are local): one server per session, emptied
+for each world, since the DAGs name fixed tables."""
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from contextlib import contextmanager
 
 import pytest
 
+from onceflow.sinks.iceberg import tables
+from onceflow.storage.local import local_path
 from onceflow_devkit.airflow_env import onceflow_airflow
-from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
+from onceflow_devkit.services.iceberg_catalog import CONN_ID, embedded_catalogs
+from onceflow_devkit.services.rest_catalog import RestCatalog, start_rest_catalog
 from onceflow.kafka.admin import ensure_topics
 from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
@@ -27,11 +35,13 @@ from tests.conftest import TEST_HOME
 class ClickstreamWorld:
     """A broker, a warehouse and an Airflow home for one test."""
 
-    def __init__(self, broker, warehouse: str, airflow, s3=None):
+    def __init__(self, broker, warehouse: str, airflow, s3=None, catalog: RestCatalog | None = None):
+        """``catalog``: the REST catalog the Airflow connection names (None: the warehouse's SQL catalog)."""
         self.broker = broker
         self.warehouse = warehouse
         self.airflow = airflow
-        self.runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, broker, s3, embedded_catalogs(warehouse, s3)))
+        self.catalogs = embedded_catalogs(warehouse, s3, rest=catalog)
+        self.runtime = PipelineRuntime(CLICKSTREAM, Deployment(warehouse, broker, s3, self.catalogs))
 
     def produce(self, n: int, seed: int = 0, malformed_ratio: float = 0.1) -> int:
         return produce(self.broker.config(), "clicks", generate(n, seed=seed, malformed_ratio=malformed_ratio))
@@ -76,10 +86,31 @@ class ClickstreamWorld:
         finally:
             consumer.close()
 
-    def audit(self):
+    def audit(self, spark_reads_tables: bool = False):
         from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 
-        return audit_clickstream(self.runtime)
+        return audit_clickstream(self.runtime, spark_reads_tables=spark_reads_tables)
+
+
+@pytest.fixture(scope="session")
+def e2e_rest_catalog(tmp_path_factory) -> RestCatalog:
+    """The Airflow system tests' own REST catalog: each world empties it (``emptied``), so no other
+    test's table may be in it."""
+    proc = ManagedProcess("e2e-iceberg-rest", TEST_HOME / "e2e-iceberg-rest").reset()
+    catalog = start_rest_catalog(proc, f"file://{tmp_path_factory.mktemp('e2e-lake')}", die_with_parent=True)
+    yield catalog
+    proc.stop(grace=5)
+
+
+def emptied(catalog: RestCatalog) -> RestCatalog:
+    """``catalog`` without any table, their files deleted: a world's DAG creates its tables afresh."""
+    rest = tables.open_catalog(CONN_ID, catalog.properties())
+    for namespace in rest.list_namespaces():
+        for identifier in rest.list_tables(namespace):
+            location = rest.load_table(identifier).location()
+            rest.drop_table(identifier)
+            shutil.rmtree(local_path(location), ignore_errors=True)
+    return catalog
 
 
 def refused_runs(api, dag_id: str, confs: list[dict], timeout: float = 300.0) -> dict[str, str]:
@@ -123,16 +154,18 @@ def broker_with_topics(secure: bool = False):
         proc.stop(grace=2)
 
 
-def make_world(broker, root, postgres, extra_env=None, spark_connect=None, celery=None) -> ClickstreamWorld:
+def make_world(broker, root, postgres, extra_env=None, spark_connect=None, celery=None, *,
+               catalog: RestCatalog) -> ClickstreamWorld:
     """The clickstream DAG in an Airflow home under ``root`` (its metadata database on ``postgres``),
-    on a local warehouse. ``spark_connect``: a Spark Connect server the spark tasks use instead of
-    spark-submit; ``celery``: a Redis server, the broker of a CeleryExecutor with two workers."""
+    on a local warehouse, its tables in ``catalog`` (e2e_rest_catalog, emptied first).
+    ``spark_connect``: a Spark Connect server the spark tasks use instead of spark-submit;
+    ``celery``: a Redis server, the broker of a CeleryExecutor with two workers."""
     warehouse = f"file://{root}/warehouse"
     airflow = onceflow_airflow(root / "airflow", broker, warehouse, spark_connect=spark_connect, postgres=postgres,
-                               celery=celery,
+                               celery=celery, iceberg_rest=emptied(catalog),
                                extra_env={"ONCEFLOW_SCHEDULE": "none", **(extra_env or {})})
     airflow.migrate()
-    return ClickstreamWorld(broker, warehouse, airflow)
+    return ClickstreamWorld(broker, warehouse, airflow, catalog=catalog)
 
 
 @pytest.fixture
@@ -142,5 +175,5 @@ def fresh_broker():
 
 
 @pytest.fixture
-def world(fresh_broker, tmp_path, postgres_server) -> ClickstreamWorld:
-    return make_world(fresh_broker, tmp_path, postgres_server)
+def world(fresh_broker, tmp_path, postgres_server, e2e_rest_catalog) -> ClickstreamWorld:
+    return make_world(fresh_broker, tmp_path, postgres_server, catalog=e2e_rest_catalog)

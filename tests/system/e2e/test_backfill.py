@@ -21,9 +21,10 @@ DAG_ID = "clickstream_exactly_once"
 
 
 @pytest.mark.slow
-def test_a_backfill_of_a_sequence_pipeline_is_refused_and_reads_nothing(tmp_path, postgres_server):
+def test_a_backfill_of_a_sequence_pipeline_is_refused_and_reads_nothing(tmp_path, postgres_server, e2e_rest_catalog):
     with broker_with_topics() as broker:
-        world = make_world(broker, tmp_path, postgres_server, {"ONCEFLOW_SCHEDULE": "@hourly"})
+        world = make_world(broker, tmp_path, postgres_server, {"ONCEFLOW_SCHEDULE": "@hourly"},
+                           catalog=e2e_rest_catalog)
         world.produce(100, seed=5)
         with world.airflow, world.airflow.api() as api:
             api.wait_for_dag(DAG_ID, timeout=180)

@@ -29,7 +29,6 @@ from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
 from onceflow_devkit.local_airflow.auth import auth_env
 from onceflow_devkit.local_airflow.rest import AirflowApi
-from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
 from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
 from tests.support import ROOT
@@ -57,15 +56,17 @@ def pick(dialog, field: str, ms: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_an_operator_backfills_three_hours_from_the_trigger_dialog(tmp_path, spark_connect_server, postgres_server):
+def test_an_operator_backfills_three_hours_from_the_trigger_dialog(tmp_path, spark_connect_server, postgres_server,
+                                                                   e2e_rest_catalog):
     chromium = _chromium()
     from playwright.sync_api import expect, sync_playwright
 
     now_hour = hour_with_room(360)  # about the test's length, with room to spare
     t0 = now_hour - 3 * H
     with broker_with_topics() as broker:
-        world = make_world(broker, tmp_path, postgres_server, auth_env(tmp_path / "auth", USERS), spark_connect_server)
-        runtime = PipelineRuntime(CLICKSTREAM_HOURLY, Deployment(world.warehouse, broker, catalogs=embedded_catalogs(world.warehouse)))
+        world = make_world(broker, tmp_path, postgres_server, auth_env(tmp_path / "auth", USERS), spark_connect_server,
+                           catalog=e2e_rest_catalog)
+        runtime = PipelineRuntime(CLICKSTREAM_HOURLY, Deployment(world.warehouse, broker, catalogs=world.catalogs))
         events = generate(3 * PER_HOUR, seed=31, malformed_ratio=0.1)
         produce(broker.config(), "clicks", events, timestamps=[t0 + i * (H // PER_HOUR) for i in range(len(events))])
         produce(broker.config(), "clicks", generate(2, seed=32), timestamps=[now_hour + 1, now_hour + 1])  # closes the hours

@@ -17,7 +17,6 @@ from onceflow.core.planning.intervals import Interval
 from onceflow.core.states import BatchState
 from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
-from onceflow_devkit.services.iceberg_catalog import embedded_catalogs
 from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
 from tests.system.e2e.conftest import broker_with_topics, hour_with_room, make_world
@@ -28,13 +27,13 @@ PER_HOUR = 40
 
 @pytest.mark.slow
 def test_a_backfill_that_reprocesses_failed_runs_replays_their_aborted_batches_once(tmp_path, spark_connect_server,
-                                                                                     postgres_server):
+                                                                                     postgres_server, e2e_rest_catalog):
     now_hour = hour_with_room(240)  # about the test's length, with room to spare
     t0 = now_hour - 3 * H
     with broker_with_topics() as broker:
         world = make_world(broker, tmp_path, postgres_server, {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE},
-                           spark_connect_server)
-        runtime = PipelineRuntime(CLICKSTREAM_HOURLY, Deployment(world.warehouse, broker, catalogs=embedded_catalogs(world.warehouse)))
+                           spark_connect_server, catalog=e2e_rest_catalog)
+        runtime = PipelineRuntime(CLICKSTREAM_HOURLY, Deployment(world.warehouse, broker, catalogs=world.catalogs))
         events = generate(2 * PER_HOUR, seed=31, malformed_ratio=0.1)
         produce(broker.config(), "clicks", events, timestamps=[t0 + i * (H // PER_HOUR) for i in range(len(events))])
         produce(broker.config(), "clicks", generate(2, seed=32), timestamps=[now_hour + 1, now_hour + 1])  # closes the hours

@@ -74,9 +74,10 @@ def spark_with_its_attempt_claimed(world, api, run_id: str) -> tuple[dict, str]:
 
 
 def test_a_killed_worker_and_a_task_run_twice_lose_and_duplicate_nothing(tmp_path, postgres_server, redis_server,
-                                                                         spark_connect_server):
+                                                                         spark_connect_server, e2e_rest_catalog):
     with broker_with_topics() as broker:
-        world = make_world(broker, tmp_path, postgres_server, HEARTBEAT, spark_connect_server, celery=redis_server)
+        world = make_world(broker, tmp_path, postgres_server, HEARTBEAT, spark_connect_server, celery=redis_server,
+                           catalog=e2e_rest_catalog)
         produced = world.produce(300, seed=31)
         conf = {"max_records_per_partition": 100}  # two partitions: 200 records a batch
         with world.airflow, world.airflow.api() as api:
@@ -122,11 +123,12 @@ def test_a_killed_worker_and_a_task_run_twice_lose_and_duplicate_nothing(tmp_pat
 
 @pytest.mark.slow  # 2 min; make test's Celery run is the test above
 def test_a_worker_killed_in_the_commit_after_the_decision_leaves_the_commit_to_the_retry(
-        tmp_path, postgres_server, redis_server, spark_connect_server):
+        tmp_path, postgres_server, redis_server, spark_connect_server, e2e_rest_catalog):
     # Every task process of the workers holds there; only the commit decides.
     held = {**HEARTBEAT, faults.ENV_VAR: "ledger.decision.after_write=hold"}
     with broker_with_topics() as broker:
-        world = make_world(broker, tmp_path, postgres_server, held, spark_connect_server, celery=redis_server)
+        world = make_world(broker, tmp_path, postgres_server, held, spark_connect_server, celery=redis_server,
+                           catalog=e2e_rest_catalog)
         produced = world.produce(200, seed=32)
         with world.airflow, world.airflow.api() as api:
             api.wait_for_dag(DAG_ID, timeout=180)

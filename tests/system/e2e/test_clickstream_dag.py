@@ -41,9 +41,10 @@ def test_a_spark_failure_after_pre_commit_is_rolled_back_and_the_next_run_replay
     batch = world.runtime.coordinator.describe(2)
     assert batch.state is BatchState.COMMITTED, batch
     assert batch.plan.replay_of == 1 and batch.plan.ranges == aborted.plan.ranges, batch.plan
-    report = world.audit()
+    report = world.audit(spark_reads_tables=True)  # Spark reads the table too, through the REST catalog
     assert report.ok and report.duplicates == 0, report.summary()
     assert report.committed_batches == 1 and report.input_records == produced, report.summary()
+    assert [reader.split()[0] for reader in report.table_readers] == ["pyiceberg", "Spark"], report.summary()
     assert world.visible("clicks_enriched") == report.valid
     assert world.visible("clicks_dead_letter") == report.malformed
 

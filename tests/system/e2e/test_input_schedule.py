@@ -16,7 +16,7 @@ import time
 from datetime import datetime
 
 from onceflow_devkit.airflow_env import onceflow_airflow
-from tests.system.e2e.conftest import ClickstreamWorld, broker_with_topics
+from tests.system.e2e.conftest import ClickstreamWorld, broker_with_topics, emptied
 
 DAG_ID = "clickstream_on_input"
 # The DAG file takes its schedule from the environment, spelt as pipeline_dag's
@@ -46,7 +46,8 @@ def started_at(run: dict) -> float:
     return datetime.fromisoformat(run["start_date"]).timestamp()
 
 
-def test_runs_start_when_enough_records_wait_or_the_oldest_is_old_enough_and_only_then(tmp_path, spark_connect_server, postgres_server):
+def test_runs_start_when_enough_records_wait_or_the_oldest_is_old_enough_and_only_then(tmp_path, spark_connect_server, postgres_server,
+                                                                                        e2e_rest_catalog):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "on_input.py").write_text(DAG_FILE)
@@ -54,8 +55,8 @@ def test_runs_start_when_enough_records_wait_or_the_oldest_is_old_enough_and_onl
         warehouse = f"file://{tmp_path}/warehouse"
         airflow = onceflow_airflow(tmp_path / "airflow", broker, warehouse, dags_folder=dags, plugins_folder=None,
                                    spark_connect=spark_connect_server, triggerer=True, postgres=postgres_server,
-                                   extra_env={"ONCEFLOW_SCHEDULE": SCHEDULE})
-        world = ClickstreamWorld(broker, warehouse, airflow)
+                                   extra_env={"ONCEFLOW_SCHEDULE": SCHEDULE}, iceberg_rest=emptied(e2e_rest_catalog))
+        world = ClickstreamWorld(broker, warehouse, airflow, catalog=e2e_rest_catalog)
         with airflow, airflow.api() as api:
             api.wait_for_dag(DAG_ID, timeout=180)
             api.unpause(DAG_ID)

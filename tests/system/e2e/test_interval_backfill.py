@@ -36,7 +36,7 @@ from onceflow.core.planning.intervals import Interval
 from onceflow.core.states import BatchState
 from onceflow.pipeline.runtime import Deployment, PipelineRuntime
 from onceflow_devkit.audit.clickstream_audit import audit_clickstream
-from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, table_of
+from onceflow_devkit.services.iceberg_catalog import table_of
 from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
 from tests.system.e2e.conftest import broker_with_topics, hour_with_room, make_world
@@ -68,13 +68,15 @@ def max_overlap(runs: list[dict]) -> int:
     return peak
 
 
-def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_and_the_scheduled_one(tmp_path, spark_connect_server, postgres_server):
+def test_a_backfill_reads_each_hour_once_three_at_a_time_beside_a_faulted_run_and_the_scheduled_one(tmp_path, spark_connect_server, postgres_server,
+                                                                                                    e2e_rest_catalog):
     now_hour = hour_with_room(300)  # about the test's length, with room to spare
     t0 = now_hour - 7 * H
     with broker_with_topics() as broker:
         # Spark Connect mode: three batches at once share the server's session (spark-submit mode: the wheel test).
-        world = make_world(broker, tmp_path, postgres_server, {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE}, spark_connect_server)
-        runtime = PipelineRuntime(CLICKSTREAM_HOURLY, Deployment(world.warehouse, broker, catalogs=embedded_catalogs(world.warehouse)))
+        world = make_world(broker, tmp_path, postgres_server, {faults.RUN_PARAM_GUARD: faults.RUN_PARAM_GUARD_VALUE}, spark_connect_server,
+                           catalog=e2e_rest_catalog)
+        runtime = PipelineRuntime(CLICKSTREAM_HOURLY, Deployment(world.warehouse, broker, catalogs=world.catalogs))
         events = generate(7 * PER_HOUR, seed=21, malformed_ratio=0.1)
         produce(broker.config(), "clicks", events, timestamps=[t0 + i * (H // PER_HOUR) for i in range(len(events))])
         # Stamped now: every partition has a record after the last hour, which closes it.

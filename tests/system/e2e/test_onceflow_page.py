@@ -99,11 +99,12 @@ def statsd():
 
 
 @pytest.fixture(scope="module")
-def page_world(tmp_path_factory, statsd, spark_connect_server, postgres_server):
+def page_world(tmp_path_factory, statsd, spark_connect_server, postgres_server, e2e_rest_catalog):
     root = tmp_path_factory.mktemp("ui")
     with broker_with_topics() as broker:
         # The spark tasks are Spark Connect clients: the page does not depend on the mode, and it is the quicker one.
-        world = make_world(broker, root, postgres_server, {**auth_env(root / "auth", USERS, DENIED), **statsd.env()}, spark_connect_server)
+        world = make_world(broker, root, postgres_server, {**auth_env(root / "auth", USERS, DENIED), **statsd.env()}, spark_connect_server,
+                           catalog=e2e_rest_catalog)
         world.produce(600, seed=11)
         with world.faults("job.after_votes=raise"):
             aborted = world.airflow.dags_test(DAG_ID, conf=CONF, timeout=900)

@@ -22,9 +22,9 @@ PER_PARTITION = 100
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory, postgres_server):
+def running(tmp_path_factory, postgres_server, e2e_rest_catalog):
     with broker_with_topics() as broker:
-        world = make_world(broker, tmp_path_factory.mktemp("conf-fuzz"), postgres_server)
+        world = make_world(broker, tmp_path_factory.mktemp("conf-fuzz"), postgres_server, catalog=e2e_rest_catalog)
         world.produce(6 * PER_PARTITION, seed=7)
         with world.airflow, world.airflow.api() as api:
             api.wait_for_dag(DAG_ID, timeout=180)

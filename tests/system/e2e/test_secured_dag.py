@@ -35,7 +35,7 @@ from onceflow_devkit.services.kafka_security import SecuredKafka, Security, appl
 from onceflow_examples.clickstream import CLICKSTREAM
 from tests.conftest import TEST_HOME
 from tests.support import SecretWatch
-from tests.system.e2e.conftest import ClickstreamWorld, broker_with_topics
+from tests.system.e2e.conftest import ClickstreamWorld, broker_with_topics, emptied
 
 DAG_ID = "clickstream_on_secured_kafka"
 SCHEDULE = "input: records=500, max_age_s=8, poll_s=1"
@@ -116,7 +116,7 @@ def first_run(api, timeout: float) -> dict:
 @pytest.mark.timeout(2400)  # at a load average of 25 its one run took 12 min (its spark-submit timed out once)
 @pytest.mark.parametrize("kafka", ["node", "cluster"])
 def test_a_run_the_input_starts_commits_on_the_secured_broker_with_the_printed_acls_and_no_password_shows(
-        kafka, tmp_path, postgres_server):
+        kafka, tmp_path, postgres_server, e2e_rest_catalog):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "secured.py").write_text(DAG_FILE)
@@ -128,8 +128,9 @@ def test_a_run_the_input_starts_commits_on_the_secured_broker_with_the_printed_a
         warehouse = f"file://{tmp_path}/warehouse"
         airflow = onceflow_airflow(tmp_path / "airflow", airflow_side, warehouse, spark_kafka=spark_side,
                                    dags_folder=dags, plugins_folder=None, triggerer=True, postgres=postgres_server,
-                                   extra_env={"ONCEFLOW_SCHEDULE": SCHEDULE, **auth_env(tmp_path / "auth", USERS)})
-        world = ClickstreamWorld(secured.broker, warehouse, airflow)  # the harness reads and audits as the admin
+                                   extra_env={"ONCEFLOW_SCHEDULE": SCHEDULE, **auth_env(tmp_path / "auth", USERS)},
+                                   iceberg_rest=emptied(e2e_rest_catalog))
+        world = ClickstreamWorld(secured.broker, warehouse, airflow, catalog=e2e_rest_catalog)  # the harness reads and audits as the admin
         watches = {user: SecretWatch(password) for user, password in passwords.items()}
         with airflow, signed_in(airflow, "operator") as api:
             api.wait_for_dag(DAG_ID, timeout=180)

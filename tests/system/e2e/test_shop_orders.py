@@ -34,6 +34,7 @@ from onceflow_devkit.airflow_env import onceflow_airflow
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, table_of
 from onceflow_devkit.services.postgres import CONN_ID as POSTGRES_CONN_ID
 from tests.support import ROOT
+from tests.system.e2e.conftest import emptied
 from tests.system.e2e.shop_data import generate, produce
 
 DAG_ID = "shop_orders_exactly_once"
@@ -80,7 +81,7 @@ def keyed_partitions(config, topic: str) -> list[tuple[int, bytes]]:
                                          pytest.param("tansu", marks=pytest.mark.slow)])
 def test_two_topics_a_release_between_batches_and_every_output_replays_equal(broker_name, _brokers, tmp_path,
                                                                            spark_connect_server, postgres_server,
-                                                                           monkeypatch, capsys):
+                                                                           monkeypatch, capsys, e2e_rest_catalog):
     broker = _brokers.get(broker_name)  # the shop's topics are its own: no other test writes them
     config = broker.config()
     ensure_topics(config, ["shop_orders", "shop_payments", "shop_dead_letter"], partitions=2)
@@ -89,7 +90,7 @@ def test_two_topics_a_release_between_batches_and_every_output_replays_equal(bro
     deploy(dags, release=1)
     airflow = onceflow_airflow(tmp_path / "airflow", broker, warehouse, dags_folder=dags,
                                spark_connect=spark_connect_server, extra_env={"ONCEFLOW_SCHEDULE": "none"},
-                               postgres=postgres_server)
+                               postgres=postgres_server, iceberg_rest=emptied(e2e_rest_catalog))
     with postgres_server.connect(autocommit=True) as conn:  # a table of the example's own, fresh for each run,
         conn.execute("DROP TABLE IF EXISTS public.shop_payments")  # and no marker of an earlier run's ledger
         if conn.execute("SELECT to_regclass('public.onceflow_prepared_splits')").fetchone()[0]:
@@ -111,7 +112,7 @@ def test_two_topics_a_release_between_batches_and_every_output_replays_equal(bro
     try:
         from shop_pipelines.orders import ORDERS
 
-        runtime = PipelineRuntime(ORDERS, Deployment(warehouse, broker, None, embedded_catalogs(warehouse, None)))
+        runtime = PipelineRuntime(ORDERS, Deployment(warehouse, broker, None, embedded_catalogs(warehouse, None, rest=e2e_rest_catalog)))
         batches = [runtime.coordinator.describe(seq) for seq in (1, 2)]
         assert [b.state.value for b in batches] == ["committed", "committed"]
         assert [b.plan.records for b in batches] == [len(first), len(second)]

@@ -9,6 +9,7 @@ import pytest
 
 from onceflow_devkit import doc_blocks
 from onceflow_devkit.chaos import report, schedule
+from onceflow_devkit.chaos.figures import ChaosFigures
 from onceflow.ops.cli import main
 
 from tests.support import ROOT
@@ -147,3 +148,16 @@ def test_chaos_report_update_writes_the_figures_into_the_page_s_block(tmp_path, 
     assert main(["chaos-report", "--update", str(page), *map(str, SAVED)]) == 0
     assert doc_blocks.read(page, "chaos-report") == report.markdown(report.load_runs(SAVED)).strip("\n")
     assert page.read_text().startswith("# Chaos\n") and page.read_text().endswith("The story.\n")
+
+
+def test_a_run_names_the_engines_its_audit_read_the_table_with_and_an_older_save_names_none():
+    figures = ChaosFigures("noida", "file", 1, [], table_readers=["pyiceberg 0.12.0", "Spark 4.1.4"])
+    saved = json.loads(json.dumps(figures.to_dict()))  # as `onceflow chaos --json` saves it
+    assert saved["table_readers"] == ["pyiceberg 0.12.0", "Spark 4.1.4"]
+    assert "  table read by  pyiceberg 0.12.0, Spark 4.1.4" in figures.summary().splitlines()
+    older = run("tansu", "file", per_kind=1)  # saved before the field
+
+    text = report.markdown([{**saved, "file": "x.json"}, older])
+
+    assert "| noida / file (table read by pyiceberg 0.12.0 and Spark 4.1.4) | unknown |" in text
+    assert "| tansu / file | not recorded |" in text

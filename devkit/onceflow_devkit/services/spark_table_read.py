@@ -1,11 +1,14 @@
 """The PySpark program ``services.spark_table_reader`` runs with the second PySpark's interpreter
 (``services.pyspark_env``): it reads one Iceberg table through Spark's ``SparkCatalog`` and writes
-what it saw as JSON. Standard library and PySpark only: it runs as a file, without onceflow.
+what it saw as JSON; asked to, it first compacts the table with Iceberg's own Spark procedure
+``rewrite_data_files``, as another writer's maintenance job would. Standard library and PySpark
+only: it runs as a file, without onceflow.
 
     python spark_table_read.py <request.json> <answer.json>
 
 The request: ``catalog`` (Spark catalog settings, ``spark.sql.catalog.<name>...``), ``jars``,
-``table`` (``<name>.<namespace>.<table>``) and ``as_of`` (snapshot ids). The answer: ``rows`` (the
+``table`` (``<name>.<namespace>.<table>``), ``as_of`` (snapshot ids) and ``rewrite`` (true: compact
+every data file first). The answer: ``rewrite`` (the procedure's result row, or null), ``rows`` (the
 current snapshot's), ``snapshots`` (the table's ``snapshots`` metadata table, oldest first) and
 ``as_of`` (each snapshot id's rows, read with ``VERSION AS OF``); timestamps as ISO 8601 in UTC.
 """
@@ -25,6 +28,14 @@ def plain(value):
 
 def rows_of(frame) -> list:
     return [row.asDict(recursive=True) for row in frame.collect()]
+
+
+def rewrite_data_files(spark, table: str) -> dict:
+    """Every data file rewritten (``rewrite-all``: even a partition of one small file), one commit."""
+    catalog, identifier = table.split(".", 1)
+    (result,) = spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{identifier}', "
+                          "options => map('rewrite-all', 'true'))").collect()
+    return result.asDict()
 
 
 def read(spark, table: str, as_of: list) -> dict:
@@ -47,11 +58,14 @@ def main(request_path: str, answer_path: str) -> None:
                .config("spark.driver.memory", "512m").config("spark.sql.shuffle.partitions", "1")
                # A short program: the C1 compiler alone and the serial collector start the JVM sooner.
                .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"))
+    if request.get("rewrite"):  # CALL ... system.<procedure> is parsed by Iceberg's SQL extensions
+        builder = builder.config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
     for key, value in request["catalog"].items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     try:
-        answer = read(spark, request["table"], request["as_of"])
+        rewritten = rewrite_data_files(spark, request["table"]) if request.get("rewrite") else None
+        answer = {"rewrite": rewritten, **read(spark, request["table"], request["as_of"])}
     finally:
         spark.stop()
     with open(answer_path, "w") as f:

@@ -33,7 +33,7 @@ test-unit: venv
 	$(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)
 
 # The tests `make test` leaves out, each phase of a second or more timed (docs/measurements/make-test-slow.log).
-test-slow: venv
+test-slow: venv reader-env
 	$(VENV)/bin/python -m pytest -m slow --durations=0 --durations-min=1 $(PYTEST_ARGS)
 
 # Everything: make test and make test-slow in one run.

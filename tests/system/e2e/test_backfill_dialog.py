@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
-from urllib.parse import quote
 
 import pytest
 
@@ -31,16 +30,14 @@ from onceflow_devkit.local_airflow.auth import auth_env
 from onceflow_devkit.local_airflow.rest import AirflowApi
 from onceflow_examples.clickstream import CLICKSTREAM_HOURLY
 from onceflow_examples.clickstream_data import generate, produce
-from tests.support import ROOT
 from tests.system.e2e.conftest import broker_with_topics, hour_with_room, make_world
 from tests.system.e2e.test_interval_backfill import wait_until_finished
-from tests.system.e2e.test_onceflow_page import _chromium
+from tests.system.e2e.browser import SCREENSHOTS, browser_page, chromium, sign_in
 
 DAG_ID = "clickstream_hourly"
 H = 3_600_000
 PER_HOUR = 40
 USERS = {"grace": ("op", "grace-secret"), "harness": ("admin", "harness-secret")}
-SCREENSHOTS = ROOT / ".onceflow" / "test-output" / "ui"
 
 
 def pick(dialog, field: str, ms: int) -> None:
@@ -58,8 +55,8 @@ def pick(dialog, field: str, ms: int) -> None:
 @pytest.mark.timeout(1800)
 def test_an_operator_backfills_three_hours_from_the_trigger_dialog(tmp_path, spark_connect_server, postgres_server,
                                                                    e2e_rest_catalog):
-    chromium = _chromium()
-    from playwright.sync_api import expect, sync_playwright
+    chromium()
+    from playwright.sync_api import expect
 
     now_hour = hour_with_room(360)  # about the test's length, with room to spare
     t0 = now_hour - 3 * H
@@ -74,14 +71,8 @@ def test_an_operator_backfills_three_hours_from_the_trigger_dialog(tmp_path, spa
         with world.airflow, AirflowApi(world.airflow.api_url, "harness", USERS["harness"][1]) as api:
             api.wait_for_dag(DAG_ID, timeout=180)
             url = world.airflow.api_url
-            with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-                page = browser.new_context(viewport={"width": 1500, "height": 1400}).new_page()
-                page.set_default_timeout(60_000)
-                page.goto(f"{url}/auth/login?next={quote(f'{url}/dags/{DAG_ID}', safe='')}")
-                page.locator('input[name="username"]').fill("grace")
-                page.locator('input[name="password"]').fill(USERS["grace"][1])
-                page.get_by_role("button", name="Sign in").click()
+            with browser_page(height=1400) as page:
+                sign_in(page, url, "grace", USERS["grace"][1], f"/dags/{DAG_ID}")
                 page.wait_for_url(re.compile(rf".*/dags/{DAG_ID}.*"))
 
                 page.get_by_role("button", name="Trigger").first.click()
@@ -92,11 +83,9 @@ def test_an_operator_backfills_three_hours_from_the_trigger_dialog(tmp_path, spa
                 pick(dialog, "To", t0 + 2 * H)
                 dialog.get_by_text("Missing and Errored Runs", exact=True).click()
                 expect(dialog.get_by_text("3 runs will be triggered.")).to_be_visible()
-                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 dialog.screenshot(path=str(SCREENSHOTS / "backfill-dialog.png"))
                 dialog.get_by_role("button", name="Run Backfill").click()
                 expect(page.get_by_text("Backfill generated")).to_be_visible()
-                browser.close()
 
             [backfill] = api.backfills(DAG_ID)
             assert backfill["reprocess_behavior"] == "failed", backfill

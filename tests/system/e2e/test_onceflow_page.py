@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-import shutil
 import socket
 import threading
 import time
@@ -32,14 +31,13 @@ from onceflow.config.warehouse_layout import quarantine_dir
 from onceflow.core.ledger.ledger import BATCH_EFFECT
 from onceflow.storage.local import local_path
 from onceflow.core.planning.run_inputs import RunInputs
-from tests.support import ROOT
+from tests.system.e2e.browser import SCREENSHOTS, browser_page, chromium, sign_in
 from tests.system.e2e.conftest import broker_with_topics, make_world
 
 DAG_ID = "clickstream_exactly_once"
 CONF = {"max_records_per_partition": 10_000}
 USERS = {"ada": ("viewer", "ada-secret"), "eve": ("viewer", "eve-secret"), "grace": ("user", "grace-secret")}
 DENIED = {"eve": [DAG_ID]}  # signed in, but may not read this DAG
-SCREENSHOTS = ROOT / ".onceflow" / "test-output" / "ui"
 DAG_ROUTES = (
     f"/onceflow/api/pipelines/{DAG_ID}",
     f"/onceflow/api/pipelines/{DAG_ID}/batches?limit=2",
@@ -224,33 +222,17 @@ def test_batches_report_to_airflow_metrics_on_a_real_statsd_socket(page_world, s
     assert "input_lag" in metrics and "input_lag.clicks.0" in metrics, sorted(metrics)
 
 
-def _chromium() -> str:
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.skip(reason="the browser test needs Debian's chromium binary: apt-get install chromium (tools/bootstrap.sh does as root)")
-    return chromium
-
-
 def _sign_in(page, api: str, user: str, then: str) -> None:
-    """Airflow's own login form."""
-    page.goto(f"{api}/auth/login?next={quote(api + then, safe='')}")
-    page.locator('input[name="username"]').fill(user)
-    page.locator('input[name="password"]').fill(USERS[user][1])
-    page.get_by_role("button", name="Sign in").click()
+    sign_in(page, api, user, USERS[user][1], then)
 
 
 def test_the_page_in_a_browser(page_world):
-    chromium = _chromium()
-    from playwright.sync_api import expect, sync_playwright
+    chromium()
+    from playwright.sync_api import expect
 
     world, runs = page_world
     api = world.airflow.api_url
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_context(viewport={"width": 1500, "height": 1100}).new_page()
-        page.set_default_timeout(60_000)
-
+    with browser_page() as page:
         # sign in with Airflow's own login form, then open onceflow from the navigation
         _sign_in(page, api, "ada", "/plugin/onceflow")
         page.wait_for_url(re.compile(r".*/plugin/onceflow.*"))
@@ -279,13 +261,12 @@ def test_the_page_in_a_browser(page_world):
         expect(run_view.locator("h1")).to_have_text(f"Batch 0000000002 of run {runs['committed']}")
         expect(run_view.locator("p.latest")).to_contain_text("committed")
         page.screenshot(path=str(SCREENSHOTS / "run.png"), full_page=True)
-        browser.close()
 
 
 # Last in this module: it changes the pipeline the tests above read.
 def test_an_operator_splits_the_failing_batch_from_the_page(page_world):
-    chromium = _chromium()
-    from playwright.sync_api import expect, sync_playwright
+    chromium()
+    from playwright.sync_api import expect
 
     world, _runs = page_world
     api = world.airflow.api_url
@@ -328,10 +309,7 @@ def test_an_operator_splits_the_failing_batch_from_the_page(page_world):
         assert failed.json()["detail"].startswith("NotADirectoryError") and str(blocked) in failed.json()["detail"]
     assert coordinator.describe(4).intervention is None  # nothing recorded by the refusals or the failed skip
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_context(viewport={"width": 1500, "height": 1100}).new_page()
-        page.set_default_timeout(60_000)
+    with browser_page() as page:
         _sign_in(page, api, "grace", f"/onceflow/dags/{DAG_ID}")
         page.wait_for_url(re.compile(rf".*/onceflow/dags/{DAG_ID}$"))
         form = page.locator('section.intervene form[data-action="split"]')
@@ -343,7 +321,6 @@ def test_an_operator_splits_the_failing_batch_from_the_page(page_world):
             "split to 50 per partition by grace: poison record in clicks[0]")
         expect(page.locator("section.intervene")).to_have_count(0)  # one intervention per batch
         page.screenshot(path=str(SCREENSHOTS / "split.png"), full_page=True)
-        browser.close()
 
     recorded = coordinator.describe(4).intervention
     assert (recorded.action.value, recorded.by, recorded.reason, recorded.max_records_per_partition) == (

@@ -34,7 +34,8 @@ from onceflow_devkit.airflow_env import onceflow_airflow
 from onceflow_devkit.local_airflow.auth import auth_env
 from onceflow_devkit.services.process import pick_port
 from tests.system.e2e.conftest import broker_with_topics
-from tests.system.e2e.test_onceflow_page import SCREENSHOTS, USERS, _chromium, _sign_in
+from tests.system.e2e.browser import SCREENSHOTS, browser_page, chromium
+from tests.system.e2e.test_onceflow_page import USERS, _sign_in
 
 N = 50
 MIN = 60_000
@@ -227,16 +228,12 @@ def _server_timing(page) -> dict[str, float]:
 @pytest.mark.slow  # its own Airflow with fifty DAGs: about two minutes
 @pytest.mark.timeout(900)
 def test_the_list_shows_each_pipelines_health_and_filters_those_that_need_a_person(fleet):
-    chromium = _chromium()
-    from playwright.sync_api import expect, sync_playwright
+    chromium()
+    from playwright.sync_api import expect
 
     api = fleet.api_url
     timings = []
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_context(viewport={"width": 1500, "height": 1100}).new_page()
-        page.set_default_timeout(60_000)
+    with browser_page() as page:
         _sign_in(page, api, "ada", "/onceflow/")
         page.wait_for_url(re.compile(r".*/onceflow/$"))
         timings.append(("first load", _server_timing(page)))
@@ -264,7 +261,6 @@ def test_the_list_shows_each_pipelines_health_and_filters_those_that_need_a_pers
         assert shown == NEEDS_PERSON
         timings.append(("needs a person", _server_timing(page)))
         page.screenshot(path=str(SCREENSHOTS / "pipeline-list-needs-person.png"), full_page=True)
-        browser.close()
 
     with closing(_client(api)) as ada:
         answer = ada.get("/onceflow/api/pipelines", params={"needs_person": "true"})

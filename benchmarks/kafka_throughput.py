@@ -254,6 +254,65 @@ def onceflow_read_parallel(config: dict, ranges: list[OffsetRange], fields=FIELD
     return time.perf_counter() - started, count
 
 
+def measure_round(config: dict, batch: pa.RecordBatch, partitions: int, staging: str) -> dict[str, float]:
+    """One round of every comparison against the broker ``config`` reaches: seconds per measure, by name
+    (``write_raw``, ``write_of``, ``read_raw``, ...: the functions above, whose figures they are)."""
+    records = batch.num_rows
+    times: dict[str, float] = {}
+    raw_topic = create_topic(config, partitions)
+    times["write_raw"], times["write_raw_readable"], times["freed_raw"] = raw_write(config, raw_topic, batch)
+    topic = create_topic(config, partitions)
+    times["write_of"], times["commit_of"], times["freed_of"] = onceflow_write(config, topic, batch, staging)
+    weaker = create_topic(config, partitions)
+    times["write_raw_plain"] = raw_plain_write(config, weaker, batch)
+    times["write_at_least_once"] = onceflow_write(config, weaker, batch, staging, AT_LEAST_ONCE)[0]
+    times["write_none"] = onceflow_write(config, weaker, batch, staging, NO_GUARANTEE)[0]
+    delete_topics(config, [weaker])
+    with KafkaOffsetSource(config) as source:
+        stable = source.last_stable_offsets(source.partitions([topic]))
+        ranges = [OffsetRange(topic, tp.partition, 0, end) for tp, end in stable.items()]
+    times["read_raw"], n_raw = raw_read(config, ranges)
+    times["read_raw_all"], _ = raw_read(config, ranges, all_fields=True)
+    times["read_of"], n_of = onceflow_read(config, ranges)
+    times["read_of_value"], n_of_value = onceflow_read(config, ranges, fields=["value"])
+    times["read_of_parallel"], n_of_parallel = onceflow_read_parallel(config, ranges, fields=["value"])
+    if not n_raw == n_of == n_of_value == n_of_parallel == records:
+        raise SystemExit(f"read {n_raw} (raw) / {n_of}, {n_of_value}, {n_of_parallel} (onceflow) records, wrote {records}")
+    # noida-db re-saves everything it holds after each write: a growing topic list would
+    # slow every later round.
+    delete_topics(config, [raw_topic, topic])
+    return times
+
+
+def median_s(rounds: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in rounds)
+
+
+def rate_rows(rounds: list[dict[str, float]], records: int) -> list[tuple[str, float, float | None]]:
+    """(comparison, onceflow's or the baseline's records/s, onceflow / baseline or None for a baseline) of the medians."""
+    def rate(key: str) -> float:
+        return records / median_s(rounds, key)
+
+    rate_precommit = records / statistics.median(r["write_of"] - r["commit_of"] for r in rounds)
+    return [
+        ("write: raw transactional producer", rate("write_raw"), None),
+        ("write: onceflow pre-commit + commit", rate("write_of"), rate("write_of") / rate("write_raw")),
+        ("write: onceflow pre-commit alone", rate_precommit, rate_precommit / rate("write_raw")),
+        ("write: raw producer until readable", rate("write_raw_readable"), None),
+        ("write: onceflow vs raw until readable", rate("write_of"), rate("write_of") / rate("write_raw_readable")),
+        ("write: raw idempotent producer, no txn", rate("write_raw_plain"), None),
+        ("write: onceflow at_least_once", rate("write_at_least_once"), rate("write_at_least_once") / rate("write_raw_plain")),
+        ("write: onceflow none (acks=1)", rate("write_none"), rate("write_none") / rate("write_raw_plain")),
+        ("write: onceflow exactly_once vs no txn", rate("write_of"), rate("write_of") / rate("write_raw_plain")),
+        ("read: raw read_committed consumer", rate("read_raw"), None),
+        ("read: onceflow read_range, value only", rate("read_of_value"), rate("read_of_value") / rate("read_raw")),
+        ("read: value only, a reader per range", rate("read_of_parallel"), rate("read_of_parallel") / rate("read_raw")),
+        ("read: onceflow read_range, all fields", rate("read_of"), rate("read_of") / rate("read_raw")),
+        ("read: raw consumer keeping all fields", rate("read_raw_all"), None),
+        ("read: onceflow vs raw keeping all fields", rate("read_of"), rate("read_of") / rate("read_raw_all")),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=500_000)
@@ -267,74 +326,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"broker: {broker.name} at {broker.bootstrap}; {args.records} records of {args.value_bytes} B, "
           f"{args.partitions} partitions, {args.rounds} rounds")
     batch = make_batch(args.records, args.value_bytes)
-    write_raw, write_raw_readable, write_of, commit_of, freed_raw, freed_of = [], [], [], [], [], []
-    write_raw_plain, write_at_least_once, write_none = [], [], []
-    read_raw, read_raw_all, read_of, read_of_value, read_of_parallel = [], [], [], [], []
     with tempfile.TemporaryDirectory() as staging:
-        for _ in range(args.rounds):
-            raw_topic = create_topic(config, args.partitions)
-            committed, readable, freed = raw_write(config, raw_topic, batch)
-            write_raw.append(committed)
-            write_raw_readable.append(readable)
-            freed_raw.append(freed)
-            topic = create_topic(config, args.partitions)
-            total, commit, freed = onceflow_write(config, topic, batch, staging)
-            write_of.append(total)
-            commit_of.append(commit)
-            freed_of.append(freed)
-            weaker = create_topic(config, args.partitions)
-            write_raw_plain.append(raw_plain_write(config, weaker, batch))
-            write_at_least_once.append(onceflow_write(config, weaker, batch, staging, AT_LEAST_ONCE)[0])
-            write_none.append(onceflow_write(config, weaker, batch, staging, NO_GUARANTEE)[0])
-            delete_topics(config, [weaker])
-            with KafkaOffsetSource(config) as source:
-                stable = source.last_stable_offsets(source.partitions([topic]))
-                ranges = [OffsetRange(topic, tp.partition, 0, end) for tp, end in stable.items()]
-            seconds, n_raw = raw_read(config, ranges)
-            read_raw.append(seconds)
-            seconds, _ = raw_read(config, ranges, all_fields=True)
-            read_raw_all.append(seconds)
-            seconds, n_of = onceflow_read(config, ranges)
-            read_of.append(seconds)
-            seconds, n_of_value = onceflow_read(config, ranges, fields=["value"])
-            read_of_value.append(seconds)
-            seconds, n_of_parallel = onceflow_read_parallel(config, ranges, fields=["value"])
-            read_of_parallel.append(seconds)
-            if not n_raw == n_of == n_of_value == n_of_parallel == args.records:
-                raise SystemExit(f"read {n_raw} (raw) / {n_of}, {n_of_value}, {n_of_parallel} (onceflow) records, wrote {args.records}")
-            # noida-db re-saves everything it holds after each write: a growing topic list would
-            # slow every later round.
-            delete_topics(config, [raw_topic, topic])
+        rounds = [measure_round(config, batch, args.partitions, staging) for _ in range(args.rounds)]
 
-    def rate(seconds: list[float]) -> float:
-        return args.records / statistics.median(seconds)
-
-    rows = [
-        ("write: raw transactional producer", rate(write_raw), None),
-        ("write: onceflow pre-commit + commit", rate(write_of), rate(write_of) / rate(write_raw)),
-        ("write: raw producer until readable", rate(write_raw_readable), None),
-        ("write: onceflow vs raw until readable", rate(write_of), rate(write_of) / rate(write_raw_readable)),
-        ("write: raw idempotent producer, no txn", rate(write_raw_plain), None),
-        ("write: onceflow at_least_once", rate(write_at_least_once), rate(write_at_least_once) / rate(write_raw_plain)),
-        ("write: onceflow none (acks=1)", rate(write_none), rate(write_none) / rate(write_raw_plain)),
-        ("write: onceflow exactly_once vs no txn", rate(write_of), rate(write_of) / rate(write_raw_plain)),
-        ("read: raw read_committed consumer", rate(read_raw), None),
-        ("read: onceflow read_range, value only", rate(read_of_value), rate(read_of_value) / rate(read_raw)),
-        ("read: value only, a reader per range", rate(read_of_parallel), rate(read_of_parallel) / rate(read_raw)),
-        ("read: onceflow read_range, all fields", rate(read_of), rate(read_of) / rate(read_raw)),
-        ("read: raw consumer keeping all fields", rate(read_raw_all), None),
-        ("read: onceflow vs raw keeping all fields", rate(read_of), rate(read_of) / rate(read_raw_all)),
-    ]
-    precommit_only = [t - c for t, c in zip(write_of, commit_of)]
-    rows.insert(2, ("write: onceflow pre-commit alone", rate(precommit_only), rate(precommit_only) / rate(write_raw)))
+    rows = rate_rows(rounds, args.records)
     for name, per_s, ratio in rows:
         print(f"{name:40s} {per_s:12,.0f} rec/s" + (f"   ratio {ratio:.2f}" if ratio is not None else ""))
-    print(f"commit from the handle (EndTxn + verification by reading): {statistics.median(commit_of):.2f} s median; "
+    print(f"commit from the handle (EndTxn + verification by reading): {median_s(rounds, 'commit_of'):.2f} s median; "
           f"raw producer, from commit_transaction's return until readable: "
-          f"{statistics.median([r - c for r, c in zip(write_raw_readable, write_raw)]):.2f} s median")
+          f"{statistics.median([r['write_raw_readable'] - r['write_raw'] for r in rounds]):.2f} s median")
     print(f"heap work left by the freed records, charged at the end of each write: raw producer "
-          f"{statistics.median(freed_raw):.3f} s, onceflow {statistics.median(freed_of):.3f} s median")
-    write_ratio = rate(write_of) / rate(write_raw)
+          f"{median_s(rounds, 'freed_raw'):.3f} s, onceflow {median_s(rounds, 'freed_of'):.3f} s median")
+    write_ratio = rows[1][2]  # end to end against the raw transactional producer
     print(f"target: write >= {WRITE_TARGET} of the raw transactional producer "
           f"({'met' if write_ratio >= WRITE_TARGET else 'MISSED'})")
     return 0

@@ -113,11 +113,17 @@ def write_vote(view: LedgerView, vote: Vote, clock: Callable[[], int] = wall_clo
         )
 
 
+NOTE_CHARS = 500  # of what an output said: a done marker is a small record, read by every status and page
+
 
 def effect_note(result: Result) -> str:
     """What a done marker keeps of an output's answer: its outcome and what it said (an Iceberg commit names
     the snapshot it made), which status and the page show."""
-    return f"{result.outcome.value}: {result.detail}" if result.detail else result.outcome.value
+    if not result.detail:
+        return result.outcome.value
+    said = result.detail if len(result.detail) <= NOTE_CHARS else result.detail[:NOTE_CHARS - 1] + "…"
+    return f"{result.outcome.value}: {said}"
+
 
 class Coordinator(LedgerView):
     """Drives the batches of one pipeline through the ledger. It reads as the

@@ -19,6 +19,7 @@ from onceflow.core.errors import (
     RetryLater,
     StaleAttempt,
 )
+from onceflow.core.coordinator import NOTE_CHARS, effect_note
 from onceflow.core.participant import Outcome, Result
 from onceflow.core.states import BatchState, IllegalTransition
 from onceflow.config.settings import ConfigurationError
@@ -199,6 +200,7 @@ def test_status_keeps_what_each_output_said_of_its_commit_and_abort(local):
     parts["events"].abort_answer = Result(Outcome.DONE, "2 transactions aborted")
     coord.rollback(aborted.batch_seq, "a test")
     assert coord.describe(aborted.batch_seq).done["events"].detail == "done: 2 transactions aborted"
+    assert len(effect_note(Result(Outcome.DONE, "x" * 10_000))) == len("done: ") + NOTE_CHARS  # a record stays small
 
 
 def test_a_failed_abort_stays_aborting_and_status_shows_what_the_sink_said_until_it_is_done(local):

@@ -141,12 +141,19 @@ class Pipelines:
         return found
 
     def runtime(self, dag_id: str):
-        """The pipeline's runtime, its connections looked up once per ``TTL_S`` (the list opens fifty)."""
+        """The pipeline's runtime, its connections looked up once per ``TTL_S`` (the list opens fifty); a
+        redeployed DAG (a new hash) gets a runtime of its new spec at once."""
         deployed = self.get(dag_id)
-        return self._cached(f"runtime:{dag_id}", lambda: deployed.runtime(identity=f"airflow-ui:{dag_id}"))
+        with self._lock:
+            dag_hash = self._dags[dag_id][1]
+        return self._cached(f"runtime:{dag_id}:{dag_hash}", lambda: deployed.runtime(identity=f"airflow-ui:{dag_id}"))
 
-    def listed(self, dag_id: str) -> Listed:
-        return Listed(dag_id, self.get(dag_id).spec.name, lambda: self.runtime(dag_id), self.expected(dag_id))
+    def listed(self, dag_id: str) -> Listed | None:
+        """What the list needs of ``dag_id``; None if it stopped being a pipeline since it was listed."""
+        deployed = self.find(dag_id)
+        if deployed is None:
+            return None
+        return Listed(dag_id, deployed.spec.name, lambda: self.runtime(dag_id), self.expected(dag_id))
 
 
 PIPELINES = Pipelines()
@@ -196,7 +203,7 @@ def _health_list(user, needs_person: bool) -> tuple[list[dict[str, Any]], dict[s
     """The rows of the pipelines ``user`` may read (only those that need a person, if asked), the
     time each part took, and how many need a person in all."""
     started = time.perf_counter()
-    listed = [PIPELINES.listed(d) for d in _visible_dag_ids(user)]
+    listed = [found for d in _visible_dag_ids(user) if (found := PIPELINES.listed(d)) is not None]
     looked_up = (time.perf_counter() - started) * 1000
     rows, timing = pipeline_list(listed)
     flagged = sum(r["needs_person"] for r in rows)
@@ -258,7 +265,8 @@ def _intervene(dag_id: str, seq: int, user, act) -> dict[str, Any]:
     """Run ``act(runtime, by)`` (interventions.split_batch or skip_batch); refusals are 409."""
     from onceflow.core.errors import InterventionRefused
 
-    runtime = PIPELINES.runtime(dag_id)
+    # An intervention writes to the ledger: a runtime of its own, the connections as they are now, not the list's.
+    runtime = PIPELINES.get(dag_id).runtime(identity=f"airflow-ui:{dag_id}")
     if not _dag_paused(dag_id):
         raise HTTPException(409, f"pause the DAG {dag_id!r} first, so that no run replays batch {seq} meanwhile; "
                                  "unpause it afterwards and the next run follows the split or skip")

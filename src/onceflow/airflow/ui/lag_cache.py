@@ -4,7 +4,7 @@ pipeline at a time, the answer kept ``ttl_s`` and each Kafka request bounded by 
 A page waits for an answer only as long as it chooses (``wait_s``): the pipeline page a few
 seconds, the list of fifty pipelines a fraction of one. What is not answered by then is shown
 as the last answer (with its age) or as pending, and lands in the cache for the next look.
-A failure is an answer too (``error``), shown until a later question succeeds.
+A failure is an answer too (``error``), kept ``retry_s`` and shown until a later question succeeds.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from confluent_kafka import KafkaException
 
 from onceflow.core.lag import input_lag
 
@@ -49,9 +51,11 @@ def _now_ms() -> int:
 
 class LagCache:
     def __init__(self, ttl_s: float = 15.0, timeout_s: float = 3.0, workers: int = 16,
-                 ask: Callable[..., list[dict[str, Any]]] = input_lag, clock: Callable[[], int] = _now_ms):
+                 ask: Callable[..., list[dict[str, Any]]] = input_lag, clock: Callable[[], int] = _now_ms,
+                 retry_s: float = 3.0):
         self.ttl_s = ttl_s
         self.timeout_s = timeout_s
+        self.retry_s = retry_s  # a failure is kept this long before Kafka is asked again
         self._ask = ask
         self._clock = clock
         self._workers = workers
@@ -68,8 +72,10 @@ class LagCache:
     def _answer(self, key: str, runtime, asked_ms: int) -> None:
         try:
             reading = LagReading(self._ask(runtime, asked_ms, timeout_s=self.timeout_s), None, asked_ms)
-        except Exception as exc:  # Kafka down or slow: the ledger's part of the page still helps
+        except (KafkaException, TimeoutError, OSError) as exc:  # Kafka down or slow: the ledger's part still helps
             reading = LagReading([], f"Kafka did not answer within {self.timeout_s:g} s ({type(exc).__name__})", asked_ms)
+        except Exception as exc:  # not Kafka's silence: said as it is, not blamed on the broker
+            reading = LagReading([], f"the lag could not be read: {type(exc).__name__}: {exc}", asked_ms)
         with self._lock:
             self._answers[key] = reading
             self._asking.pop(key, None)
@@ -81,7 +87,9 @@ class LagCache:
                 return self._asking[key]
             kept = self._answers.get(key)
             now = self._clock()
-            if kept is not None and kept.error is None and now - kept.asked_ms < self.ttl_s * 1000:
+            # A failure is asked again sooner than an answer, but not at every look: a silent Kafka is
+            # not sent a new client per page view.
+            if kept is not None and now - kept.asked_ms < (self.ttl_s if kept.error is None else self.retry_s) * 1000:
                 return None
             future = self._executor().submit(self._answer, key, runtime, now)
             self._asking[key] = future

@@ -28,6 +28,8 @@ of a pipeline begins with is there too, where the Kafka ACLs (``onceflow.kafka.a
 from __future__ import annotations
 
 from onceflow.config.names import TRANSACTIONAL_ID_PREFIX as PREFIX, check_name, transactional_id_prefix
+
+pipeline_prefix = transactional_id_prefix  # its name in 0.3 (onceflow.kafka.ids), kept for code written against it
 from onceflow.config.settings import ConfigurationError
 
 

@@ -191,16 +191,28 @@ def test_the_list_waits_for_kafka_no_longer_than_it_chose_and_asks_one_question_
     assert cache.reading("p", None, wait_s=5).asked_ms == NOW + 16_000 and kafka.asked == 2
 
 
-def test_a_kafka_that_failed_is_shown_as_failed_and_asked_again_at_the_next_look():
+def test_a_kafka_that_failed_is_shown_as_failed_and_asked_again_after_a_short_wait_not_at_every_look():
     from onceflow.airflow.ui.lag_cache import LagCache
 
-    kafka = SlowKafka(error=TimeoutError("no broker"))
+    kafka, clock = SlowKafka(error=TimeoutError("no broker")), SimpleNamespace(now=NOW)
     kafka.release.set()
-    cache = LagCache(ttl_s=15, timeout_s=3, ask=kafka, clock=lambda: NOW)
+    cache = LagCache(ttl_s=15, timeout_s=3, ask=kafka, clock=lambda: clock.now, retry_s=3)
     failed = cache.reading("p", None, wait_s=5)
     assert failed.error == "Kafka did not answer within 3 s (TimeoutError)" and failed.records_behind is None
     kafka.error = None
+    clock.now += 1_000
+    assert cache.reading("p", None, wait_s=5).error and kafka.asked == 1  # the failure kept: no question per look
+    clock.now += 2_000
     assert cache.reading("p", None, wait_s=5).records_behind == 4 and kafka.asked == 2
+
+
+def test_a_failure_that_is_not_kafkas_is_not_blamed_on_kafka():
+    from onceflow.airflow.ui.lag_cache import LagCache
+
+    kafka = SlowKafka(error=KeyError("batch 0000000007"))
+    kafka.release.set()
+    failed = LagCache(ask=kafka, clock=lambda: NOW).reading("p", None, wait_s=5)
+    assert failed.error == "the lag could not be read: KeyError: 'batch 0000000007'"
 
 
 # -- the list, from real ledgers ------------------------------------------------------------------

@@ -14,9 +14,11 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, TypeVar
 
 from onceflow_devkit.services.process import ServiceError
+
+T = TypeVar("T")
 
 DEVKIT = Path(__file__).resolve().parents[2]
 INSTALL_HINT = "install Maven and a JDK 17+ (Debian/Ubuntu: apt-get install maven openjdk-17-jdk-headless)"
@@ -36,22 +38,31 @@ def require_tools(what: str, install_hint: str, *tools: str) -> None:
             raise ServiceError(f"{what} runs from jars that Maven fetches, and `{tool}` is not on PATH: {install_hint}")
 
 
+def made_once(home: Path, found: Callable[[], T | None], make: Callable[[], T]) -> T:
+    """What ``found`` finds under ``home``, else what ``make`` makes there, under ``home``'s lock so that
+    two sessions never make it at once. ``make`` writes last the stamp ``found`` looks for: a make that
+    died half way is made again."""
+    hit = found()
+    if hit is not None:
+        return hit
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        hit = found()
+        return hit if hit is not None else make()
+
+
 def fetch_jars(name: str, pom: Path, properties: Mapping[str, str], expect: str, what: str, install_hint: str,
                prepare: Callable[[Path], None] | None = None) -> Path:
     """The directory of the jars ``pom`` names (with ``-D`` ``properties``), fetched by Maven into
     ``<cache>/<name>/libs`` on first use. ``expect`` is a jar name pattern a good fetch holds;
     ``prepare`` runs on the fetched directory before it is published. A stamp file says a fetch
-    completed; a lock keeps two sessions from fetching at once."""
+    completed (``made_once``)."""
     home = cache_root() / name
     libs, stamp = home / "libs", home / "fetched"
-    if stamp.exists():
-        return libs
-    require_tools(what, install_hint, "mvn", "java")
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists():
-            return libs
+
+    def fetch() -> Path:
+        require_tools(what, install_hint, "mvn", "java")
         staging = Path(tempfile.mkdtemp(prefix="libs-", dir=home))
         argv = ["mvn", "-q", "-B", "-f", str(pom), *(f"-D{k}={v}" for k, v in properties.items()),
                 "dependency:copy-dependencies", f"-DoutputDirectory={staging}"]
@@ -68,4 +79,6 @@ def fetch_jars(name: str, pom: Path, properties: Mapping[str, str], expect: str,
         shutil.rmtree(libs, ignore_errors=True)
         staging.rename(libs)
         stamp.write_text(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {len(list(libs.glob('*.jar')))} jars\n")
-    return libs
+        return libs
+
+    return made_once(home, lambda: libs if stamp.exists() else None, fetch)

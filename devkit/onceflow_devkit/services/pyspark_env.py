@@ -15,7 +15,6 @@ PySpark 4.1 alone, pinned exactly, and the runtime jar Maven fetches (``services
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 import subprocess
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from onceflow_devkit.services import spark_iceberg
-from onceflow_devkit.services.jars import cache_root
+from onceflow_devkit.services.jars import cache_root, made_once
 from onceflow_devkit.services.process import ServiceError
 
 PYSPARK = "4.1.4"  # the newest 4.1 release on PyPI
@@ -66,16 +65,9 @@ def existing(version: str = PYSPARK) -> PySparkEnv | None:
 
 def pyspark_env(version: str = PYSPARK) -> PySparkEnv:
     """The environment, made on first use (pip from PyPI, the runtime jar from Maven Central)."""
-    found = existing(version)
-    if found is not None:
-        return found
     where = home(version)
-    where.mkdir(parents=True, exist_ok=True)
-    with open(where / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        found = existing(version)
-        if found is not None:
-            return found
+
+    def make() -> PySparkEnv:
         started = time.monotonic()
         venv = where / "venv"
         shutil.rmtree(venv, ignore_errors=True)  # a make that died half way
@@ -86,7 +78,9 @@ def pyspark_env(version: str = PYSPARK) -> PySparkEnv:
         jar = spark_iceberg.runtime_jar(spark_line=SPARK_LINE)
         env = PySparkEnv(python, (jar,), version, round(time.monotonic() - started, 1))
         (where / "env.json").write_text(env.to_json() + "\n")
-    return env
+        return env
+
+    return made_once(where, lambda: existing(version), make)
 
 
 def _run(argv: list[str], what: str) -> None:

@@ -15,13 +15,13 @@ copy left complete by an interrupted skip is counted again, not rewritten.
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from onceflow.config.warehouse_layout import quarantine_dir
+from onceflow.core.coordinator import wall_clock_ms
 from onceflow.core.planning.interventions import Action, Intervention, QuarantinedRange
 from onceflow.core.plan import OffsetRange, Plan
 from onceflow.kafka.reader import RangeReader, SCHEMA
@@ -58,16 +58,14 @@ def quarantine(runtime, plan: Plan) -> tuple[QuarantinedRange, ...]:
 def split_batch(runtime, seq: int, records: int, by: str, reason: str) -> Intervention:
     """Record that the next batch replays at most ``records`` records per partition of aborted batch ``seq``."""
     return runtime.coordinator.intervene(
-        Intervention(seq, Action.SPLIT, by, reason, _now_ms(), max_records_per_partition=records))
+        Intervention(seq, Action.SPLIT, by, reason, wall_clock_ms(), max_records_per_partition=records))
 
 
 def skip_batch(runtime, seq: int, by: str, reason: str) -> Intervention:
     """Quarantine aborted batch ``seq``'s input records, then record that the next batch starts after them."""
     coordinator = runtime.coordinator
-    skip = Intervention(seq, Action.SKIP, by, reason, _now_ms())  # who and why checked before copying anything
+    skip = Intervention(seq, Action.SKIP, by, reason, wall_clock_ms())  # who and why checked before copying anything
     plan = coordinator.check_intervention(seq)  # and the batch; intervene checks again
     return coordinator.intervene(replace(skip, quarantine=quarantine(runtime, plan)))
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)

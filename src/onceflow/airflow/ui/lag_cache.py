@@ -10,13 +10,13 @@ A failure is an answer too (``error``), kept ``retry_s`` and shown until a later
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from confluent_kafka import KafkaException
 
+from onceflow.core.coordinator import wall_clock_ms
 from onceflow.core.lag import input_lag
 
 
@@ -45,13 +45,9 @@ class LagReading:
         return max(ages) + max(0, now_ms - self.asked_ms) / 1000
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class LagCache:
     def __init__(self, ttl_s: float = 15.0, timeout_s: float = 3.0, workers: int = 16,
-                 ask: Callable[..., list[dict[str, Any]]] = input_lag, clock: Callable[[], int] = _now_ms,
+                 ask: Callable[..., list[dict[str, Any]]] = input_lag, clock: Callable[[], int] = wall_clock_ms,
                  retry_s: float = 3.0):
         self.ttl_s = ttl_s
         self.timeout_s = timeout_s

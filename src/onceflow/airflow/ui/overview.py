@@ -4,12 +4,12 @@ asks Kafka for the input's last stable offsets; never lists the ledger."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from onceflow.airflow.ui.health import WARN_FROM
 from onceflow.airflow.ui.lag_cache import LagCache
 from onceflow.core.batch_view import STAGES, batch_row, batch_rows
+from onceflow.core.coordinator import wall_clock_ms as now_ms  # the ledger's clock: the page's ages and countdowns
 from onceflow.core.states import BatchState
 from onceflow.sinks import open_transactions_of
 
@@ -22,10 +22,6 @@ PAGE_LAG_WAIT_S = 4 * LAG.timeout_s
 STAGE_ORDER = tuple(name for name, _start, _end in STAGES)
 # States whose votes' transactions may still be open (an abort ends them too, once applied).
 _HOLDS_TRANSACTIONS = (BatchState.PREPARING, BatchState.PREPARED, BatchState.COMMITTING, BatchState.ABORTING)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def open_transactions(status, spec, now: int) -> list[dict[str, Any]]:

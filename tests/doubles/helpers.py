@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from onceflow.core.coordinator import Coordinator
-from onceflow.core.plan import Plan, SinkPlan
+from onceflow.core.plan import TXN_ID_POOL, Plan, SinkPlan
 from onceflow.core.planning.config import PlanConfig
 
 from tests.doubles.fakes import FakeSource, World, participants
@@ -12,8 +12,9 @@ SINKS = (SinkPlan("files", "files", 1), SinkPlan("events", "kafka", 2))
 
 
 def kafka_ids(pipeline: str, sink: SinkPlan, batch_seq: int) -> tuple[str, ...]:
-    """Stand-in for the Kafka sink kind's transactional ids: each batch its own."""
-    return tuple(f"onceflow-{pipeline}-{sink.name}-b{batch_seq}-{i}" for i in range(sink.splits)) if sink.kind == "kafka" else ()
+    """Stand-in for the Kafka sink kind's transactional ids: batches TXN_ID_POOL apart share them."""
+    pooled = batch_seq % TXN_ID_POOL
+    return tuple(f"onceflow-{pipeline}-{sink.name}-pool{pooled}-{i}" for i in range(sink.splits)) if sink.kind == "kafka" else ()
 
 
 def config(max_records: int | None = 100, **kw) -> PlanConfig:

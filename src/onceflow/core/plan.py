@@ -61,14 +61,21 @@ GUARANTEES = {
 }
 
 
+# Batches ``seq`` and ``seq - TXN_ID_POOL`` may share transactional ids, so a pipeline's ids at the broker
+# are bounded by its shape, not by its batches in the broker's expiration (docs/scaling.md).
+TXN_ID_POOL = 16
+
+
 @dataclass(frozen=True)
 class SinkPlan:
     """One output of the batch.
 
     ``kind`` is a registered sink kind (``onceflow.sinks``). For a Kafka sink,
     ``transactional_ids[i]`` is the only id split ``i`` may use; ids are
-    derived from (pipeline, sink, split), never random, so that abort can
-    fence them all.
+    derived from (pipeline, sink, split, batch), never random, so that abort can
+    fence them all. A kind may give batch ``seq`` the ids of batch
+    ``seq - TXN_ID_POOL``, never of a nearer one: the planners plan ``seq``
+    only once that batch is finished (I5).
     """
 
     name: str

@@ -120,7 +120,7 @@ class PipelineSpec:
     # record at or after it stops holding the interval open (an idle partition).
     interval_grace_s: int = 300
     # Interval pipelines: at most this many batches in flight at once; each
-    # takes one slot of this many (its Kafka transactional ids are its own: onceflow.sinks.kafka.ids).
+    # takes one slot of this many (with Kafka outputs at most TXN_ID_POOL: onceflow.sinks.kafka.ids).
     batches_in_flight: int = 16
 
     def __post_init__(self) -> None:

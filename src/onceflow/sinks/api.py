@@ -151,8 +151,9 @@ class SinkKind(Protocol):
 
     def transactional_ids(self, pipeline: str, sink: SinkPlan, batch_seq: int) -> tuple[str, ...]:
         """The ids of the transactions the sink's splits may open in batch ``batch_seq``, derived so
-        that a rollback can fence them even when the job died before voting, and never shared with
-        another batch (a zombie of one batch cannot fence another's); () if none [planning].
+        that a rollback can fence them even when the job died before voting, and shared with no batch
+        nearer than ``onceflow.core.plan.TXN_ID_POOL`` (the planners finish that one first); () if none
+        [planning].
         Default: none."""
         return ()
 

@@ -45,7 +45,7 @@ def test_batches_commit_and_chain_without_gap(local):
     assert world.visible[("files", 1)] == status.decision.votes["files"]
     second = run_batch(coord, parts, src)
     assert [(r.start, r.end) for r in second.ranges] == [(100, 200), (40, 40)]
-    assert second.sink("events").transactional_ids == ("onceflow-pipe-events-b2-0", "onceflow-pipe-events-b2-1")
+    assert second.sink("events").transactional_ids == ("onceflow-pipe-events-pool2-0", "onceflow-pipe-events-pool2-1")
     assert coord.latest_seq() == 2 and coord.ledger.read_head().last_committed_seq == 2
 
 

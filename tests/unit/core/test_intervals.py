@@ -15,6 +15,7 @@ from onceflow.core.planning.interval_planner import IntervalPlanner, committed_p
 from onceflow.core.ledger.storage import open_ledger_storage
 from onceflow.core.planning.intervals import Interval, IntervalNotClosed, OffsetsLostError, SlotBusy
 from onceflow.core.errors import PlanningError
+from onceflow.core.plan import TXN_ID_POOL
 from onceflow.core.planning.source import TopicPartition
 from onceflow.core.states import BatchState
 
@@ -306,6 +307,21 @@ def test_a_smaller_pool_still_waits_for_every_batch_holding_the_same_slot(pipeli
         smaller.plan(log, hours(6)[4], run_id="fifth")
     commit(coord, parts, plans[0])
     assert smaller.plan(log, hours(6)[4], run_id="fifth").plan.slot == 1
+
+
+def test_a_batch_waits_for_the_batch_txn_id_pool_before_it_whose_transactional_ids_it_takes(pipeline):
+    coord, parts, planner, clock = pipeline
+    log = StampedLog(every_minute(0, TXN_ID_POOL + 2), every_minute(0, TXN_ID_POOL + 2))
+    wide = IntervalPlanner(coord, config(), grace_ms=0, pool=TXN_ID_POOL + 4, clock=clock)
+    plans = [wide.plan(log, i, run_id=str(i)).plan for i in hours(TXN_ID_POOL + 1)[:TXN_ID_POOL]]
+    for plan in plans[1:]:
+        commit(coord, parts, plan)
+    # Batch 17 has a slot of its own, but batch 1, still in flight, holds its transactional ids.
+    with pytest.raises(SlotBusy, match=rf"Kafka transactional ids, still held by batch 0000000001 .* at most {TXN_ID_POOL}"):
+        wide.plan(log, hours(TXN_ID_POOL + 1)[-1], run_id="last")
+    commit(coord, parts, plans[0])
+    last = wide.plan(log, hours(TXN_ID_POOL + 1)[-1], run_id="last").plan
+    assert last.sink("events").transactional_ids == plans[0].sink("events").transactional_ids
 
 
 def test_a_slot_held_by_a_decided_batch_is_freed_by_finishing_it(pipeline):

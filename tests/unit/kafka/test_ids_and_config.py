@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from onceflow.kafka.config import REDACTED, RECEIVE_MESSAGE_MAX_BYTES, consumer_config, kafka_python_config, producer_config, redact
-from onceflow.sinks.kafka.ids import is_split_id, repair_id, transactional_id, transactional_ids
+from onceflow.core.plan import TXN_ID_POOL
+from onceflow.sinks.kafka.ids import is_split_id, own_ids, pooled_id, repair_id, transactional_id, transactional_ids
 from onceflow.sinks.kafka.txn_protocol import ACTIONS
 from onceflow.sinks.kafka.broker_answers import Action, classify, CONNECTION_CLOSED
 from onceflow.config.settings import ConfigurationError
@@ -20,25 +21,35 @@ SECURE = {
 }
 
 
-def test_transactional_id_is_derived_from_pipeline_sink_batch_and_split():
+def test_a_batch_takes_the_ids_of_its_place_in_a_pool_of_txn_id_pool_batches():
+    assert pooled_id("clicks", "enriched", 3, 12) == "onceflow.clicks.enriched.pool12.3"
+    assert pooled_id("clicks", "enriched", 3, 12 + TXN_ID_POOL) == pooled_id("clicks", "enriched", 3, 12)
+    assert transactional_ids("clicks", "out", 3, 5) == tuple(pooled_id("clicks", "out", i, 5) for i in range(3))
+    assert repair_id(pooled_id("a", "b", 0, 1)) == "onceflow.a.b.pool1.0.repair"
+    # A pipeline's ids are bounded by its shape: TXN_ID_POOL per split, however many batches it runs.
+    assert len({pooled_id("p", "s", i, batch) for i in range(3) for batch in range(1, 1000)}) == 3 * TXN_ID_POOL
+
+
+def test_batches_nearer_than_the_pool_never_share_an_id_and_ids_of_older_plans_still_belong_to_their_split():
+    for batch in range(1, 100):
+        nearer = {pooled_id("p", "s", 0, other) for other in range(batch + 1, batch + TXN_ID_POOL)}
+        assert pooled_id("p", "s", 0, batch) not in nearer
+        assert pooled_id("p", "s", 0, batch) in own_ids("p", "s", 0, batch)
+    # Plans of older versions named an id per batch (0.4), the split's id alone (offsets) or its slot's (interval).
     assert transactional_id("clicks", "enriched", 3, 12) == "onceflow.clicks.enriched.b12.3"
-    assert transactional_id("clicks", "enriched", 3, 12) == transactional_id("clicks", "enriched", 3, 12)
-    assert transactional_ids("clicks", "out", 3, 5) == tuple(transactional_id("clicks", "out", i, 5) for i in range(3))
-    assert repair_id(transactional_id("a", "b", 0, 1)) == "onceflow.a.b.b1.0.repair"
-
-
-def test_no_two_batches_share_an_id_and_ids_of_older_plans_still_belong_to_their_split():
-    assert len({transactional_id("p", "s", i, batch) for i in range(3) for batch in range(1, 5)}) == 12
-    # Plans of older versions named the split's id alone (offsets) or its slot's (interval pipelines).
     assert transactional_id("clicks", "enriched", 1, slot=7) == "onceflow.clicks.enriched.slot7.1"
-    for older in (transactional_id("p", "s", 1), transactional_id("p", "s", 1, slot=12), transactional_id("p", "s", 1, 4)):
+    for older in (transactional_id("p", "s", 1), transactional_id("p", "s", 1, slot=12), transactional_id("p", "s", 1, 4),
+                  pooled_id("p", "s", 1, 4)):
         assert is_split_id(older, "p", "s", 1, 4)
         assert not is_split_id(older, "p", "s", 0, 4)
         assert not is_split_id(older, "p", "t", 1, 4)
     assert not is_split_id(transactional_id("p", "s", 1, 3), "p", "s", 1, 4)  # another batch's id
+    assert not is_split_id(pooled_id("p", "s", 1, 3), "p", "s", 1, 4)  # another place in the pool
     assert not is_split_id("onceflow.p.s.slotx.1", "p", "s", 1, 4) and not is_split_id("onceflow.p.s.1.repair", "p", "s", 1, 4)
     with pytest.raises(ValueError):
         transactional_id("p", "s", 0, -1)
+    with pytest.raises(ValueError):
+        pooled_id("p", "s", 0, -1)
 
 
 def test_two_pipelines_never_share_an_id():

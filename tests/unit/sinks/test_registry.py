@@ -22,7 +22,7 @@ def test_the_built_in_kinds_say_where_their_output_lives_and_what_to_fence():
     assert kafka.location(enriched, "s3://lake/w") == "clicks_enriched"
     assert kafka.asset_uri(enriched, "s3://lake/w") == "kafka://kafka/clicks_enriched"
     assert files.transactional_ids("p", SinkPlan("counts", FILES, 4), 3) == ()
-    assert kafka.transactional_ids("p", SinkPlan("enriched", KAFKA, 2), 3) == ("onceflow.p.enriched.b3.0", "onceflow.p.enriched.b3.1")
+    assert kafka.transactional_ids("p", SinkPlan("enriched", KAFKA, 2), 3) == ("onceflow.p.enriched.pool3.0", "onceflow.p.enriched.pool3.1")
 
 
 def test_an_unknown_kind_is_refused_naming_the_installed_ones_and_how_a_package_adds_one():

@@ -14,14 +14,16 @@ task, in this order::
        - ABORTED: the next batch replays its exact ranges (I6)
     2. else its two boundaries, each read from the ledger or resolved and
        recorded once (the end first, so that the start is held below it)
-    3. the next free seq whose slot is free (at most batches_in_flight at once), the plan
+    3. the next free seq whose slot is free (at most batches_in_flight at once)
+       and whose transactional ids are free, the plan
     4. the interval's index record naming that batch (create-if-absent: of two
        runs planning one interval at once, the loser aborts its own batch)
 
 Batches of different intervals never touch each other: each has its own
-attempts, votes and decision (per-batch fencing), and its own Kafka
-transactional ids (``sinks.kafka.ids``); its slot (``intervals.slot_of``)
-only bounds how many run at once.
+attempts, votes and decision (per-batch fencing), and Kafka transactional ids
+no batch in flight shares (``sinks.kafka.ids``: batch ``seq`` is planned only
+once ``seq - TXN_ID_POOL``, which may share them, is finished); its slot
+(``intervals.slot_of``) only bounds how many run at once.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from onceflow.core.batch_id import BatchId
 from onceflow.core.errors import ConcurrentPlanError
-from onceflow.core.plan import Plan, Replacement
+from onceflow.core.plan import TXN_ID_POOL, Plan, Replacement
 from onceflow.core.planning.config import PlanConfig, with_ids
 from onceflow.core.planning.intervals import (
     Interval,
@@ -189,40 +191,54 @@ class IntervalPlanner:
         return winner
 
     def _check_slot_free(self, seq: int) -> None:
-        """Batch ``seq`` may take its slot only when every earlier batch in that slot is finished.
+        """Batch ``seq`` may take its slot only when every earlier batch in that slot is finished,
+        and its transactional ids only when batch ``seq - TXN_ID_POOL``, which may share them, is.
 
-        Those are ``seq - pool``, or others when batches_in_flight changed: every batch
+        Those in its slot are ``seq - pool``, or others when batches_in_flight changed: every batch
         of the last ``max(pool, their pool)`` whose recorded slot is this one counts."""
         slot = slot_of(seq, self.pool)
         reach, other = self.pool, seq
         while (other := other - 1) >= max(1, seq - reach):
             plan = self.coordinator.plan(other)
             reach = max(reach, plan.batches_in_flight or 0)
-            if plan.slot != slot:
-                continue
-            status = self.coordinator.describe(other)
-            if status.state.terminal:
-                continue
-            if status.decision is not None:  # COMMITTING or ABORTING: finishing it is safe for anyone
-                self.coordinator.recover(other)
-                continue
-            held_by = plan.interval
-            named = held_by is not None and any(
-                (record := self.ledger.read_interval_batch(held_by, n)) is not None and record.batch_seq == other
-                for n in range(1, self.ledger.latest_interval_index(held_by) + 1)
-            )
-            if not named and self._clock() - plan.created_at_ms > ORPHAN_AFTER_MS:
-                log.warning("batch %s of %s was planned but never bound to its interval (its plan task died): "
-                            "presumed aborted", BatchId(other), self.pipeline)
-                self.coordinator.recover(other)
-                continue
-            raise SlotBusy(
-                f"batch {BatchId(seq)} of pipeline {self.pipeline!r} would take slot {slot} of batches_in_flight, "
-                f"still held by batch {BatchId(other)} (interval {held_by}, run {plan.run_id!r}), which "
-                f"is {status.state.value}: waiting for it to finish. More than batches_in_flight={self.pool} batches "
-                "are in flight; if that run is gone, re-run it, or finish the batch with `onceflow recover "
-                f"--pipeline {self.pipeline} --batch {other}`."
-            )
+            if plan.slot == slot:
+                self._finish_or_wait(seq, plan, f"would take slot {slot} of batches_in_flight",
+                                     f"More than batches_in_flight={self.pool} batches are in flight")
+        holder = seq - TXN_ID_POOL
+        if holder >= 1:
+            plan = self.coordinator.plan(holder)
+            mine = {i for sink in with_ids(self.pipeline, self.config, seq) for i in sink.transactional_ids}
+            if mine & {i for sink in plan.sinks for i in sink.transactional_ids}:
+                self._finish_or_wait(seq, plan, "would take its Kafka transactional ids",
+                                     f"Batches {TXN_ID_POOL} apart share them (onceflow.core.plan.TXN_ID_POOL), so at "
+                                     f"most {TXN_ID_POOL} are in flight whatever batches_in_flight says")
+
+    def _finish_or_wait(self, seq: int, plan: Plan, what: str, why: str) -> None:
+        """Batch ``plan`` holds what batch ``seq`` ``what`` takes: finish it if anyone may, else wait for it."""
+        other = plan.batch_seq
+        status = self.coordinator.describe(other)
+        if status.state.terminal:
+            return
+        if status.decision is not None:  # COMMITTING or ABORTING: finishing it is safe for anyone
+            self.coordinator.recover(other)
+            return
+        held_by = plan.interval
+        named = held_by is not None and any(
+            (record := self.ledger.read_interval_batch(held_by, n)) is not None and record.batch_seq == other
+            for n in range(1, self.ledger.latest_interval_index(held_by) + 1)
+        )
+        if not named and self._clock() - plan.created_at_ms > ORPHAN_AFTER_MS:
+            log.warning("batch %s of %s was planned but never bound to its interval (its plan task died): "
+                        "presumed aborted", BatchId(other), self.pipeline)
+            self.coordinator.recover(other)
+            return
+        raise SlotBusy(
+            f"batch {BatchId(seq)} of pipeline {self.pipeline!r} {what}, "
+            f"still held by batch {BatchId(other)} (interval {held_by}, run {plan.run_id!r}), which "
+            f"is {status.state.value}: waiting for it to finish. {why}; if that run is gone, re-run it, or finish "
+            "the batch with `onceflow recover "
+            f"--pipeline {self.pipeline} --batch {other}`."
+        )
 
 
 def committed_batch(coordinator: Coordinator, interval: Interval) -> Plan | None:

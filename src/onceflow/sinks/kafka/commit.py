@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Sequence
 
 from onceflow.core.batch_id import BatchId
 from onceflow.core.participant import Outcome, Result
-from onceflow.sinks.kafka.ids import transactional_id
+from onceflow.sinks.kafka.ids import own_ids
 from onceflow.sinks.kafka.answers import COMMIT_ANSWERS, CommitAnswer, Read, inconsistent, unreadable
 from onceflow.sinks.kafka.broker_answers import Action
 from onceflow.sinks.kafka.coordinators import (
@@ -176,16 +176,17 @@ def loser_holds(output: KafkaOutput, views: Mapping[str, CoordinatorView], h: Tx
     """Another task attempt of the split (Spark's retried or speculative copy, a zombie attempt) began a
     transaction on the split's id after the voted one flushed: its init_transactions aborted the voted
     transaction (repaired from the staged copy), and its own holds the split's partitions until the
-    broker's timeout. Only the voted epoch may commit, and the id is this batch's alone (an older plan's
-    id, shared with later batches, is never fenced here): fence it. A later attempt's init_transactions
+    broker's timeout. So does a zombie of an earlier batch that shares the pooled id. Only the voted
+    epoch may commit, and no batch in flight but this one holds the id (``ids.own_ids``: a later batch
+    sharing it is planned only once this one is finished; an older plan's id, shared with the batches
+    beside it, is never fenced here): fence it. A later attempt's init_transactions
     keeps the id's producer id and bumps its epoch; a coordinator naming another producer id is no
     later attempt of this vote (a handle the coordinator does not know), and is left to the checks
     that never take "no error" as proof."""
     view = views.get(h.transactional_id)
     return (view is not None and view.state is TransactionState.ONGOING
             and view.producer_id == h.producer_id and view.producer_epoch > h.epoch
-            and h.transactional_id == transactional_id(output.pipeline, output.name, h.split,
-                                                       int(BatchId.parse(h.batch_id))))
+            and h.transactional_id in own_ids(output.pipeline, output.name, h.split, int(BatchId.parse(h.batch_id))))
 
 
 def await_complete_commit(output: KafkaOutput, handles: Sequence[TxnHandle]) -> dict[str, TransactionState | None]:

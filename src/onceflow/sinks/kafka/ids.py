@@ -1,22 +1,23 @@
-"""Derived transactional ids: one per (pipeline, sink, batch, split), never random.
+"""Derived transactional ids: one per (pipeline, sink, split) and place in a bounded pool, never random.
 
 Format (documented, stable: a plan records the ids its batch may use)::
 
-    onceflow.<pipeline>.<sink>.b<batch seq>.<split>  the split's producer
+    onceflow.<pipeline>.<sink>.pool<k>.<split>      the split's producer in batch seq, k = seq % TXN_ID_POOL
     <that>.repair                                    the split's repair producer
 
-    onceflow.<pipeline>.<sink>.<split>               plans of older onceflow versions (offsets pipelines),
-    onceflow.<pipeline>.<sink>.slot<k>.<split>       and of interval pipelines (slot k of a bounded pool)
+    onceflow.<pipeline>.<sink>.b<batch seq>.<split>  plans of onceflow 0.4 (an id per batch),
+    onceflow.<pipeline>.<sink>.<split>               of older versions (offsets pipelines),
+    onceflow.<pipeline>.<sink>.slot<k>.<split>       and of their interval pipelines
 
-Each batch has ids of its own, so nothing a process does to one batch's ids
-reaches another batch: a zombie of batch N (a Spark task paused past its
-batch's decision) that calls ``init_transactions``, or a zombie job whose
-abort fences its plan's ids, fences only batch N's, which are decided (I5).
-Ids shared by consecutive batches could not be made safe: the newest
-``init_transactions`` on an id always wins, and a check of the ledger before it
-leaves a window. Kafka forgets an idle id after ``transactional.id.expiration.ms``
-(7 days by default), so a pipeline's ids at the broker are bounded by its
-batches in that time (docs/brokers.md), as Flink's KafkaSink's are.
+A pipeline's ids at the broker are bounded by its shape (``TXN_ID_POOL`` x its
+Kafka outputs' splits), not by its batches in ``transactional.id.expiration.ms``:
+Flink's KafkaSink pools its ids for the same reason (FLINK-34554). Batch ``seq``
+shares ids only with ``seq - TXN_ID_POOL`` (and earlier), which the planners
+finish before they plan ``seq`` (I5). What a process does to a finished
+batch's ids reaches a later batch only from a zombie (a Spark task, a job's
+abort or a task paused past its batch's decision and resumed 16 batches later,
+while one holds the id), and costs that batch at most one replay or repair,
+never a record (docs/brokers.md lists the traps and the tests that spring them).
 
 The pipeline is part of every id, so two pipelines never share one and can
 never fence each other. Because the ids are derived, the rollback task can
@@ -28,9 +29,10 @@ of a pipeline begins with is there too, where the Kafka ACLs (``onceflow.kafka.a
 from __future__ import annotations
 
 from onceflow.config.names import TRANSACTIONAL_ID_PREFIX as PREFIX, check_name, transactional_id_prefix
+from onceflow.config.settings import ConfigurationError
+from onceflow.core.plan import TXN_ID_POOL
 
 pipeline_prefix = transactional_id_prefix  # its name in 0.3 (onceflow.kafka.ids), kept for code written against it
-from onceflow.config.settings import ConfigurationError
 
 
 def _check(kind: str, value: str) -> str:
@@ -47,8 +49,8 @@ def _index(what: str, value: int) -> int:
 
 
 def transactional_id(pipeline: str, sink: str, split: int, batch: int | None = None, *, slot: int | None = None) -> str:
-    """The only transactional.id split ``split`` of ``sink`` in ``pipeline`` may use in batch ``batch``
-    (``batch`` None, or ``slot``: the id an older onceflow derived, which its plans still name)."""
+    """An id an older onceflow derived for split ``split`` of ``sink`` in ``pipeline``, which its
+    plans still name: ``batch`` (0.4: an id per batch), ``slot`` (interval pipelines), or neither."""
     base = f"{transactional_id_prefix(_check('pipeline', pipeline))}{_check('sink', sink)}"
     if batch is not None:
         base = f"{base}.b{_index('batch', batch)}"
@@ -57,10 +59,22 @@ def transactional_id(pipeline: str, sink: str, split: int, batch: int | None = N
     return f"{base}.{_index('split', split)}"
 
 
+def pooled_id(pipeline: str, sink: str, split: int, batch: int) -> str:
+    """The only transactional.id split ``split`` of ``sink`` in ``pipeline`` may use in batch ``batch``."""
+    pool_index = _index("batch", batch) % TXN_ID_POOL
+    return f"{transactional_id_prefix(_check('pipeline', pipeline))}{_check('sink', sink)}.pool{pool_index}.{_index('split', split)}"
+
+
+def own_ids(pipeline: str, sink: str, split: int, batch: int) -> tuple[str, str]:
+    """The ids split ``split`` of batch ``batch`` may use that no batch still in flight shares: its
+    pooled id, and its id per batch (plans of 0.4). Only these may a commit fence."""
+    return pooled_id(pipeline, sink, split, batch), transactional_id(pipeline, sink, split, batch)
+
+
 def is_split_id(txn_id: str, pipeline: str, sink: str, split: int, batch: int) -> bool:
     """Is ``txn_id`` an id split ``split`` of ``sink`` in ``pipeline`` may use in batch ``batch``
     (its own, or one an older onceflow's plan named)?"""
-    if txn_id in (transactional_id(pipeline, sink, split, batch), transactional_id(pipeline, sink, split)):
+    if txn_id in (*own_ids(pipeline, sink, split, batch), transactional_id(pipeline, sink, split)):
         return True
     slot = txn_id.removeprefix(f"{PREFIX}.{pipeline}.{sink}.slot").removesuffix(f".{split}")
     return slot.isdigit() and txn_id == transactional_id(pipeline, sink, split, slot=int(slot))
@@ -71,6 +85,6 @@ def repair_id(txn_id: str) -> str:
     return f"{txn_id}.repair"
 
 
-def transactional_ids(pipeline: str, sink: str, splits: int, batch: int | None = None) -> tuple[str, ...]:
+def transactional_ids(pipeline: str, sink: str, splits: int, batch: int) -> tuple[str, ...]:
     """Every id a sink with ``splits`` splits may use in batch ``batch``, in split order (for SinkPlan)."""
-    return tuple(transactional_id(pipeline, sink, i, batch) for i in range(splits))
+    return tuple(pooled_id(pipeline, sink, i, batch) for i in range(splits))

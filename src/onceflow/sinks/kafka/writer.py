@@ -39,7 +39,7 @@ from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import direct_producer_config, producer_config
-from onceflow.sinks.kafka.ids import transactional_id
+from onceflow.sinks.kafka.ids import is_split_id, pooled_id
 from onceflow.kafka.lifetime import DEFAULT_TRANSACTION_TIMEOUT_MS
 from onceflow.sinks.kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, SplitPartitioner
 from onceflow.sinks.kafka.producing import SplitDeliveries, produce_rows, producer_eos
@@ -77,9 +77,15 @@ class TransactionalSplitWriter:
         producer_overrides: Mapping[str, Any] | None = None,
         max_record_bytes: int | None = None,
         partitioner: str = DEFAULT_PARTITIONER,
+        transactional_id: str | None = None,
     ):
         self.pipeline, self.sink, self.batch_id, self.split, self.topic = pipeline, sink, batch_id, split, topic
-        self.txn_id = transactional_id(pipeline, sink, split, BatchId.parse(batch_id))
+        seq = int(BatchId.parse(batch_id))
+        # The plan's id for the split (``transactional_id``); derived when none is given (tools, tests).
+        self.txn_id = transactional_id or pooled_id(pipeline, sink, split, seq)
+        if not is_split_id(self.txn_id, pipeline, sink, split, seq):
+            raise ValueError(f"sink {sink!r} of {pipeline!r}: {self.txn_id!r} is not an id split {split} of batch "
+                             f"{batch_id} may use (onceflow.sinks.kafka.ids); the plan was written by another pipeline")
         self.staged_uri = staged_uri
         self.withheld_uri = withheld_uri_of(staged_uri)
         self.timeout_s = timeout_s

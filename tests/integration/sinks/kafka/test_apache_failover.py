@@ -17,7 +17,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from onceflow.core import faults
 from onceflow.kafka.config import kafka_python_config
-from onceflow.sinks.kafka.ids import transactional_id
+from onceflow.sinks.kafka.ids import pooled_id
 from onceflow.sinks.kafka.participant import AFTER_END_TXN, KafkaSinkParticipant
 from onceflow.sinks.kafka.handle import handles_of
 from onceflow.sinks.kafka.coordinators import describe_transactions, TransactionState
@@ -96,7 +96,7 @@ def test_a_commit_writes_the_marker_its_coordinator_dropped_for_a_partition_whos
     # will ever see; waiting would wait for ever, and the transaction holds the partition back.
     config = {"bootstrap.servers": cluster.bootstrap}
     pipeline = f"p-{uuid.uuid4().hex[:6]}"
-    coordinators = {coordinator_of(config, transactional_id(pipeline, "out", s, 1)) for s in (0, 1)}
+    coordinators = {coordinator_of(config, pooled_id(pipeline, "out", s, 1)) for s in (0, 1)}
     # The output partition's one replica goes on a broker that coordinates neither split.
     holder = min(set(AdminClient(config).list_topics(timeout=10).brokers) - coordinators)
     topic = create_topic(config, partitions=1, prefix="unreplicated", topic_config={"min.insync.replicas": "1"},

@@ -2,9 +2,10 @@
 
     python benchmarks/txn_id_cost.py [--ids N] [--steps S] [--threads T] [--json]
 
-onceflow derives an id per (pipeline, sink, batch, split) (``onceflow.sinks.kafka.ids``), and the
-transaction coordinator keeps every id until ``transactional.id.expiration.ms`` (7 days by
-default) after its last use. This starts a fresh single-node Apache Kafka (the dev kit's), then
+onceflow derives an id per (pipeline, sink, place in a pool of ``TXN_ID_POOL`` batches, split)
+(``onceflow.sinks.kafka.ids``); the transaction coordinator keeps every id until
+``transactional.id.expiration.ms`` (7 days by default) after its last use, so ids per batch
+(onceflow 0.4, and Flink's KafkaSink before FLINK-34554) would pile up. This starts a fresh single-node Apache Kafka (the dev kit's), then
 opens ``--warm-up`` ids, then in ``S`` steps opens ``N/S`` new ids each, as a batch's split does: ``init_transactions``, one
 record in a transaction, commit. After each step it measures
 
@@ -19,7 +20,8 @@ an id's cost does not depend on it.
 
 Extrapolated in the report: per 100,000 ids, and for a deployment of ``--pipelines``
 pipelines each committing ``--batches-per-minute`` batches with ``--ids-per-batch`` ids
-(splits of its Kafka outputs) kept ``--expiration-days`` days.
+(splits of its Kafka outputs) kept ``--expiration-days`` days, an id per batch, against the
+pool's bound: ``TXN_ID_POOL`` ids per split, twice that with every repair id.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from onceflow.kafka.admin import ensure_topics
+from onceflow.core.plan import TXN_ID_POOL
 from onceflow.sinks.kafka.ids import transactional_id
 from onceflow_devkit import doc_blocks
 from onceflow_devkit.services import apache_kafka
@@ -177,17 +180,19 @@ def report(result: dict) -> str:
     per_id, disk = result["heap_bytes_per_id"], result["transaction_state_bytes_per_id"]
     d = result["deployment"]
     ids = result["rows"][-1]["ids"]
+    pooled = d["pipelines"] * TXN_ID_POOL * d["ids_per_batch"] * 2  # each split's pooled id and its repair id
     lines = [
         f"Measured by `python benchmarks/txn_id_cost.py --ids {ids}` on {result['broker']}, "
         f"{'every' if result['coordinator_holds_every_id'] else 'NOT every'} id held by the coordinator:",
         "",
         "| what | per id | per 100,000 ids | "
         f"{d['pipelines']} pipelines, {d['batches_per_minute']:g} batch/min, {d['ids_per_batch']} ids a batch, "
-        f"{d['expiration_days']:g} days ({d['ids_held']:,} ids) |",
-        "|---|---|---|---|",
-        f"| live heap of the brokers | {per_id:.0f} B | {per_id * 1e5 / 2**20:.0f} MiB | {d['heap_bytes'] / 2**30:.1f} GiB |",
+        f"{d['expiration_days']:g} days, an id per batch ({d['ids_held']:,} ids) | the same, pooled (at most {pooled:,} ids) |",
+        "|---|---|---|---|---|",
+        f"| live heap of the brokers | {per_id:.0f} B | {per_id * 1e5 / 2**20:.0f} MiB | {d['heap_bytes'] / 2**30:.1f} GiB "
+        f"| {pooled * per_id / 2**20:.1f} MiB |",
         f"| `__transaction_state` before compaction | {disk:.0f} B | {disk * 1e5 / 2**20:.0f} MiB "
-        f"| {d['transaction_state_bytes'] / 2**30:.1f} GiB |",
+        f"| {d['transaction_state_bytes'] / 2**30:.1f} GiB | {pooled * disk / 2**20:.1f} MiB once compacted |",
         "",
         "Where an id's heap goes (the classes that grew most, per id): "
         + "; ".join(f"`{java_class(g['class'])}` {g['bytes_per_id']:.0f} B" for g in result["where_the_heap_goes"][:6])

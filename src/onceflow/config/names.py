@@ -1,6 +1,6 @@
 """The one rule for pipeline and sink names.
 
-A name becomes part of transactional ids (``onceflow.<pipeline>.<sink>.b<batch>.<split>``),
+A name becomes part of transactional ids (``onceflow.<pipeline>.<sink>.pool<k>.<split>``),
 ledger paths and consumer groups, so it holds no dot: with dots, pipeline
 ``a.b`` / sink ``c`` and pipeline ``a`` / sink ``b.c`` would share ids and
 fence each other.

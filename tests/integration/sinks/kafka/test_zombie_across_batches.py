@@ -3,10 +3,12 @@
 The zombie is a real process: a Spark task of batch 1 that passed every check it makes, paused
 there (SIGSTOP) while batch 1 committed without it, and resumed once batch 2 has opened its
 transactions. Resumed, it opens its transaction and writes, then fences every id of its plan, as
-a failed job's abort does. Each batch has transactional ids of its own (``sinks.kafka.ids``), so all of
-that lands on batch 1's ids: batch 2 commits as it is, with no repair, and no record of the
-zombie is ever visible. (With ids shared by consecutive batches, the zombie's init_transactions
-aborted batch 2's open transactions, which only the repair from staged copies saved.)"""
+a failed job's abort does. Batches nearer than TXN_ID_POOL never share a transactional id
+(``sinks.kafka.ids``), so all of that lands on batch 1's ids: batch 2 commits as it is, with no
+repair, and no record of the zombie is ever visible. (With ids shared by consecutive batches, the
+zombie's init_transactions aborted batch 2's open transactions, which only the repair from staged
+copies saved; what a zombie does to the batch TXN_ID_POOL later, which does share them:
+test_pooled_ids.py.)"""
 
 from __future__ import annotations
 

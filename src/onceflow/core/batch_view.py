@@ -20,14 +20,14 @@ from onceflow.core.batch_id import BatchId
 from onceflow.core.planning.intervals import replacement_refusal
 from onceflow.core.planning.interventions import Intervention
 from onceflow.core.ledger.ledger import BATCH_EFFECT, BatchLedger
-from onceflow.core.ledger.records import Decision, DoneMarker, FailedEffect
+from onceflow.core.ledger.records import Decision, DecisionOutcome, DoneMarker, FailedEffect
 from onceflow.core.ledger.storage import LedgerStorage
 from onceflow.core.participant import Vote
 from onceflow.core.plan import EXACTLY_ONCE, Plan
 from onceflow.core.states import BatchState, derive_state
 
 
-# How many batches back from the latest to look for the newest committed one (two ledger reads each).
+# How many batches back to look for the newest committed one when no plan names it (two ledger reads each).
 MAX_WALK = 50
 
 
@@ -208,19 +208,31 @@ class LedgerView:
         return self.batch(seq).state is BatchState.COMMITTED
 
     def newest_committed_seq(self, latest: int | None = None) -> int:
-        """The newest COMMITTED batch at or below ``latest`` (default: the latest; 0: none): a walk
-        down, at most ``MAX_WALK`` batches and never below the head's hint, which names it when the
-        walk gives up."""
+        """The newest COMMITTED batch at or below ``latest`` (default: the latest; 0: none): ``latest``
+        itself, or the one below it (``committed_below``)."""
         latest = self.latest_seq() if latest is None else latest
+        if not latest:
+            return 0
+        records = self.batch(latest)
+        return latest if records.state is BatchState.COMMITTED else self.committed_below(records.plan)
+
+    def committed_below(self, plan: Plan) -> int:
+        """The newest COMMITTED batch below ``plan``'s (0: none). An offsets plan names it
+        (``Plan.committed_before``): no read. Otherwise (an interval batch, a plan before that fact)
+        a walk down, at most ``MAX_WALK`` batches and never below the head's hint, which names it
+        when the walk gives up."""
+        if plan.committed_before is not None:
+            return plan.committed_before
+        below = plan.batch_seq - 1
         head = self.ledger.read_head()
         hint = head.last_committed_seq if head else 0
-        floor = max(hint, latest - MAX_WALK, 1)
-        return next((seq for seq in range(latest, floor - 1, -1) if self.is_committed(seq)), hint)
+        floor = max(hint, below - MAX_WALK, 1)
+        return next((seq for seq in range(below, floor - 1, -1) if self.is_committed(seq)), hint)
 
     def committed_at_ms(self, seq: int) -> int | None:
-        """When batch ``seq``, a committed one, was finished (its batch done marker), or None."""
-        marker = self.batch(seq).done_marker(BATCH_EFFECT) if seq else None
-        return marker.done_at_ms if marker else None
+        """When batch ``seq``, a committed one, was finished (its batch done marker: one read), or None."""
+        marker = self.ledger.read_done(seq, BATCH_EFFECT) if seq else None
+        return marker.done_at_ms if marker and marker.outcome is DecisionOutcome.COMMIT else None
 
     def replacement_refusal(self, plan: Plan) -> str | None:
         """Why ``plan`` may not replace the committed batch it names, or None (``intervals.replacement_refusal``)."""

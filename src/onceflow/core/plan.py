@@ -186,6 +186,7 @@ FACTS: dict[str, Callable[[Any], Any]] = {
     "replanned": _text,
     "intervention": _text,
     "backlog": _natural,
+    "committed_before": _natural,
 }
 
 
@@ -210,6 +211,9 @@ class Plan:
     replanned: str | None = None  # why a replay is smaller than the batch it replays
     intervention: str | None = None  # the operator's split or skip this plan follows
     backlog: int | None = None  # input lag when planned
+    # The newest COMMITTED batch below this one (0: none), fixed when an offsets batch is planned:
+    # its predecessor is finished by then. None: an interval batch, or not known (a plan before this fact).
+    committed_before: int | None = None
     # -- the transform's own run parameters: passed to the transform, never read by the protocol --
     transform_params: Mapping[str, Any] = field(default_factory=dict)
     # A plan of ledger format 1: the keys of its parameters that were not believed, and why.

@@ -55,6 +55,26 @@ def test_after_abort_the_same_ranges_are_replayed(src):
     assert replay.ranges == first.ranges and replay.replay_of == 1 and replay.batch_seq == 2
 
 
+def test_a_plan_names_the_newest_committed_batch_before_it_across_aborts_and_skips(src):
+    from dataclasses import replace
+
+    from onceflow.core.planning.interventions import Action, Intervention
+
+    first = plan_after(None, None, src, max_records_per_partition=10)
+    assert first.committed_before == 0
+    second = plan_after(first, BatchState.COMMITTED, src, max_records_per_partition=10)
+    assert second.committed_before == 1
+    replay = plan_after(second, BatchState.ABORTED, src)
+    again = plan_after(replay, BatchState.ABORTED, src)
+    skipped = plan_after(again, BatchState.ABORTED, src, intervention=Intervention(4, Action.SKIP, "ana", "poison", 1))
+    assert (replay.committed_before, again.committed_before, skipped.committed_before) == (1, 1, 1)
+    assert Plan.from_dict(skipped.to_dict()).committed_before == 1  # stored as a fact
+    # after a plan written before the fact, it is not known (readers walk), until the next commit
+    older = replace(again, committed_before=None)
+    assert plan_after(older, BatchState.ABORTED, src).committed_before is None
+    assert plan_after(older, BatchState.COMMITTED, src).committed_before == 4
+
+
 def test_a_partition_added_to_a_topic_being_read_starts_at_its_first_record(src):
     first = plan_after(None, None, src, start="latest")
     src.add("t", 2, 70, earliest=5)  # written to before the next plan: none of it may be skipped

@@ -36,7 +36,8 @@ class Expected:
 class PipelineHealth:
     """One pipeline as the list shows it, at ``now_ms``. ``latest``: the latest batch's row
     (``overview.page_row``; None before the first plan). Kafka's part is unknown when
-    ``lag_error`` says why, or while ``lag_pending``; the ledger's, when ``ledger_error`` does."""
+    ``lag_error`` says why (``kafka_silent``: Kafka did not answer; else another cause), or while
+    ``lag_pending``; the ledger's, when ``ledger_error`` does."""
 
     dag_id: str
     pipeline: str
@@ -47,6 +48,7 @@ class PipelineHealth:
     records_behind: int | None = None
     oldest_uncommitted_age_s: float | None = None
     lag_error: str | None = None
+    kafka_silent: bool = False
     lag_pending: bool = False
     ledger_error: str | None = None
 
@@ -99,6 +101,10 @@ def _says_failed(h: PipelineHealth) -> str:
             f"re-run the {task} task or `onceflow recover`")
 
 
+def _lag_unknown(h: PipelineHealth) -> str:
+    return f"{h.lag_error}: records behind unknown; the ledger's part is shown"
+
+
 def _stuck(h: PipelineHealth) -> bool:
     return h.state in _UNFINISHED and h.quiet_s is not None and h.quiet_s > h.expected.stall_s
 
@@ -129,8 +135,9 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule("ledger_unreadable", "ledger unreadable", True, lambda h: h.ledger_error is not None,
          lambda h: f"its ledger or connections could not be read: {h.ledger_error}"),
-    Rule("kafka_silent", "Kafka silent", True, lambda h: h.lag_error is not None,
-         lambda h: f"{h.lag_error}: records behind unknown; the ledger's part is shown"),
+    Rule("kafka_silent", "Kafka silent", True, lambda h: h.lag_error is not None and h.kafka_silent, _lag_unknown),
+    Rule("lag_unreadable", "lag unreadable", True, lambda h: h.lag_error is not None and not h.kafka_silent,
+         _lag_unknown),
     Rule("failed", "failed", True, _failed, _says_failed),
     Rule("stuck", "stuck", True, _stuck,
          lambda h: f"batch {h.latest['batch']} is {h.state} and nothing was recorded for {age(h.quiet_s)} "

@@ -23,11 +23,14 @@ from onceflow.core.lag import input_lag
 @dataclass(frozen=True)
 class LagReading:
     """Per input partition, ``input_lag``'s rows as Kafka answered at ``asked_ms``; ``error``:
-    why Kafka did not answer. Neither (``asked_ms`` None): no answer yet."""
+    why the lag could not be read, and ``kafka_silent`` whether that is Kafka's silence (down or
+    slow) rather than another cause (a configuration or storage error). Neither (``asked_ms``
+    None): no answer yet."""
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     asked_ms: int | None = None
+    kafka_silent: bool = False
 
     @property
     def pending(self) -> bool:
@@ -69,7 +72,8 @@ class LagCache:
         try:
             reading = LagReading(self._ask(runtime, asked_ms, timeout_s=self.timeout_s), None, asked_ms)
         except (KafkaException, TimeoutError, OSError) as exc:  # Kafka down or slow: the ledger's part still helps
-            reading = LagReading([], f"Kafka did not answer within {self.timeout_s:g} s ({type(exc).__name__})", asked_ms)
+            reading = LagReading([], f"Kafka did not answer within {self.timeout_s:g} s ({type(exc).__name__})", asked_ms,
+                                 kafka_silent=True)
         except Exception as exc:  # not Kafka's silence: said as it is, not blamed on the broker
             reading = LagReading([], f"the lag could not be read: {type(exc).__name__}: {exc}", asked_ms)
         with self._lock:

@@ -1,8 +1,8 @@
 """The pipeline list: each pipeline's health at a glance, fifty of them within a second.
 
-Per pipeline it reads the latest batch and, when that is not committed, walks down to the
-newest committed one (a few ledger reads, never a listing), and takes the input lag from the
-cache (``overview.LAG``). Pipelines are read side by side (``LEDGER_WORKERS`` at a time), Kafka
+Per pipeline it reads the latest batch and, when that is not committed, the newest committed
+one its plan names (a constant number of ledger reads, never a listing), and takes the input lag
+from the cache (``overview.LAG``). Pipelines are read side by side (``LEDGER_WORKERS`` at a time), Kafka
 asked for each as its row is read (unless its answer is fresh). A pipeline with an answer kept
 shows it, aged, while the new one comes; one with none is waited for until ``LIST_LAG_WAIT_S``
 from the start, then shows its ledger's part and "asking Kafka".
@@ -43,8 +43,8 @@ def ledger_health(runtime, listed: Listed, now: int) -> PipelineHealth:
     latest = page_row(status, runtime.spec, now) if status else None
     if latest and latest["state"] == "committed":
         last_commit = latest["timings_ms"].get("done")
-    else:
-        last_commit = reader.committed_at_ms(reader.newest_committed_seq(latest_seq - 1)) if latest_seq > 1 else None
+    else:  # the latest batch's plan names the commit below it: one read more, however many batches aborted since
+        last_commit = reader.committed_at_ms(reader.committed_below(status.plan)) if status else None
     return PipelineHealth(listed.dag_id, listed.pipeline, listed.expected, now, latest, last_commit)
 
 
@@ -60,7 +60,8 @@ def _read(listed: Listed, now: int) -> tuple[PipelineHealth, Future | None]:
 
 
 def with_lag(health: PipelineHealth, reading: LagReading) -> PipelineHealth:
-    return replace(health, records_behind=reading.records_behind, lag_error=reading.error, lag_pending=reading.pending,
+    return replace(health, records_behind=reading.records_behind, lag_error=reading.error,
+                   kafka_silent=reading.kafka_silent, lag_pending=reading.pending,
                    oldest_uncommitted_age_s=reading.oldest_uncommitted_age_s(health.now_ms))
 
 
@@ -74,7 +75,8 @@ def row(health: PipelineHealth) -> dict[str, Any]:
         "records_behind": health.records_behind, "oldest_uncommitted_age_s": health.oldest_uncommitted_age_s,
         "last_commit_ms": health.last_commit_ms, "last_commit_age_s": health.last_commit_age_s,
         "open_transactions": len(health.open_transactions), "worst_used": health.worst_used,
-        "lag_error": health.lag_error, "lag_pending": health.lag_pending, "ledger_error": health.ledger_error,
+        "lag_error": health.lag_error, "kafka_silent": health.kafka_silent, "lag_pending": health.lag_pending,
+        "ledger_error": health.ledger_error,
         "needs_person": needs_person(found), "findings": [asdict(f) for f in found],
     }
 

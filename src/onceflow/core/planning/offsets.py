@@ -71,6 +71,15 @@ def _replay_ranges(aborted: Plan, limit: int | None, split: Intervention | None 
     return tuple(OffsetRange(r.topic, r.partition, r.start, min(r.end, r.start + cap)) for r in aborted.ranges), why
 
 
+def committed_before(previous: Plan | None, previous_state: BatchState | None) -> int | None:
+    """The newest committed batch before the next one: ``previous`` if it committed, else the one
+    its own plan names (None if that plan predates the fact). Readers take it from the plan instead
+    of walking down past aborted batches."""
+    if previous is None:
+        return 0
+    return previous.batch_seq if previous_state is BatchState.COMMITTED else previous.committed_before
+
+
 def next_plan(
     *,
     pipeline: str,
@@ -96,6 +105,7 @@ def next_plan(
             "(Coordinator.recover or `onceflow recover`) before planning the next batch"
         )
 
+    facts["committed_before"] = committed_before(previous, previous_state)
     ids = dict(source.topic_ids(config.topics))
     _check_same_topics(pipeline, seq, previous, ids)
     facts["topic_ids"] = ids

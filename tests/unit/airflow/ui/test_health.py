@@ -7,9 +7,13 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from onceflow.airflow.ui.health import (OVERDUE_FLOOR_S, RULES, WARN_FROM, Expected, PipelineHealth, age, findings,
                                         needs_person)
+from onceflow.config.settings import ConfigurationError
+from onceflow.core.ledger.errors import LedgerUnavailable
+from onceflow.storage.local import LocalStorage
 from tests.support import ROOT
 
 NOW = 10_000_000_000
@@ -37,9 +41,16 @@ def test_a_committed_pipeline_with_nothing_waiting_is_fine():
 
 
 def test_kafka_that_does_not_answer_needs_a_person_and_the_ledgers_part_is_still_judged():
-    h = health(batch("aborted", replay_of=6), lag_error="Kafka did not answer within 3 s (KafkaException)")
+    h = health(batch("aborted", replay_of=6), lag_error="Kafka did not answer within 3 s (KafkaException)",
+               kafka_silent=True)
     assert rules_of(h) == ["kafka_silent", "replay_aborted"] and needs_person(findings(h))
     assert "records behind unknown" in findings(h)[0].says
+
+
+def test_a_lag_that_failed_for_another_cause_than_kafka_is_not_called_kafka_silent():
+    h = health(lag_error="the lag could not be read: ConfigurationError: no connection 'onceflow_kafka'")
+    assert rules_of(h) == ["lag_unreadable"] and needs_person(findings(h))
+    assert findings(h)[0].says.startswith("the lag could not be read: ConfigurationError")
 
 
 def test_an_output_whose_commit_failed_needs_a_person_who_is_told_which_task_to_rerun():
@@ -260,6 +271,83 @@ def test_the_list_reads_each_latest_batch_and_the_newest_commit_without_listing_
     assert by_dag["dag_empty"]["latest"] is None and by_dag["dag_empty"]["last_commit_ms"] is None
     assert by_dag["dag_unreadable"]["needs_person"] and "the warehouse said no" in by_dag["dag_unreadable"]["ledger_error"]
     assert set(timing) == {"ledger", "kafka", "total"}
+
+
+@pytest.mark.parametrize("failure, rule", [(KafkaException(KafkaError(KafkaError._TIMED_OUT)), "kafka_silent"),
+                                           (ConfigurationError("no connection 'onceflow_kafka'"), "lag_unreadable"),
+                                           (LedgerUnavailable("ledger storage unusable"), "lag_unreadable")])
+def test_the_list_names_a_lag_failure_for_its_cause(tmp_path, monkeypatch, failure, rule):
+    from onceflow.airflow.ui import listing
+    from onceflow.airflow.ui.lag_cache import LagCache
+
+    def fails(runtime, now, timeout_s):
+        raise failure
+
+    monkeypatch.setattr(listing, "LAG", LagCache(ask=fails))
+    healthy, _ = _listed(tmp_path, "healthy", 1)
+    (row,), _ = listing.pipeline_list([healthy])
+    assert [f["rule"] for f in row["findings"]] == [rule] and row["kafka_silent"] is (rule == "kafka_silent")
+    assert row["latest"]["state"] == "committed" and row["records_behind"] is None
+
+
+class CountingStorage(LocalStorage):
+    """The local file storage, counting the files read and refusing to list."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def read_bytes(self, path: str) -> bytes | None:
+        self.reads += 1
+        return super().read_bytes(path)
+
+    def list_tree(self, path: str):
+        raise AssertionError(f"listed {path}")
+
+
+def _aborted_after_a_commit(root, aborted: int):
+    """A ledger on local files: one committed batch, then ``aborted`` batches that aborted."""
+    from onceflow.core.ledger.storage import LedgerStorage
+    from tests.doubles.helpers import config, prepare_all, run_batch, source, world_coordinator
+
+    storage = CountingStorage()
+    coord, _world, parts = world_coordinator(LedgerStorage(storage, str(root)))
+    run_batch(coord, parts, source(10_000))
+    for _ in range(aborted):
+        plan = coord.plan_next(source(10_000), config())
+        prepare_all(coord, parts, plan)
+        coord.rollback(plan.batch_seq, "the spark task failed")
+    return coord, storage
+
+
+def test_the_last_commit_costs_the_same_reads_after_3_or_60_aborted_batches(tmp_path):
+    from onceflow.airflow.ui.listing import Listed, ledger_health
+    from onceflow.core.ledger.records import Head
+
+    reads, found = {}, {}
+    for aborted in (3, 60):
+        coord, storage = _aborted_after_a_commit(tmp_path / str(aborted), aborted)
+        runtime = SimpleNamespace(reader=coord, spec=SimpleNamespace(name="pipe", sinks=[]))
+        listed = Listed("dag", "pipe", lambda: runtime, EVERY_5_MIN)
+        storage.reads = 0
+        found[aborted] = ledger_health(runtime, listed, NOW)
+        reads[aborted] = storage.reads
+        assert found[aborted].state == "aborted" and found[aborted].latest["batch_seq"] == aborted + 1
+        committed_at = coord.committed_at_ms(1)
+        assert found[aborted].last_commit_ms == committed_at is not None
+        # without the head's hint of the last commit (a lost write), still the true one, at the same cost
+        coord.ledger.write_head(Head(latest_seq=aborted + 1, last_committed_seq=0))
+        storage.reads = 0
+        assert ledger_health(runtime, listed, NOW).last_commit_ms == committed_at
+        assert storage.reads == reads[aborted]
+    assert reads[3] == reads[60] <= 20, reads
+
+
+def test_a_plan_that_does_not_name_the_last_commit_is_walked_down_from(tmp_path):
+    from dataclasses import replace
+
+    coord, _storage = _aborted_after_a_commit(tmp_path, 3)
+    older = replace(coord.plan(4), committed_before=None)  # as a plan written before the fact
+    assert coord.committed_below(older) == 1 and coord.newest_committed_seq(4) == 1
 
 
 def test_the_list_shows_a_kept_answer_at_once_and_waits_only_for_pipelines_kafka_never_answered(tmp_path, monkeypatch):

@@ -13,6 +13,8 @@ resumed while batch 17 holds the ids. The rollback is the coordinator's, on a re
    its staged copy, and a retried commit publishes nothing twice.
 3. A rollback of batch 1 cleared and run again while batch 17 holds the ids touches nothing of it.
 
+Plans an older onceflow wrote with an id per batch are still committed and fenced by those ids.
+
 Slow set: 500 batches through the participant leave at most TXN_ID_POOL ids per split (and their
 repair ids) at the broker, as ListTransactions answers the admin.
 """
@@ -35,14 +37,16 @@ import pytest
 from onceflow.core.batch_id import BatchId
 from onceflow.core.coordinator import Coordinator
 from onceflow.core.ledger.storage import open_ledger_storage
-from onceflow.core.participant import Outcome
+from onceflow.core.participant import Outcome, Vote
 from onceflow.core.plan import TXN_ID_POOL, Plan, SinkPlan
 from onceflow.core.planning.config import PlanConfig
 from onceflow.core.states import BatchState
 from onceflow.config.names import transactional_id_prefix
 from onceflow.sinks.kafka.handle import handles_of
-from onceflow.sinks.kafka.ids import repair_id, transactional_ids
+from onceflow.sinks.kafka.handle import vote_payload
+from onceflow.sinks.kafka.ids import repair_id, transactional_id, transactional_ids
 from onceflow.sinks.kafka.participant import KafkaSinkParticipant
+from onceflow.sinks.kafka.writer import TransactionalSplitWriter
 from onceflow.sinks.kafka.staged import staged_uri
 from onceflow_devkit.services.kafka_transactions import list_transactional_ids
 from tests.doubles.helpers import source
@@ -156,6 +160,32 @@ def test_a_cleared_rollback_of_a_finished_batch_touches_nothing_of_the_batch_tha
     said = status.done["out"].detail
     assert "committed" in said and "repaired" not in said, said  # nothing aborted batch 17's transactions
     assert Counter(v for _, v, _ in read_committed(config, topic, 2)) == values_of((LATER, (25, 25)))
+
+
+def test_batches_planned_with_ids_per_batch_by_an_older_onceflow_still_commit_and_are_fenced_by_those(setting):
+    config, topic, pipeline, participant, tmp_path = setting
+
+    def precommit_as_planned(seq: int, records: int) -> tuple[Plan, Vote]:
+        ids = tuple(transactional_id(pipeline, "out", split, seq) for split in range(2))  # onceflow.<p>.out.b<seq>.<split>
+        handles = []
+        for split, txn_id in enumerate(ids):
+            writer = TransactionalSplitWriter(config, pipeline, "out", str(BatchId(seq)), split, topic,
+                                              staged_uri(str(tmp_path), pipeline, "out", str(BatchId(seq)), split, 1),
+                                              transactional_id=txn_id)
+            writer.begin()
+            for i in range(records):
+                writer.write(batch_value(seq, split, i))
+            handles.append(writer.precommit())
+            writer.abandon()
+        return (Plan(pipeline, seq, (), (SinkPlan("out", "kafka", 2, ids),)),
+                Vote("out", seq, 1, vote_payload(handles), records=2 * records))
+
+    aborted_plan, aborted = precommit_as_planned(1, 10)
+    assert participant.abort(aborted_plan, [aborted]).outcome is Outcome.DONE
+    _, committed = precommit_as_planned(2, 15)
+    assert participant.verify(committed).outcome is Outcome.DONE
+    assert participant.commit(committed).outcome is Outcome.DONE
+    assert Counter(v for _, v, _ in read_committed(config, topic, 2)) == values_of((2, (15, 15)))
 
 
 @pytest.mark.slow

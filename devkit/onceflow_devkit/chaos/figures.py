@@ -29,7 +29,7 @@ class BatchRun:
     seconds: float
 
     def line(self) -> str:
-        mark = "injected" if self.injection.injected else "missed  "
+        mark = "injected" if self.injection.injected else "        " if self.fault.kind == NO_FAULT else "missed  "
         return (
             f"[chaos]   #{self.n:<3} {self.fault.kind:<19} {mark} run {self.run_state:<7} {self.seconds:5.0f} s "
             f"batch {self.batch_id or '-'}: {self.injection.what}"

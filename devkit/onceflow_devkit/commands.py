@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from onceflow.ops.cli import add_pipeline_arguments, runtime_from_args
-from onceflow_devkit.chaos.schedule import ALL_KINDS
+from onceflow_devkit.chaos.schedule import ALL_KINDS, KNOWN_KINDS, OPT_IN_KINDS
 from onceflow_devkit.services.kafka_broker import BROKERS, CLUSTER, COMPATIBLE, DEFAULT_BROKER, STACK_BROKERS
 from onceflow_devkit.services.kafka_security import USERS, Security
 from onceflow_devkit.services.stack import EmbeddedStack, onceflow_home
@@ -84,9 +84,9 @@ def _audit(args: argparse.Namespace) -> int:
 
 def _kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = sorted(set(kinds) - set(ALL_KINDS))
+    unknown = sorted(set(kinds) - set(KNOWN_KINDS))
     if unknown or not kinds:
-        raise argparse.ArgumentTypeError(f"unknown fault kinds {unknown or text!r}; known: {', '.join(ALL_KINDS)}")
+        raise argparse.ArgumentTypeError(f"unknown fault kinds {unknown or text!r}; known: {', '.join(KNOWN_KINDS)}")
     return kinds
 
 
@@ -185,7 +185,9 @@ def add_commands(sub) -> None:
                        help="the Kafka outputs' transaction timeout (default: 30 s on the cluster, 120 s elsewhere); the "
                        "spark task's timeout is half of it, which a loaded machine's first batch of a session may need")
     chaos.add_argument("--kinds", type=_kinds, help="only these fault kinds, comma-separated (default: every kind the "
-                       f"options allow): {', '.join(ALL_KINDS)}")
+                       f"options allow): {', '.join(ALL_KINDS)}; and, asked for by name only, {', '.join(OPT_IN_KINDS)} "
+                       "(spark-submit, offsets mode: the first runs, up to 10, each freeze a spark task that runs "
+                       "again 16 batches later; run at least 18 batches, 30 for ten)")
     chaos.add_argument("--json", action="store_true", help="figures as JSON on stdout (progress on stderr)")
     chaos.set_defaults(func=_chaos)
 

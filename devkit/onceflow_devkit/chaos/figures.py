@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from onceflow_devkit.chaos.injectors import Injection
-from onceflow_devkit.chaos.schedule import Fault, sequence_json
+from onceflow_devkit.chaos.schedule import NO_FAULT, Fault, sequence_json
 
 
 @dataclass
@@ -29,7 +29,7 @@ class BatchRun:
     seconds: float
 
     def line(self) -> str:
-        mark = "injected" if self.injection.injected else "missed  "
+        mark = "injected" if self.injection.injected else "        " if self.fault.kind == NO_FAULT else "missed  "
         return (
             f"[chaos]   #{self.n:<3} {self.fault.kind:<19} {mark} run {self.run_state:<7} {self.seconds:5.0f} s "
             f"batch {self.batch_id or '-'}: {self.injection.what}"
@@ -87,7 +87,8 @@ class ChaosFigures:
 
     @property
     def missed_by_kind(self) -> dict[str, int]:
-        return dict(sorted(Counter(r.fault.kind for r in self.runs if not r.injection.injected).items()))
+        return dict(sorted(Counter(r.fault.kind for r in self.runs
+                                   if not r.injection.injected and r.fault.kind != NO_FAULT).items()))
 
     @property
     def detail_counts(self) -> dict[str, int]:

@@ -65,6 +65,8 @@ class RunTarget:
     task_of: dict[str, str | None] = field(default_factory=dict)  # task instance id -> task id
     conf: dict[str, Any] = field(default_factory=dict)  # the run's conf
     vote_age_guard_s: float = 0.0  # how old a Kafka vote may be at commit (half the sinks' transaction timeout)
+    n: int = 0  # the run's number in the chaos run
+    zombies: Any | None = None  # zombies.ZombiePen of the chaos run: frozen spark tasks of earlier batches
 
     def elapsed(self) -> float:
         return round(time.monotonic() - self.started, 2)
@@ -112,6 +114,12 @@ def _is_python_worker(cmd: str) -> bool:
     # pyspark.daemon and the workers it forks, and the data source workers
     # (pyspark.sql.worker.*) that Spark starts for plan/write/commit.
     return "pyspark" in cmd and "java" not in cmd.split(" ", 1)[0] and "SparkSubmit" not in cmd
+
+
+def _is_task_worker_daemon(cmd: str) -> bool:
+    # The daemon that forks the Python workers of Spark tasks; each planner module (pyspark.sql.worker.*)
+    # has a daemon of its own, on the driver's side.
+    return cmd.split()[-2:] == ["pyspark.daemon", "pyspark.worker"]
 
 
 def _run_task_processes(target: RunTarget) -> list[tuple[psutil.Process, str]]:
@@ -165,7 +173,9 @@ def _kill_first(target: RunTarget, kind: str, what: str, find: Callable[[], psut
 
 def _find(target: RunTarget, predicate: Callable[[str], bool]) -> Callable[[], psutil.Process | None]:
     def find() -> psutil.Process | None:
-        alive = [p for p in _airflow_processes(target) + _spark_server_processes(target) if predicate(_cmdline(p))]
+        zombies = target.zombies.pids() if target.zombies is not None else set()  # earlier batches' frozen tasks
+        alive = [p for p in _airflow_processes(target) + _spark_server_processes(target)
+                 if p.pid not in zombies and predicate(_cmdline(p))]
         return alive[-1] if alive else None
 
     return find
@@ -685,6 +695,60 @@ def _kill_connect_client(target: RunTarget, fault: schedule.Fault) -> Injection:
                        lambda: _task_process(target, "spark"), fault.detail["after_s"])
 
 
+def _fired_since(target: RunTarget, offset: int, spec: str) -> int | None:
+    """The pid of the first process that fired ``spec`` ("point=action") in the fired log after ``offset``."""
+    if not target.fired_log.exists():
+        return None
+    with open(target.fired_log) as log:
+        log.seek(offset)
+        fired = [line.split() for line in log.read().splitlines() if line.strip()]
+    return next((int(pid) for point, action, pid in fired if f"{point}={action}" == spec), None)
+
+
+def _freeze_zombie(target: RunTarget, fault: schedule.Fault) -> Injection:
+    """While the spark-submit driver is held before the batch's first Kafka output (the run's faults
+    param), stop (SIGSTOP) the daemon of the job's task workers and its idle workers: the output's tasks
+    then wait in them, before any writer opened its transaction. Then SIGKILL the spark task's Airflow process alone:
+    the task fails (its retry, or a later run, finishes the batch) while the job runs on, orphaned, its
+    Kafka tasks frozen. The zombie pen lets them go once the batch holding the same pooled ids pre-committed;
+    whether it met that batch is known only then (``zombies.outcome``)."""
+    offset = target.fired_log.stat().st_size if target.fired_log.exists() else 0
+    point = fault.run_param.split("@", 1)[0]
+    driver_pid = _wait_for(target, lambda: _fired_since(target, offset, point))
+    status = _this_runs_batch(target)
+    if driver_pid is None or status is None:
+        return Injection(fault.kind, False, "the job was never held before its first Kafka output")
+    try:
+        job = psutil.Process(driver_pid).parent()
+        daemons = [p for p in job.children() if _is_task_worker_daemon(_cmdline(p))] if _is_spark_submit(_cmdline(job)) else []
+    except psutil.NoSuchProcess:
+        daemons = []
+    if not daemons:
+        return Injection(fault.kind, False, "the held driver's spark-submit JVM had no daemon of task workers")
+    at = target.elapsed()
+    signal_each(daemons, signal.SIGSTOP)  # the daemon first: it forks no worker after
+    frozen = [*daemons, *(worker for daemon in daemons for worker in daemon.children())]
+    signal_each(frozen, signal.SIGSTOP)
+    task = _task_process(target, "spark")
+    if task is None or not _sigkill(task):
+        signal_each(frozen, signal.SIGCONT)
+        return Injection(fault.kind, False, "the spark task's process was gone before it could be failed", at)
+    sink = target.runtime.spec.sinks[int(fault.run_param.rsplit("@", 1)[1])].name  # the output after the held gap
+    zombie = target.zombies.hold(target.n, status.batch_seq, status.attempt, sink, job, frozen)
+    return Injection(fault.kind, False, f"batch {status.batch_id}'s job (attempt {status.attempt}) frozen before "
+                     f"{sink}: {len(frozen)} pyspark processes stopped, its spark task SIGKILLed; let go in batch "
+                     f"{zombie.meets}, if it comes", at)
+
+
+def signal_each(procs: list[psutil.Process], sig: int) -> None:
+    """Send ``sig`` to each of ``procs`` still alive."""
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
 def _decided_after_the_drain(target: RunTarget, fault: schedule.Fault) -> Injection:
     # The runner placed the record among the input; oversized_outcome finds the batch that read it.
     return Injection(fault.kind, False, "decided after the drain")
@@ -717,6 +781,7 @@ INJECTORS: dict[str, Callable[[RunTarget, schedule.Fault], Injection]] = {
     schedule.POSTGRES_CRASHED: _crash_table_server,
     schedule.POSTGRES_CONNECTIONS_KILLED: _kill_table_connections,
     schedule.CATALOG_KILLED: _kill_catalog,
+    schedule.FROZEN_ZOMBIE: _freeze_zombie,
 }
 
 

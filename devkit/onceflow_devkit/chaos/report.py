@@ -15,7 +15,9 @@ cluster and a broker that times transactions out allow; the PostgreSQL bar
 counts the cluster's runs with a table among their outputs, and the faults of
 its server. The secured bar counts the runs of ``--secure`` alone (a secured
 run shows there and nowhere else): 60 faulted batches, each broker-side kind
-at least once.
+at least once. The zombies' bar counts the runs that asked for frozen zombies
+(an opt-in kind, which no other bar requires): ten zombies that met the batch
+holding their pooled transactional ids, on Apache Kafka and a file warehouse.
 """
 
 from __future__ import annotations
@@ -42,10 +44,13 @@ class Bar:
     with_table: bool = False  # only the runs with a PostgreSQL table among their outputs (--postgres)
     secured: bool = False  # the runs on a secured broker (--secure), which count under this bar alone
     min_per_kind: int = MIN_PER_KIND
+    warehouses: tuple[str, ...] = WAREHOUSES  # each covered by a run
+    asked_for: str | None = None  # only the runs whose fault sequence holds this kind
 
     def includes(self, run: dict[str, Any]) -> bool:
         return (run["broker"] in self.brokers and (run.get("postgres", False) or not self.with_table)
-                and run.get("secure", False) == self.secured)
+                and run.get("secure", False) == self.secured
+                and (self.asked_for is None or any(f["kind"] == self.asked_for for f in run.get("fault_sequence", ()))))
 
 
 # The REST catalog's kind came after these brokers met their bar; its runs show under their own broker.
@@ -62,7 +67,10 @@ POSTGRES_TABLE = Bar("A PostgreSQL table among the outputs, on the 3-node cluste
 # timeout kinds are the cluster's bar).
 SECURED = Bar("Apache Kafka secured (SASL_SSL, SCRAM-SHA-512, the ACLs of `onceflow acls`)", (DEFAULT_BROKER, CLUSTER),
               60, schedule.BROKER_KINDS, secured=True, min_per_kind=1)
-BARS = (APACHE_CLUSTER, POSTGRES_TABLE, SECURED, EMBEDDED)
+# Spark tasks of older batches let go while the batch holding their pooled transactional ids runs.
+ZOMBIES = Bar("Zombies across pooled transactional ids (frozen_zombie, Apache Kafka, a file warehouse)",
+              (DEFAULT_BROKER,), 10, (schedule.FROZEN_ZOMBIE,), warehouses=("file",), asked_for=schedule.FROZEN_ZOMBIE)
+BARS = (APACHE_CLUSTER, POSTGRES_TABLE, SECURED, EMBEDDED, ZOMBIES)
 
 
 def load_runs(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
@@ -94,7 +102,7 @@ def check(runs: Sequence[dict[str, Any]], bar: Bar) -> Verdict:
     if total["faulted_batches"] < bar.min_faulted:
         short.append(f"{total['faulted_batches']} faulted batches, the bar is {bar.min_faulted}")
     short += [f"no run on broker {b}" for b in bar.brokers if not any(run["broker"] == b for run in runs)]
-    short += [f"no run on a {w} warehouse" for w in WAREHOUSES if not any(run["warehouse"] == w for run in runs)]
+    short += [f"no run on a {w} warehouse" for w in bar.warehouses if not any(run["warehouse"] == w for run in runs)]
     short += [f"{kind} injected {total['faults_injected'].get(kind, 0)} times, the bar is {bar.min_per_kind}"
               for kind in bar.kinds if total["faults_injected"].get(kind, 0) < bar.min_per_kind]
     if total["duplicates"] or total["missing"]:

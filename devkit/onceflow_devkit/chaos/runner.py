@@ -45,6 +45,7 @@ from onceflow_devkit.services.stack import onceflow_home
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, forget_embedded_catalogs
 from onceflow_devkit.chaos.figures import BatchRun, ChaosFigures, LedgerFigures
 from onceflow_devkit.chaos.injectors import Injection, RunTarget, inject, oversized_outcome
+from onceflow_devkit.chaos.zombies import ZombiePen
 
 DAG_ID = "clickstream_exactly_once"
 HOURLY_DAG_ID = "clickstream_hourly"
@@ -123,16 +124,17 @@ class ChaosOptions:
             raise ConfigurationError(f"--executor {self.executor!r}: choose one of {', '.join(EXECUTORS)}")
         if self.spark not in schedule.SPARK_MODES:
             raise ConfigurationError(f"--spark {self.spark!r}: choose one of {', '.join(schedule.SPARK_MODES)}")
-        impossible = set(self.kinds or ()) - set(self.possible_kinds(True)) - set(self.possible_kinds(False))
+        impossible = (set(self.kinds or ()) - set(self.possible_kinds(True)) - set(self.possible_kinds(False))
+                      - set(schedule.opt_in_kinds_for(self.spark, self.mode)))
         if impossible:
             raise ConfigurationError(f"fault kinds {sorted(impossible)} cannot happen with --broker {self.broker} "
                                      f"--spark {self.spark} --mode {self.mode}"
                                      + ("" if self.postgres else " without --postgres"))
         if self.warehouse not in WAREHOUSES:
             raise ConfigurationError(f"--warehouse {self.warehouse!r}: choose one of {', '.join(WAREHOUSES)}")
-        unknown = set(self.kinds or ()) - set(schedule.ALL_KINDS)
+        unknown = set(self.kinds or ()) - set(schedule.KNOWN_KINDS)
         if unknown:
-            raise ConfigurationError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(schedule.ALL_KINDS)}")
+            raise ConfigurationError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(schedule.KNOWN_KINDS)}")
         if self.warehouse == "file" and schedule.S3_FAULTS in (self.kinds or ()):
             raise ConfigurationError("fault kind s3_faults needs --warehouse s3")
         if self.warehouse == "s3" and schedule.CATALOG_KILLED in (self.kinds or ()):
@@ -235,6 +237,7 @@ class _Run:
         self.redis = None  # the Celery broker's process (--executor celery)
         self.table_server = None  # services.postgres.RestartablePostgres of the table output (--postgres)
         self.catalog = None  # services.rest_catalog.RestCatalog of a file warehouse's tables
+        self.zombies = None  # zombies.ZombiePen when frozen zombies were asked for
         self._home_lock = None
         self.oversized_at: dict[int, tuple[int, int]] = {}  # faulted run n -> where its oversized record is
         self.backfill = options.mode == "backfill"
@@ -439,7 +442,7 @@ class _Run:
         if fault is not None:
             target = RunTarget(api, self.dag_id, run_id, self.airflow, self.stack, self.runtime, self.proxy, self.fired_log,
                                finished, started, spark_server=self.spark_server, table_server=self.table_server,
-                               catalog=self.catalog, conf=conf,
+                               catalog=self.catalog, conf=conf, n=n, zombies=self.zombies,
                                vote_age_guard_s=self.options.transaction_timeout_ms * DEFAULT_SAFETY_FRACTION / 1000)
 
             def work() -> None:
@@ -516,6 +519,8 @@ def _run_chaos(options: ChaosOptions, say: Callable[[str], None], stop: threadin
             f"{' / a PostgreSQL table' if options.postgres else ''}: "
             f"{figures.records_in} input records, "
             f"{options.batches} faulted batches, seed {options.seed}; state in {world.home}")
+        if schedule.FROZEN_ZOMBIE in kinds:
+            world.zombies = ZombiePen(world.runtime).start()
         with world.airflow.api() as api:
             api.wait_for_dag(world.dag_id, timeout=300)
             api.unpause(world.dag_id)
@@ -525,9 +530,12 @@ def _run_chaos(options: ChaosOptions, say: Callable[[str], None], stop: threadin
                     say(f"[chaos]   stopped ({STOP_SIGNAL.name}) after {n - 1} of {len(sequence)} faulted batches: "
                         "draining and auditing what ran")
                     break
-                run_id, state, injection, seconds = world.run_batch(api, n, fault, options.records_per_partition)
+                faulted = fault.kind != schedule.NO_FAULT
+                run_id, state, injection, seconds = world.run_batch(api, n, fault if faulted else None,
+                                                                    options.records_per_partition)
                 batch = world.runtime.batch_of_run(run_id)
-                record = BatchRun(n, fault, injection or Injection(fault.kind, False, "no report"), run_id, state,
+                report = "no report" if faulted else "no fault: a batch an earlier batch's zombie may meet"
+                record = BatchRun(n, fault, injection or Injection(fault.kind, False, report), run_id, state,
                                   batch.batch_id if batch else None, seconds)
                 figures.records_in += record.injection.records_added
                 figures.runs.append(record)
@@ -550,7 +558,11 @@ def _run_chaos(options: ChaosOptions, say: Callable[[str], None], stop: threadin
                     _, state, _, _ = world.run_batch(api, 0, None, DRAIN_RECORDS_PER_PARTITION)
                 say(f"[chaos]   drain {'backfill' if world.backfill else 'run'} {figures.drain_runs}: {state} "
                     f"in {time.monotonic() - started:.0f} s")
+        zombies = world.zombies.finish() if world.zombies is not None else {}
         for run in figures.runs:
+            if run.n in zombies:  # known only once the batch holding its pooled ids next has run
+                run.injection = zombies[run.n]
+                say(run.line())
             if run.fault.kind == schedule.OVERSIZED_RECORD and not figures.failures:
                 run.injection = oversized_outcome(world.runtime.coordinator, run.fault, *world.oversized_at[run.n])
                 say(run.line())
@@ -581,6 +593,8 @@ def _run_chaos(options: ChaosOptions, say: Callable[[str], None], stop: threadin
         say(traceback.format_exc())
     finally:
         figures.wall_time_s = time.monotonic() - began
+        if world.zombies is not None:
+            world.zombies.kill_all()
         world.down()
     return figures
 

@@ -7,6 +7,12 @@ to wait) are drawn from the same seeded generator. Re-running with the same
 seed and options asks for the same faults in the same order, with the same
 version of this module: the kinds and ranges added on 2026-11-24 and
 2026-11-25 changed the sequences of earlier seeds.
+
+A frozen zombie (``FROZEN_ZOMBIE``, asked for by name only: ``OPT_IN_KINDS``)
+spans runs: the first runs freeze one each (``zombie_runs``), and each is let
+go ``TXN_ID_POOL`` batches later, in a batch that holds its pooled
+transactional ids. The other runs draw the other kinds asked for as above, or
+run without a fault (``NO_FAULT``) when there are none.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from onceflow.core import faults
+from onceflow.core.plan import TXN_ID_POOL
 
 POINT_CRASH = "point_crash"            # a named fault point ends its process (os._exit, like SIGKILL)
 POINT_RAISE = "point_raise"            # a named fault point raises InjectedFault
@@ -68,6 +75,19 @@ TIMEOUT_KINDS = (TIMEOUT_BEFORE_DECISION, TIMEOUT_AFTER_DECISION)
 POSTGRES_KINDS = (POSTGRES_CRASHED, POSTGRES_CONNECTIONS_KILLED)
 ALL_KINDS = (POINT_CRASH, POINT_RAISE, *PROCESS_KINDS, *BROKER_KINDS, S3_FAULTS, *CONNECT_KINDS, *INPUT_KINDS, *RUN_KINDS,
              *CLUSTER_KINDS, *TIMEOUT_KINDS, *POSTGRES_KINDS, CATALOG_KILLED)
+# A spark task of an older batch resumed while a later one runs: its Python workers frozen (SIGSTOP) before its
+# Kafka writers open their transactions, the task failed without them, and the workers let go (SIGCONT) once
+# the batch TXN_ID_POOL later, which holds the same pooled ids, has pre-committed. Opt-in (never a default
+# kind): the sequences of earlier seeds and the bars of earlier runs stay as they were.
+FROZEN_ZOMBIE = "frozen_zombie"
+OPT_IN_KINDS = (FROZEN_ZOMBIE,)
+KNOWN_KINDS = (*ALL_KINDS, *OPT_IN_KINDS)
+# A run with no fault of its own: a batch later zombies may meet (not a kind; never counted as missed).
+NO_FAULT = "no_fault"
+ZOMBIES_AT_ONCE = 10  # frozen at once at most: 10 zombies fit in a run of about 30 batches
+# The clickstream pipeline's first Kafka output is its third (files, Iceberg, then Kafka): its driver is held
+# between outputs before the second gap's output, while its Python workers are frozen.
+_HOLD_BEFORE_KAFKA = "job.between_outputs=hold@2"
 # How the spark task runs its job: spark-submit (a driver JVM per batch) or Spark Connect.
 SPARK_MODES = ("submit", "connect")
 
@@ -75,6 +95,12 @@ SPARK_MODES = ("submit", "connect")
 # that asks for one also fails its Spark job right after the attempt starts.
 _FORCE_ROLLBACK = "job.after_attempt=raise"
 _ANY_MAX_HITS = 12  # '*' fires at the n-th step reached; a run takes roughly 20-40
+
+
+def opt_in_kinds_for(spark: str = "submit", mode: str = "offsets") -> tuple[str, ...]:
+    """The opt-in kinds that can happen: a frozen zombie needs a Spark job whose Python workers are its own
+    (spark-submit; a Spark Connect server's serve every batch) and the offsets pipeline."""
+    return OPT_IN_KINDS if spark == "submit" and mode == "offsets" else ()
 
 
 def kinds_for(warehouse_on_s3: bool, spark: str = "submit", mode: str = "offsets",
@@ -172,10 +198,18 @@ def draw(rng: random.Random, kind: str, points: Sequence[str]) -> Fault:
         return Fault(kind, {"at": rng.choice(("prepare", "commit")), "for_s": round(rng.uniform(1.0, 6.0), 2)})
     if kind == CATALOG_KILLED:  # seconds after the commit task starts, and how long the catalog stays down
         return Fault(kind, {"after_s": round(rng.uniform(0.0, 1.5), 2), "down_s": round(rng.uniform(1.0, 8.0), 2)})
+    if kind == FROZEN_ZOMBIE:  # let go once batch + TXN_ID_POOL has pre-committed its first Kafka output
+        return Fault(kind, {"faults": _HOLD_BEFORE_KAFKA, "meets": f"batch + {TXN_ID_POOL}"})
     if kind == S3_FAULTS:
         # Shares of S3 requests to fail in this batch, by S3 fault kind.
         return Fault(kind, {"error_share": round(rng.uniform(0.03, 0.12), 3)})
-    raise ValueError(f"unknown chaos fault kind {kind!r}; known: {', '.join(ALL_KINDS)}")
+    raise ValueError(f"unknown chaos fault kind {kind!r}; known: {', '.join(KNOWN_KINDS)}")
+
+
+def zombie_runs(batches: int) -> range:
+    """The runs that freeze a zombie: the first ones, as many as leave ``TXN_ID_POOL`` runs after the last
+    (its batch's pooled ids come round again there) and one to spare, at most ``ZOMBIES_AT_ONCE``."""
+    return range(1, 1 + max(0, min(ZOMBIES_AT_ONCE, batches - TXN_ID_POOL - 1)))
 
 
 def fault_sequence(seed: int, batches: int, kinds: Sequence[str], points: Sequence[str] | None = None) -> list[Fault]:
@@ -184,11 +218,19 @@ def fault_sequence(seed: int, batches: int, kinds: Sequence[str], points: Sequen
         raise ValueError("a chaos run needs at least one fault kind")
     points = sorted(points if points is not None else faults.declare_all())
     rng = random.Random(seed)
+    freezing = zombie_runs(batches) if FROZEN_ZOMBIE in kinds else range(0)
+    others = [kind for kind in kinds if kind != FROZEN_ZOMBIE]
     sequence: list[Fault] = []
     cycle: list[str] = []
     while len(sequence) < batches:
+        if len(sequence) + 1 in freezing:
+            sequence.append(draw(rng, FROZEN_ZOMBIE, points))
+            continue
+        if not others:
+            sequence.append(Fault(NO_FAULT))
+            continue
         if not cycle:
-            cycle = list(kinds)
+            cycle = list(others)
             rng.shuffle(cycle)
         sequence.append(draw(rng, cycle.pop(), points))
     return sequence

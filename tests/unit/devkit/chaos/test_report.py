@@ -161,3 +161,26 @@ def test_a_run_names_the_engines_its_audit_read_the_table_with_and_an_older_save
 
     assert "| noida / file (table read by pyiceberg 0.12.0 and Spark 4.1.4) | unknown |" in text
     assert "| tansu / file | not recorded |" in text
+
+
+def test_the_zombies_bar_counts_the_runs_that_asked_for_frozen_zombies_and_no_other_bar_requires_them():
+    zombie_run = [{"kind": schedule.FROZEN_ZOMBIE, "detail": {}}] * 10 + [{"kind": schedule.NO_FAULT, "detail": {}}] * 20
+    asked = run("apache", "file", per_kind=10, kinds=(schedule.FROZEN_ZOMBIE,), fault_sequence=zombie_run)
+    other = run("apache", "file", per_kind=12, kinds=schedule.BROKER_KINDS,
+                fault_sequence=[{"kind": schedule.BROKER_FENCE, "detail": {}}])
+
+    assert report.check([asked, other], report.ZOMBIES).met  # a file warehouse is all it needs
+    assert report.check([other], report.ZOMBIES).shortfalls[0] == "0 faulted batches, the bar is 10"
+    assert not report.check([run("apache", "file", per_kind=9, kinds=(schedule.FROZEN_ZOMBIE,),
+                                 fault_sequence=zombie_run)], report.ZOMBIES).met
+    assert all(schedule.FROZEN_ZOMBIE not in bar.kinds for bar in report.BARS if bar is not report.ZOMBIES)
+
+
+def test_a_run_without_a_fault_is_neither_injected_nor_missed():
+    from onceflow_devkit.chaos.figures import BatchRun
+    from onceflow_devkit.chaos.injectors import Injection
+
+    quiet = schedule.Fault(schedule.NO_FAULT)
+    figures = ChaosFigures("apache", "file", 1, [quiet])
+    figures.runs.append(BatchRun(1, quiet, Injection(schedule.NO_FAULT, False, "no fault"), "r", "success", None, 1.0))
+    assert (figures.faulted_batches, figures.missed_by_kind) == (0, {})

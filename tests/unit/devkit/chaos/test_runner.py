@@ -53,3 +53,14 @@ def test_the_stop_signal_asks_a_run_to_stop_and_its_handler_goes_with_the_run():
         os.kill(os.getpid(), STOP_SIGNAL)
         assert stop.event.wait(5)
     assert signal.getsignal(STOP_SIGNAL) == before
+
+
+def test_frozen_zombies_are_asked_for_by_name_and_only_where_a_job_has_workers_of_its_own():
+    from onceflow_devkit.chaos import schedule
+
+    ChaosOptions(30, 1, kinds=(schedule.FROZEN_ZOMBIE,)).check()
+    assert schedule.FROZEN_ZOMBIE not in ChaosOptions(30, 1).possible_kinds(False)  # never a default kind
+    for refused in (ChaosOptions(30, 1, spark="connect", kinds=(schedule.FROZEN_ZOMBIE,)),
+                    ChaosOptions(30, 1, mode="backfill", kinds=(schedule.FROZEN_ZOMBIE,))):
+        with pytest.raises(ConfigurationError, match="cannot happen"):
+            refused.check()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 import pytest
 
 from onceflow.core import faults
+from onceflow.core.plan import TXN_ID_POOL
 from onceflow_devkit.chaos import schedule
 
 
@@ -82,3 +84,39 @@ def test_the_postgresql_kinds_are_drawn_only_with_a_table_among_the_outputs():
     assert set(with_table) == set(schedule.kinds_for(True, "connect")) | set(schedule.POSTGRES_KINDS)
     crashes = schedule.fault_sequence(3, 20, (schedule.POSTGRES_CRASHED,))
     assert all(0 <= f.detail["after_s"] <= 1.5 and 1 <= f.detail["down_s"] <= 8 for f in crashes)
+
+
+def test_frozen_zombies_freeze_the_first_runs_each_with_a_pool_of_runs_after_it():
+    assert schedule.zombie_runs(30) == range(1, 11)  # ten zombies fit in a run of 30 batches
+    assert schedule.zombie_runs(20) == range(1, 4)
+    assert not schedule.zombie_runs(TXN_ID_POOL + 1)  # no run after the pool's turn to meet it in
+    for batches in range(1, 60):
+        assert all(n + TXN_ID_POOL < batches for n in schedule.zombie_runs(batches))
+        assert len(schedule.zombie_runs(batches)) <= schedule.ZOMBIES_AT_ONCE
+
+
+def test_asking_for_frozen_zombies_alone_runs_the_other_batches_without_a_fault():
+    sequence = schedule.fault_sequence(1, 30, (schedule.FROZEN_ZOMBIE,))
+    assert [f.kind for f in sequence] == [schedule.FROZEN_ZOMBIE] * 10 + [schedule.NO_FAULT] * 20
+    mixed = schedule.fault_sequence(1, 30, (schedule.FROZEN_ZOMBIE, schedule.KILL_PYTHON_WORKER))
+    assert [f.kind for f in mixed] == [schedule.FROZEN_ZOMBIE] * 10 + [schedule.KILL_PYTHON_WORKER] * 20
+
+
+def test_a_zombie_is_held_before_the_clickstream_pipeline_s_first_kafka_output():
+    from onceflow_examples.clickstream import CLICKSTREAM
+
+    fault = schedule.draw(random.Random(1), schedule.FROZEN_ZOMBIE, [])
+    (point, (action, hits)), = faults.parse(fault.run_param).items()
+    assert (point, action) == ("job.between_outputs", "hold")
+    # The point fires before output i (i >= 1) on its i-th hit: the output the hold comes before.
+    assert [s.kind for s in CLICKSTREAM.sinks].index("kafka") == hits
+
+
+def test_frozen_zombies_are_asked_for_by_name_only_and_only_where_a_job_has_workers_of_its_own():
+    for on_s3 in (False, True):
+        for spark in schedule.SPARK_MODES:
+            for mode in ("offsets", "backfill"):
+                assert schedule.FROZEN_ZOMBIE not in schedule.kinds_for(on_s3, spark, mode, cluster=True, times_out=True,
+                                                                        postgres=True, rest_catalog=True)
+    assert schedule.opt_in_kinds_for("submit", "offsets") == (schedule.FROZEN_ZOMBIE,)
+    assert schedule.opt_in_kinds_for("connect", "offsets") == () == schedule.opt_in_kinds_for("submit", "backfill")

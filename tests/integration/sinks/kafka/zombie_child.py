@@ -24,6 +24,7 @@ sys.stdin.readline()
 writer.begin()
 for i in range(20):
     writer.write(f"zombie-{i}".encode())
+writer._write_rows()  # produce them now, inside its transaction (write() buffers until a chunk or pre-commit)
 writer._producer.flush(30)
 if job.get("leave_open"):
     print("written", flush=True)

@@ -205,9 +205,9 @@ class IntervalPlanner:
                 self._finish_or_wait(seq, plan, f"would take slot {slot} of batches_in_flight",
                                      f"More than batches_in_flight={self.pool} batches are in flight")
         holder = seq - TXN_ID_POOL
-        if holder >= 1:
+        mine = {i for sink in with_ids(self.pipeline, self.config, seq) for i in sink.transactional_ids}
+        if holder >= 1 and mine:  # a pipeline without transactional ids reads no plan for them
             plan = self.coordinator.plan(holder)
-            mine = {i for sink in with_ids(self.pipeline, self.config, seq) for i in sink.transactional_ids}
             if mine & {i for sink in plan.sinks for i in sink.transactional_ids}:
                 self._finish_or_wait(seq, plan, "would take its Kafka transactional ids",
                                      f"Batches {TXN_ID_POOL} apart share them (onceflow.core.plan.TXN_ID_POOL), so at "

@@ -105,7 +105,7 @@ def stages_of(metadata, dag_id: str, run_id: str, triggered: datetime) -> dict[s
     job = (metadata.returned(dag_id, run_id, "spark") or {}).get("seconds")
     if job:  # Spark Connect: the spark task returns the job's report
         seconds["read"] = job["read"]
-        seconds["outputs"] = sum(v for k, v in job.items() if k != "read")
+        seconds["outputs"] = job["outputs"]
         seconds["spark_start"] = seconds["spark"] - seconds["read"] - seconds["outputs"]
     return seconds
 

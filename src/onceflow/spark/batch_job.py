@@ -6,7 +6,7 @@ Call sequence::
     attempt = coordinator.begin_attempt(seq)      fences every older attempt (I5)
     records = format("onceflow_kafka_range")      exactly the planned ranges, the spec's input_columns, cached once
     outputs = spec.apply_transform(records, plan) {sink name: DataFrame}
-    per sink, repartitioned to the plan's splits:
+    per sink, repartitioned to the plan's splits (one after another, or at once: a driver thread each):
         its kind's pre_commit (onceflow.sinks)    files: staged Parquet; kafka: open transactions;
                                                   the data source's commit votes -> ledger
 
@@ -21,7 +21,9 @@ import importlib
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from typing import Callable
 
 from onceflow.core import faults
 from onceflow.core.batch_id import BatchId
@@ -35,7 +37,7 @@ from onceflow.sources.kafka import data_source as kafka_source
 log = logging.getLogger(__name__)
 
 JOB_AFTER_ATTEMPT = faults.declare("job.after_attempt", "Spark job: attempt claimed, nothing written yet")
-JOB_BETWEEN_OUTPUTS = faults.declare("job.between_outputs", "Spark job: one output pre-committed and voted, the next not")
+JOB_BETWEEN_OUTPUTS = faults.declare("job.between_outputs", "Spark job: one output pre-committed and voted, another not yet")
 JOB_AFTER_VOTES = faults.declare("job.after_votes", "Spark job: every output pre-committed and voted, job not yet exited")
 
 
@@ -45,8 +47,9 @@ class JobResult:
     attempt: int
     input_records: int
     outputs: tuple[str, ...]
-    # Wall seconds: "read" (the input read and cached), then each output's pre-commit and vote,
-    # which includes computing that output from the cached input.
+    # Wall seconds: "read" (the input read and cached), "outputs" (every output pre-committed and
+    # voted), and each output's own pre-commit and vote by its sink's name, which includes computing
+    # that output from the cached input (outputs written at once overlap: they add up to more).
     seconds: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self, pipeline: str) -> dict:
@@ -117,7 +120,39 @@ def overlapping(ranges, others) -> bool:
                for a in ranges for b in others)
 
 
-def run_batch(spark, runtime, seq: int) -> JobResult:
+def pre_commit_in_turn(sinks, pre_commit: Callable) -> dict[str, float]:
+    """Each output's pre-commit and vote, one after another; each one's seconds by sink name."""
+    seconds = {}
+    for i, sink in enumerate(sinks):
+        if i:
+            faults.fault_point(JOB_BETWEEN_OUTPUTS)
+        seconds[sink.name] = pre_commit(sink)
+    return seconds
+
+
+def pre_commit_at_once(sinks, pre_commit: Callable) -> dict[str, float]:
+    """Every output's pre-commit and vote at once, a driver thread each (Spark Connect: the server runs
+    their queries side by side); each one's seconds by sink name. ``pre_commit`` carries the job's
+    session and tags into its thread (pyspark's ``inheritable_thread_target``). The fault point between outputs
+    fires when the first is voted, the others running or done, their votes not yet seen. The first
+    failure is raised at once, the others left running: the caller stops what runs on (a Spark
+    Connect job interrupts its tag), and the next attempt fences whatever it wrote."""
+    pool = ThreadPoolExecutor(max_workers=len(sinks), thread_name_prefix="onceflow-output")
+    futures = {pool.submit(pre_commit, sink): sink.name for sink in sinks}
+    seconds = {}
+    try:
+        for done in as_completed(futures):
+            seconds[futures[done]] = done.result()
+            if len(seconds) == 1 and len(sinks) > 1:
+                faults.fault_point(JOB_BETWEEN_OUTPUTS)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return {sink.name: seconds[sink.name] for sink in sinks}
+
+
+def run_batch(spark, runtime, seq: int, outputs_at_once: bool = False) -> JobResult:
+    """Pre-commit every output of batch ``seq`` (see the module's call sequence). ``outputs_at_once``:
+    a driver thread per output (what a Spark Connect client does); otherwise one after another."""
     coordinator = runtime.coordinator
     spec = runtime.spec
     runtime.check_kafka()
@@ -142,21 +177,31 @@ def run_batch(spark, runtime, seq: int) -> JobResult:
         replaces = plan.replaces.batch_seq if plan.replaces is not None else None
         none_outputs = any(plan.sink(s.name).guarantee == NO_GUARANTEE for s in spec.sinks)
         written_before = written_already(coordinator, plan, attempt) if none_outputs else None
-        for i, sink in enumerate(spec.sinks):
-            if i:
-                faults.fault_point(JOB_BETWEEN_OUTPUTS)
+
+        def pre_commit(sink) -> float:
             started = time.perf_counter()
             sink_plan = plan.sink(sink.name)
             if sink_plan.guarantee == NO_GUARANTEE and written_before:
                 # At most once: records an earlier attempt or batch may have written are never written again.
                 coordinator.record_vote(seq, attempt, Vote(sink.name, seq, attempt, {"not_written": written_before}))
                 log.info("batch %s: %s not written (guarantee none: %s)", plan.batch_id, sink.name, written_before)
-                continue
+                return time.perf_counter() - started
             frame = outputs[sink.name].repartition(sink_plan.splits)
             options = job_options(spec.name, deployment, sink.name, seq, plan.created_at_ms, attempt, replaces)
             sink_kind(sink.kind).pre_commit(frame, sink, sink_plan, runtime.deployment, options)
-            seconds[sink.name] = time.perf_counter() - started
-            log.info("batch %s: %s pre-committed and voted in %.1f s", plan.batch_id, sink.name, seconds[sink.name])
+            took = time.perf_counter() - started
+            log.info("batch %s: %s pre-committed and voted in %.1f s", plan.batch_id, sink.name, took)
+            return took
+
+        started = time.perf_counter()
+        if outputs_at_once:
+            from pyspark import inheritable_thread_target
+
+            # The job's session and its tag (a Spark Connect job is interrupted by it) in every thread.
+            seconds.update(pre_commit_at_once(spec.sinks, inheritable_thread_target(spark)(pre_commit)))
+        else:
+            seconds.update(pre_commit_in_turn(spec.sinks, pre_commit))
+        seconds["outputs"] = time.perf_counter() - started
         faults.fault_point(JOB_AFTER_VOTES)
     finally:
         release(records)

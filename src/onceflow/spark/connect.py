@@ -5,7 +5,8 @@ process; its DataFrames run on a long-running Spark Connect server, so no JVM
 starts per batch. Call sequence::
 
     session = join_session(url, code)       the code's session on the server, artifacts added
-    run_batch(session, runtime, seq)        as under spark-submit: attempt, read, pre-commit, votes
+    run_batch(session, runtime, seq)        as under spark-submit: attempt, read, pre-commit, votes,
+                                            but every output at once (a client thread each)
     on failure or kill: interrupt_job()     the server stops this attempt's queries
     on SIGTERM (on_kill): interrupt()       the same from a client of its own, then the job
                                             raises JobStopped rather than start another query
@@ -265,7 +266,7 @@ class ConnectBatchJob:
             if self.stopped:  # stopped while joining: no query is started
                 raise JobStopped(f"the task was stopped before the job's first query ({self.tag})")
             with connect_mode():
-                return run_batch(spark, self.runtime, self.seq)
+                return run_batch(spark, self.runtime, self.seq, outputs_at_once=True)
         except BaseException:
             interrupt_job(spark, self.tag)
             raise

@@ -192,10 +192,12 @@ def test_failed_and_killed_clients_are_fenced_by_the_next_attempt(spark_connect_
     # A job that fails after voting ends its client process (once, gRPC's close at exit hung it).
     failed = run_client(spark_connect_server, pipeline, plan, code, "job.after_votes=raise")
     assert failed.returncode == 1 and "InjectedFault" in failed.stderr, failed.stderr[-2000:]
-    # The next client dies (SIGKILL-like) with one output pre-committed and voted, the others not.
+    # The next client dies (SIGKILL-like) once one output is pre-committed and voted, the others written at
+    # once beside it: running on the server or done, left there by the client.
     killed = run_client(spark_connect_server, pipeline, plan, code, "job.between_outputs=crash")
     assert killed.returncode == 137, killed.stderr[-2000:]
-    assert list(pipeline.coordinator.describe(plan.batch_seq).votes) == [pipeline.spec.sinks[0].name]
+    voted = set(pipeline.coordinator.describe(plan.batch_seq).votes)
+    assert voted and voted <= {s.name for s in pipeline.spec.sinks}, voted
 
     result = run_connect_batch(spark_connect_server.url, pipeline, plan.batch_seq, code)
     assert result.attempt == 3

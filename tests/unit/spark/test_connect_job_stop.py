@@ -43,7 +43,7 @@ def test_a_job_stopped_while_it_joins_its_session_starts_no_query(monkeypatch):
         return session
 
     monkeypatch.setattr(connect, "join_session", join_and_get_stopped)
-    monkeypatch.setattr("onceflow.spark.batch_job.run_batch", lambda *a: pytest.fail("a query was started"))
+    monkeypatch.setattr("onceflow.spark.batch_job.run_batch", lambda *a, **k: pytest.fail("a query was started"))
 
     with pytest.raises(connect.JobStopped, match="before the job's first query"):
         job.run()

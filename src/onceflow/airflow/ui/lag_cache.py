@@ -14,10 +14,23 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from onceflow.core.coordinator import wall_clock_ms
 from onceflow.core.lag import input_lag
+
+
+# librdkafka's codes for a Kafka that gave no answer: unreachable, or not in time. Any other code is
+# Kafka's answer (a refusal, an unknown topic), said as it is.
+NO_ANSWER = frozenset({KafkaError._TIMED_OUT, KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT,
+                       KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT,
+                       KafkaError.NETWORK_EXCEPTION})
+
+
+def answered_with(exc: KafkaException) -> KafkaError | None:
+    """The error Kafka answered with, or None when it gave no answer (``NO_ANSWER``)."""
+    error = exc.args[0] if exc.args else None
+    return error if isinstance(error, KafkaError) and error.code() not in NO_ANSWER else None
 
 
 @dataclass(frozen=True)
@@ -71,14 +84,22 @@ class LagCache:
     def _answer(self, key: str, runtime, asked_ms: int) -> None:
         try:
             reading = LagReading(self._ask(runtime, asked_ms, timeout_s=self.timeout_s), None, asked_ms)
-        except (KafkaException, TimeoutError, OSError) as exc:  # Kafka down or slow: the ledger's part still helps
-            reading = LagReading([], f"Kafka did not answer within {self.timeout_s:g} s ({type(exc).__name__})", asked_ms,
-                                 kafka_silent=True)
+        except KafkaException as exc:
+            error = answered_with(exc)
+            reading = (LagReading([], f"Kafka answered the lag's question with an error: {error.str()} ({error.name()})",
+                                  asked_ms) if error is not None else self._silent(exc, asked_ms))
+        except (TimeoutError, OSError) as exc:
+            reading = self._silent(exc, asked_ms)
         except Exception as exc:  # not Kafka's silence: said as it is, not blamed on the broker
             reading = LagReading([], f"the lag could not be read: {type(exc).__name__}: {exc}", asked_ms)
         with self._lock:
             self._answers[key] = reading
             self._asking.pop(key, None)
+
+    def _silent(self, exc: Exception, asked_ms: int) -> LagReading:
+        """Kafka down or slow: the ledger's part still helps."""
+        return LagReading([], f"Kafka did not answer within {self.timeout_s:g} s ({type(exc).__name__})", asked_ms,
+                          kafka_silent=True)
 
     def ask(self, key: str, runtime) -> Future | None:
         """Ask Kafka for ``key``'s lag unless a fresh answer is kept or a question is out; the question, if any."""

@@ -217,6 +217,23 @@ def test_a_kafka_that_failed_is_shown_as_failed_and_asked_again_after_a_short_wa
     assert cache.reading("p", None, wait_s=5).records_behind == 4 and kafka.asked == 2
 
 
+def test_an_error_kafka_answered_with_is_said_as_it_is_and_not_taken_for_silence():
+    from onceflow.airflow.ui.lag_cache import LagCache
+
+    for code, silent in ((KafkaError.UNKNOWN_TOPIC_OR_PART, False), (KafkaError.TOPIC_AUTHORIZATION_FAILED, False),
+                         (KafkaError._TIMED_OUT, True), (KafkaError._TRANSPORT, True)):
+        kafka = SlowKafka(error=KafkaException(KafkaError(code)))
+        kafka.release.set()
+        failed = LagCache(ask=kafka, clock=lambda: NOW).reading("p", None, wait_s=5)
+        assert failed.kafka_silent is silent and failed.records_behind is None, (code, failed.error)
+        if silent:
+            assert failed.error == "Kafka did not answer within 3 s (KafkaException)"
+        else:
+            assert failed.error.startswith("Kafka answered the lag's question with an error: ")
+            assert f"({KafkaError(code).name()})" in failed.error
+            assert rules_of(health(lag_error=failed.error, kafka_silent=failed.kafka_silent)) == ["lag_unreadable"]
+
+
 def test_a_failure_that_is_not_kafkas_is_not_blamed_on_kafka():
     from onceflow.airflow.ui.lag_cache import LagCache
 

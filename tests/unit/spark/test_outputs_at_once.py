@@ -30,8 +30,9 @@ def test_at_once_every_output_runs_beside_the_others():
         return {"files": 0.4, "table": 0.3, "clicks": 0.2, "errors": 0.1}[sink.name]
 
     assert pre_commit_at_once(SINKS, pre_commit) == {"files": 0.4, "table": 0.3, "clicks": 0.2, "errors": 0.1}
+    in_turn = threading.Barrier(len(SINKS), timeout=0.2)  # one after another, the first waits alone
     with pytest.raises(threading.BrokenBarrierError):
-        pre_commit_in_turn(SINKS, lambda sink: threading.Barrier(2, timeout=0.2).wait())
+        pre_commit_in_turn(SINKS, lambda sink: in_turn.wait())
 
 
 def test_at_once_the_first_failure_is_raised_while_the_others_still_run():

@@ -33,14 +33,18 @@ def _refuse(config: Mapping[str, Any], key: str, allowed: set[str], why: str) ->
         raise ConfigurationError(f"Kafka setting {key}={value!r} breaks exactly-once ({why}): remove it")
 
 
+# Settings of every librdkafka client onceflow opens that a user's own setting overrides.
+CLIENT_DEFAULTS: dict[str, Any] = {
+    # With sparse connections (librdkafka's default) a client drops the bootstrap connection
+    # once it learns the broker ids, and waits out a reconnect backoff before it connects to
+    # one again: init_transactions 53 ms, sometimes 510 ms (its coordinator timer), a
+    # consumer's first metadata or fetch 53 ms (measured; 2 ms without). Every split, fence,
+    # repair, range read and commit verification opens a client.
+    "enable.sparse.connections": False,
+}
 # Producer settings a user's own setting overrides.
 PRODUCER_DEFAULTS: dict[str, Any] = {
-    # With sparse connections (librdkafka's default) the producer drops the bootstrap
-    # connection once it learns the broker ids, and init_transactions finds no broker to ask
-    # for the coordinator until a backoff or its 500 ms coordinator timer fires: 53 ms,
-    # sometimes 510 ms, per init (measured on noida-db; 2 ms without). Every split, fence and
-    # repair pays one init.
-    "enable.sparse.connections": False,
+    **CLIENT_DEFAULTS,
     # librdkafka's producer asks the broker to create a topic it looks up; a
     # mistyped sink topic must be an error, never a new topic holding the output.
     "allow.auto.create.topics": False,
@@ -102,6 +106,8 @@ def consumer_config(source: KafkaCluster | Mapping[str, Any], group_id: str = AS
     config = base_config(source)
     _refuse(config, "isolation.level", {"read_committed"}, "read_uncommitted would show open and aborted transactions")
     config.setdefault("receive.message.max.bytes", RECEIVE_MESSAGE_MAX_BYTES)
+    for key, value in CLIENT_DEFAULTS.items():
+        config.setdefault(key, value)
     config.update(
         {
             "group.id": group_id,

@@ -46,6 +46,7 @@ from onceflow.core.planning.source import TopicPartition
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import ASSIGN_ONLY_GROUP, base_config, consumer_config
+from onceflow.kafka.consume import assign, ready
 from onceflow.kafka.reader import read_range
 
 STATS_INTERVAL_MS = 50
@@ -155,7 +156,7 @@ class KafkaOffsetSource:
         found: dict[TopicPartition, int | None] = {}
         deadline = time.monotonic() + self.timeout_s  # for all of them together
         for tp, offset in offsets.items():
-            self._consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, offset)])
+            assign(self._consumer, [KafkaTopicPartition(tp.topic, tp.partition, offset)])
             found[tp] = None
             try:
                 while time.monotonic() < deadline:
@@ -194,9 +195,10 @@ class KafkaOffsetSource:
                 added = queue[: FETCH_WINDOW - len(fetching)]
                 del queue[: len(added)]
                 if added:
-                    consumer.incremental_assign([KafkaTopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in added])
+                    assign(consumer, [KafkaTopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in added],
+                           incremental=True)
                     fetching.update(added)
-                for m in consumer.consume(num_messages=100, timeout=0.05):
+                for m in ready(consumer, 100, 0.05):
                     error = m.error()
                     if error is not None and error.code() != KafkaError._PARTITION_EOF:
                         self._check(error.code(), f"{m.topic()}[{m.partition()}] for its last stable offset" if m.topic()

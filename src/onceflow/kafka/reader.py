@@ -35,6 +35,7 @@ from onceflow.core.plan import OffsetRange
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import ASSIGN_ONLY_GROUP, consumer_config
+from onceflow.kafka.consume import ready
 
 # The Spark data source that reads ranges with this module (onceflow.sources.kafka.data_source registers it).
 RANGE_FORMAT = "onceflow_kafka_range"
@@ -121,7 +122,7 @@ class RangeReader:
         self._consumer = Consumer(
             consumer_config(
                 config,
-                **{"enable.partition.eof": True, "auto.offset.reset": "error", "fetch.wait.max.ms": 100},
+                **{"enable.partition.eof": True, "auto.offset.reset": "error", "fetch.wait.max.ms": 10},
             )
         )
 
@@ -176,7 +177,7 @@ def _read(
     deadline = time.monotonic() + timeout_s
     done = False
     while not done:
-        messages = consumer.consume(num_messages=batch_size, timeout=0.2)
+        messages = ready(consumer, batch_size, 0.2)
         records = [m for m in messages if m.error() is None]
         if len(records) != len(messages):
             for m in messages:

@@ -106,10 +106,12 @@ def test_consumers_accept_broker_answers_that_ignore_fetch_limits_unless_the_use
     assert consumer_config({**SECURE, "receive.message.max.bytes": 50_000_000}, "g")["receive.message.max.bytes"] == 50_000_000
 
 
-def test_transactional_producers_keep_their_broker_connections_unless_the_user_says_otherwise():
-    # Sparse connections make init_transactions wait for a reconnect backoff or a 500 ms timer.
+def test_producers_and_consumers_keep_their_broker_connections_unless_the_user_says_otherwise():
+    # Sparse connections make init_transactions, a read's first metadata and fetch wait for a reconnect backoff.
     assert producer_config(SECURE, "onceflow.p.s.0")["enable.sparse.connections"] is False
     assert producer_config({**SECURE, "enable.sparse.connections": True}, "onceflow.p.s.0")["enable.sparse.connections"] is True
+    assert consumer_config(SECURE)["enable.sparse.connections"] is False
+    assert consumer_config({**SECURE, "enable.sparse.connections": True})["enable.sparse.connections"] is True
 
 
 def test_missing_bootstrap_servers_names_the_setting():

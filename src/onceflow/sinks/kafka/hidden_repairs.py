@@ -13,6 +13,7 @@ from typing import Sequence
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from onceflow.kafka.config import consumer_config
+from onceflow.kafka.consume import assign, ready
 from onceflow.sinks.kafka.handle import TxnHandle, handle_headers
 from onceflow.sinks.kafka.headers import REPAIR_HEADER
 from onceflow.sinks.kafka.split_state import PartitionView, SplitState, SplitView, state_of
@@ -77,10 +78,10 @@ def count_hidden_repairs(observer: Observer, handles: Sequence[TxnHandle], views
     consumer = Consumer(consumer_config(observer.config, **{
         "isolation.level": "read_uncommitted", "enable.partition.eof": True, "fetch.wait.max.ms": 50}))
     try:
-        consumer.assign([TopicPartition(t, p, start) for (t, p), start in starts.items()])
+        assign(consumer, [TopicPartition(t, p, start) for (t, p), start in starts.items()])
         deadline = time.monotonic() + observer.timeout_s
         while len(ended) < len(starts) and time.monotonic() < deadline:
-            messages = consumer.consume(num_messages=1_000, timeout=0.05)
+            messages = ready(consumer, 1_000, 0.05)
             if messages:
                 deadline = time.monotonic() + observer.timeout_s
             for m in messages:

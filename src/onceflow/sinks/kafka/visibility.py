@@ -32,6 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
 from onceflow.kafka.config import ASSIGN_ONLY_GROUP, consumer_config
+from onceflow.kafka.consume import assign, ready
 from onceflow.kafka.offsets import stable_offsets_from_stats
 from onceflow.sinks.kafka.handle import TxnHandle
 from onceflow.sinks.kafka.headers import REPAIR_HEADER
@@ -142,12 +143,10 @@ class Observer:
                 del pending[tp]
                 consumer.incremental_unassign([TopicPartition(*tp)])
 
-        consumer.assign(
-            [
-                TopicPartition(t, p, OFFSET_BEGINNING if from_start else min(s.probe for s in shares))
-                for (t, p), shares in by_partition.items()
-            ]
-        )
+        assign(consumer, [
+            TopicPartition(t, p, OFFSET_BEGINNING if from_start else min(s.probe for s in shares))
+            for (t, p), shares in by_partition.items()
+        ])
         topics = {t for t, _ in by_partition}
         # A sample already generated may carry the previous scan's stable offsets: skip one.
         samples.clear()
@@ -155,7 +154,7 @@ class Observer:
         positions: dict[tuple[str, int], int] = {}  # offset of the latest record read, per partition
         deadline = time.monotonic() + quiet_s
         while pending and time.monotonic() < deadline:
-            messages = consumer.consume(num_messages=1_000, timeout=0.02)
+            messages = ready(consumer, 1_000, 0.02)
             if messages:
                 deadline = time.monotonic() + quiet_s
             for m in messages:

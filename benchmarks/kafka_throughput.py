@@ -210,15 +210,23 @@ def onceflow_write(config: dict, topic: str, batch: pa.RecordBatch, staging: str
 
 
 def raw_read(config: dict, ranges: list[OffsetRange], all_fields: bool = False) -> tuple[float, int]:
-    """A plain consumer: touch each value, or (``all_fields``) keep the fields read_range returns."""
+    """A plain consumer: touch each value, or (``all_fields``) keep the fields read_range returns.
+
+    It reads as a careful user would, with RangeReader's fetch settings: it stops at each range's end (its
+    position, or EOF where the range ends at a commit marker, with the same 10 ms fetch wait) and asks for a
+    short wait (librdkafka's ``consume`` waits its whole timeout unless it fills the batch).
+    """
     started = time.perf_counter()
     kept: list = []
     consumer = Consumer({**config, "group.id": "bench-raw", "isolation.level": "read_committed",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+                         "enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 10})
     consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
+    ends = {r.partition: r.end for r in ranges}
     done, count, size = set(), 0, 0
     while len(done) < len(ranges):
-        for m in consumer.consume(10_000, 0.2):
+        done.update(tp.partition for tp in consumer.position([TopicPartition(r.topic, r.partition) for r in ranges])
+                    if tp.offset >= ends[tp.partition])
+        for m in consumer.consume(10_000, 0.005):
             if m.error() is not None:
                 if m.error().code() == KafkaError._PARTITION_EOF:
                     done.add(m.partition())

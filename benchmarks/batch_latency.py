@@ -21,7 +21,7 @@ further by the job's own account (the task's XCom): its start (process, DAG
 parse, joining the session), the read, the outputs. One untimed run per mode comes first (DAG
 parse, the server's Python workers). Prints one line per run, then the medians
 as JSON; ``--plot`` draws the median stages of each size and mode as stacked bars
-against the 4 s target. Runs on an idle machine: nothing else should run beside it.
+against the 3 s target. Runs on an idle machine: nothing else should run beside it.
 
 Freshness, with the input-driven schedule: a third DAG, ``latency_on_input``
 (Spark Connect, ``when_input(records=1000, max_age_s=5, poll_s=1)``), is never
@@ -60,7 +60,7 @@ for mode, conn_id, schedule in (("submit", "onceflow_spark", None), ("connect", 
     globals()[f"latency_{mode}"] = pipeline_dag(spec, dag_id=f"latency_{mode}", schedule=schedule, spark_conn_id=conn_id)
 '''
 MODES = ("submit", "connect")
-TARGET_S = 4.0  # a 1,000-record batch, Spark Connect, trigger to committed
+TARGET_S = 3.0  # a 1,000-record batch, Spark Connect, trigger to committed
 ON_INPUT = "on_input"
 
 

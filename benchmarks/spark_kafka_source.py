@@ -13,7 +13,8 @@ Maven: ``onceflow_devkit.services.spark_kafka``), ``--repeat`` times, alternatel
   the same exact offsets and ``kafka.isolation.level=read_committed``, the same columns.
 
 Each read ends in Spark's ``noop`` sink (every row read and its columns built, nothing
-written), then again with ``headers`` added. Prints the median seconds, events/s and
+written), then again with ``headers`` added; an untimed count after them checks that both
+sides read every record once. Prints the median seconds, events/s and
 the ratio onceflow/Spark (above 1: onceflow reads faster). An untimed warm-up of each
 comes first (the first use of a Python data source costs about 3 s).
 """
@@ -95,6 +96,12 @@ def main(argv=None) -> int:
                       f"spark {sides['spark'][-1]:.2f} s", flush=True)
             results[columns] = {side: statistics.median(seconds) for side, seconds in sides.items()}
         events = sum(r.size for r in ranges)
+        # Untimed: both sides read every record, each once (a fast read that loses records is no read).
+        counted = {side: (frame.count(), frame.select("key", "value").distinct().count()) for side, frame in (
+            ("onceflow", onceflow_read(spark, ranges, deployment, COLUMNS)),
+            ("spark", spark_kafka_read(spark, ranges, config, COLUMNS)))}
+        if any(counts != (events, events) for counts in counted.values()):
+            raise SystemExit(f"read (rows, distinct rows) {counted}, planned {events}")
         for columns, median in results.items():
             ratio = median['spark'] / median['onceflow']
             print(f"{', '.join(columns):<32} onceflow {median['onceflow']:6.2f} s ({events / median['onceflow']:>10,.0f}/s)  "

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from itertools import repeat
 import time
+from operator import is_not, itemgetter
 from typing import Any, Iterable, Iterator, Mapping
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from onceflow.core.plan import OffsetRange
 from onceflow.kafka import refusals
@@ -51,14 +53,18 @@ SCHEMA = pa.schema(
     ]
 )
 FIELDS = tuple(SCHEMA.names)
+# A range reader's fetch size per partition unless the user sets one: a reader reads one partition at a
+# time, and fewer, larger fetches read a range faster than librdkafka's 1 MB.
+READ_FETCH_BYTES = 8 * 1024 * 1024
 # Per-record accessors of the fields that come from the message itself. Each
 # is a call into the client per record (``headers()`` costs the most), so
-# only the fields asked for are read.
+# only the fields asked for are read; ``map`` over the client's own methods
+# keeps the loop in C (a list comprehension doubled the read's CPU).
 _ACCESSORS = {
-    "key": lambda records: [m.key() for m in records],
-    "value": lambda records: [m.value() for m in records],
-    "headers": lambda records: [m.headers() for m in records],
-    "timestamp": lambda records: [m.timestamp()[1] for m in records],
+    "key": lambda records: list(map(Message.key, records)),
+    "value": lambda records: list(map(Message.value, records)),
+    "headers": lambda records: list(map(Message.headers, records)),
+    "timestamp": lambda records: list(map(itemgetter(1), map(Message.timestamp, records))),
 }
 
 
@@ -119,10 +125,21 @@ class RangeReader:
         self.schema = pa.schema([SCHEMA.field(f) for f in self.fields])
         self._config = config
         self._checked: set[str] = set()  # topics whose metadata showed no refusal
+        fetch_size = {} if {"max.partition.fetch.bytes", "fetch.message.max.bytes"} & set(config) else {
+            "max.partition.fetch.bytes": READ_FETCH_BYTES}  # a user's own limit wins
         self._consumer = Consumer(
             consumer_config(
                 config,
-                **{"enable.partition.eof": True, "auto.offset.reset": "error", "fetch.wait.max.ms": 10},
+                **{
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "error",
+                    # The end of a range is an EOF, which comes after a fetch the broker holds this long.
+                    "fetch.wait.max.ms": 10,
+                    # Once it holds queued.min.messages, librdkafka holds the next fetch this long
+                    # (default 1 s), and a reader that keeps up waits it out.
+                    "fetch.queue.backoff.ms": 10,
+                    **fetch_size,
+                },
             )
         )
 
@@ -178,17 +195,19 @@ def _read(
     done = False
     while not done:
         messages = ready(consumer, batch_size, 0.2)
-        records = [m for m in messages if m.error() is None]
-        if len(records) != len(messages):
-            for m in messages:
-                error = m.error()
+        errors = list(map(Message.error, messages))
+        records = messages
+        if any(map(is_not, errors, repeat(None))):  # events (EOF) or errors among the records (never ==: a
+            # KafkaError compared with None leaves a TypeError set)
+            records = [m for m, error in zip(messages, errors) if error is None]
+            for m, error in zip(messages, errors):
                 if error is None:
                     continue
                 if error.code() != KafkaError._PARTITION_EOF:
                     raise RangeReadError(f"reading {_name(rng)} failed: {error}", error)
                 if m.offset() >= end:  # EOF at the last stable offset, past skipped markers/aborted records
                     done = True
-        new_offsets = [m.offset() for m in records]
+        new_offsets = list(map(Message.offset, records))
         if new_offsets and new_offsets[-1] >= end:
             cut = bisect.bisect_left(new_offsets, end)
             records, new_offsets = records[:cut], new_offsets[:cut]

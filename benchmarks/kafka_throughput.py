@@ -59,7 +59,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from onceflow_devkit.services.stack import environment_broker
 from onceflow.kafka.admin import delete_topics, ensure_topics
 from onceflow.kafka.offsets import KafkaOffsetSource
-from onceflow.kafka.reader import FIELDS, READ_FETCH_BYTES, RangeReader
+from onceflow.kafka.reader import FIELDS, READ_FETCH_BYTES, READ_FETCH_SETTINGS, RangeReader
 from onceflow.sinks.kafka.participant import KafkaSinkParticipant
 from onceflow.sinks.kafka.handle import vote_payload
 from onceflow.sinks.kafka.headers import record_headers
@@ -212,16 +212,16 @@ def onceflow_write(config: dict, topic: str, batch: pa.RecordBatch, staging: str
 def raw_read(config: dict, ranges: list[OffsetRange], all_fields: bool = False) -> tuple[float, int]:
     """A plain consumer: touch each value, or (``all_fields``) keep the fields read_range returns.
 
-    It reads as a careful user would, with RangeReader's fetch settings (10 ms fetch wait, 10 ms fetch-queue
-    backoff, its fetch size): it stops at each range's end (its position, or EOF where the range ends at a
+    It reads as a careful user would, with RangeReader's fetch settings (``READ_FETCH_SETTINGS``, its fetch
+    size): it stops at each range's end (its position, or EOF where the range ends at a
     commit marker) and asks for a short wait (librdkafka's ``consume`` waits its whole timeout unless it fills
     the batch).
     """
     started = time.perf_counter()
     kept: list = []
     consumer = Consumer({**config, "group.id": "bench-raw", "isolation.level": "read_committed",
-                         "enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 10,
-                         "fetch.queue.backoff.ms": 10, "max.partition.fetch.bytes": READ_FETCH_BYTES})
+                         "enable.auto.commit": False, "enable.partition.eof": True, **READ_FETCH_SETTINGS,
+                         "max.partition.fetch.bytes": READ_FETCH_BYTES})
     consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
     ends = {r.partition: r.end for r in ranges}
     done, count, size = set(), 0, 0

@@ -75,6 +75,7 @@ class KafkaOffsetSource:
         self.timeout_s = timeout_s
         self._config = dict(config)
         self._samples: list[str] = []
+        self._looked_up: set[str] = set()  # topics whose metadata this consumer has asked for (consume.assign)
         self._consumer = Consumer(
             consumer_config(
                 config,
@@ -111,6 +112,7 @@ class KafkaOffsetSource:
                 reason = meta.error if meta is not None and meta.error is not None else "no partitions"
                 raise KafkaException(f"input topic {topic!r} is not readable ({reason}): create it or fix the pipeline's topics")
             found.extend(TopicPartition(topic, p) for p in sorted(meta.partitions))
+            self._looked_up.add(topic)
         return found
 
     def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
@@ -156,7 +158,7 @@ class KafkaOffsetSource:
         found: dict[TopicPartition, int | None] = {}
         deadline = time.monotonic() + self.timeout_s  # for all of them together
         for tp, offset in offsets.items():
-            assign(self._consumer, [KafkaTopicPartition(tp.topic, tp.partition, offset)])
+            assign(self._consumer, [KafkaTopicPartition(tp.topic, tp.partition, offset)], self._looked_up)
             found[tp] = None
             try:
                 while time.monotonic() < deadline:
@@ -196,7 +198,7 @@ class KafkaOffsetSource:
                 del queue[: len(added)]
                 if added:
                     assign(consumer, [KafkaTopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in added],
-                           incremental=True)
+                           self._looked_up, incremental=True)
                     fetching.update(added)
                 for m in ready(consumer, 100, 0.05):
                     error = m.error()

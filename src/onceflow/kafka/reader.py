@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from itertools import repeat
 import time
 from operator import is_not, itemgetter
 from typing import Any, Iterable, Iterator, Mapping
@@ -56,10 +55,19 @@ FIELDS = tuple(SCHEMA.names)
 # A range reader's fetch size per partition unless the user sets one: a reader reads one partition at a
 # time, and fewer, larger fetches read a range faster than librdkafka's 1 MB.
 READ_FETCH_BYTES = 8 * 1024 * 1024
+# How a range reader fetches (beside READ_FETCH_BYTES); benchmarks/kafka_throughput.py's raw consumer
+# reads with the same settings.
+READ_FETCH_SETTINGS = {
+    # The end of a range is an EOF, which comes after a fetch the broker holds this long.
+    "fetch.wait.max.ms": 10,
+    # Once it holds queued.min.messages, librdkafka holds the next fetch this long (default 1 s),
+    # and a reader that keeps up waits it out.
+    "fetch.queue.backoff.ms": 10,
+}
 # Per-record accessors of the fields that come from the message itself. Each
 # is a call into the client per record (``headers()`` costs the most), so
 # only the fields asked for are read; ``map`` over the client's own methods
-# keeps the loop in C (a list comprehension doubled the read's CPU).
+# keeps the per-record loop in C.
 _ACCESSORS = {
     "key": lambda records: list(map(Message.key, records)),
     "value": lambda records: list(map(Message.value, records)),
@@ -130,16 +138,7 @@ class RangeReader:
         self._consumer = Consumer(
             consumer_config(
                 config,
-                **{
-                    "enable.partition.eof": True,
-                    "auto.offset.reset": "error",
-                    # The end of a range is an EOF, which comes after a fetch the broker holds this long.
-                    "fetch.wait.max.ms": 10,
-                    # Once it holds queued.min.messages, librdkafka holds the next fetch this long
-                    # (default 1 s), and a reader that keeps up waits it out.
-                    "fetch.queue.backoff.ms": 10,
-                    **fetch_size,
-                },
+                **{"enable.partition.eof": True, "auto.offset.reset": "error", **READ_FETCH_SETTINGS, **fetch_size},
             )
         )
 
@@ -197,8 +196,9 @@ def _read(
         messages = ready(consumer, batch_size, 0.2)
         errors = list(map(Message.error, messages))
         records = messages
-        if any(map(is_not, errors, repeat(None))):  # events (EOF) or errors among the records (never ==: a
-            # KafkaError compared with None leaves a TypeError set)
+        # Events (EOF) or errors among the records? Asked with ``is not``: ``==`` between a KafkaError and
+        # None leaves a TypeError set.
+        if any(map(is_not, errors, itertools.repeat(None))):
             records = [m for m, error in zip(messages, errors) if error is None]
             for m, error in zip(messages, errors):
                 if error is None:

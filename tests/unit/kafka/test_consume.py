@@ -65,14 +65,19 @@ def test_nothing_within_the_wait_is_an_empty_list():
 def test_assign_looks_each_topic_up_once_before_assigning():
     consumer = Recording()
     parts = [Part("a", 0), Part("a", 1), Part("b", 0)]
-    assign(consumer, parts)
+    looked_up: set[str] = set()
+    assign(consumer, parts, looked_up)
     assert consumer.calls == [("list_topics", "a", LOOKUP_TIMEOUT_S), ("list_topics", "b", LOOKUP_TIMEOUT_S), ("assign", parts)]
+    assert looked_up == {"a", "b"}
     consumer.calls.clear()
-    assign(consumer, parts[:1], incremental=True)
-    assert consumer.calls[-1] == ("incremental_assign", parts[:1])
+    assign(consumer, parts[:1], looked_up, incremental=True)
+    # A topic this consumer has looked up is not asked for again: the planner and the commit assign again and again.
+    assert consumer.calls == [("incremental_assign", parts[:1])]
 
 
-def test_a_look_up_the_broker_does_not_answer_still_assigns():
+def test_a_look_up_the_broker_does_not_answer_still_assigns_and_is_asked_again_next_time():
     consumer = Recording(lookup_fails=True)
-    assign(consumer, [Part("a", 0)])
+    looked_up: set[str] = set()
+    assign(consumer, [Part("a", 0)], looked_up)
     assert consumer.calls[-1] == ("assign", [Part("a", 0)])
+    assert looked_up == set()

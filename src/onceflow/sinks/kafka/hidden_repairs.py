@@ -78,7 +78,7 @@ def count_hidden_repairs(observer: Observer, handles: Sequence[TxnHandle], views
     consumer = Consumer(consumer_config(observer.config, **{
         "isolation.level": "read_uncommitted", "enable.partition.eof": True, "fetch.wait.max.ms": 50}))
     try:
-        assign(consumer, [TopicPartition(t, p, start) for (t, p), start in starts.items()])
+        assign(consumer, [TopicPartition(t, p, start) for (t, p), start in starts.items()], looked_up=set())
         deadline = time.monotonic() + observer.timeout_s
         while len(ended) < len(starts) and time.monotonic() < deadline:
             messages = ready(consumer, 1_000, 0.05)

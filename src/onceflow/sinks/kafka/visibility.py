@@ -58,6 +58,7 @@ class Observer:
         self.timeout_s = timeout_s
         self.config = config
         self._samples: list[str] = []
+        self._looked_up: set[str] = set()  # topics whose metadata this consumer has asked for (consume.assign)
         self._consumer = Consumer(
             consumer_config(
                 config,
@@ -146,7 +147,7 @@ class Observer:
         assign(consumer, [
             TopicPartition(t, p, OFFSET_BEGINNING if from_start else min(s.probe for s in shares))
             for (t, p), shares in by_partition.items()
-        ])
+        ], self._looked_up)
         topics = {t for t, _ in by_partition}
         # A sample already generated may carry the previous scan's stable offsets: skip one.
         samples.clear()

@@ -1,15 +1,19 @@
 """Time from trigger to committed, through real Airflow, spark-submit mode beside Spark Connect mode.
 
     .venv/bin/python benchmarks/batch_latency.py [--records 1000 100000] [--repeat 3]
-        [--modes submit connect] [--scheduler-idle-sleep S] [--plot benchmarks/batch_latency.png]
+        [--modes submit connect connect_all_splits] [--scheduler-idle-sleep S] [--records-per-split N]
+        [--plot benchmarks/batch_latency.png]
 
 Starts its own embedded stack (Kafka, S3), a Spark Connect server (local[2])
 and Airflow with its scheduler, api-server, dag-processor and triggerer (LocalExecutor),
-all on 127.0.0.1 under a temporary home. Two DAGs of the example pipeline
+all on 127.0.0.1 under a temporary home. DAGs of the example pipeline
 (the clickstream transform, four outputs: Parquet files, an Iceberg table,
-two Kafka topics), each with its own topics, tables and ledger, differ only
-in their spark connection: ``latency_submit`` runs spark-submit with a
-``local[2]`` master, ``latency_connect`` is a client of the server.
+two Kafka topics, 2 splits each; ``records_per_split`` 10,000, so a batch of
+fewer records writes each output in one split), each with its own topics,
+tables and ledger, differ only in their spark connection: ``latency_submit``
+runs spark-submit with a ``local[2]`` master, ``latency_connect`` is a client
+of the server; ``latency_connect_all_splits`` is ``latency_connect`` without
+``records_per_split`` (every output in 2 splits).
 
 For each batch size, ``--repeat`` times, each mode once (alternating which goes
 first): produce the records, trigger a run through the REST API (the batch
@@ -51,15 +55,21 @@ from onceflow_examples.clickstream import CLICKSTREAM
 
 from onceflow.config.input_schedule import when_input
 
+RECORDS_PER_SPLIT = {records_per_split}
+
 for mode, conn_id, schedule in (("submit", "onceflow_spark", None), ("connect", "onceflow_spark_connect", None),
+                                ("connect_all_splits", "onceflow_spark_connect", None),
                                 ("on_input", "onceflow_spark_connect", when_input(records=1000, max_age_s=5, poll_s=1))):
     spec = dataclasses.replace(
         CLICKSTREAM, name=f"latency_{mode}", topics=(f"latency-{mode}",),
+        records_per_split=None if mode == "connect_all_splits" else RECORDS_PER_SPLIT,
         sinks=tuple(dataclasses.replace(s, target=s.target.replace("clickstream", f"latency_{mode}")
                                         if s.kind != "kafka" else f"latency-{mode}-{s.target}") for s in CLICKSTREAM.sinks))
     globals()[f"latency_{mode}"] = pipeline_dag(spec, dag_id=f"latency_{mode}", schedule=schedule, spark_conn_id=conn_id)
 '''
-MODES = ("submit", "connect")
+# connect_all_splits: Spark Connect with every output in its sinks' 2 splits (no records_per_split), to
+# time beside connect in the same run.
+MODES = ("submit", "connect", "connect_all_splits")
 TARGET_S = 3.0  # a 1,000-record batch, Spark Connect, trigger to committed
 ON_INPUT = "on_input"
 
@@ -114,9 +124,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, nargs="+", default=[1000, 100_000])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="the spark modes to time")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES[:2]), help="the spark modes to time")
     parser.add_argument("--scheduler-idle-sleep", type=float, default=None, metavar="S",
                         help="Airflow's [scheduler] scheduler_idle_sleep_time (its default: 1 s)")
+    parser.add_argument("--records-per-split", type=int, default=10_000, metavar="N",
+                        help="the pipelines' records_per_split (0: every output in its sink's splits, 2)")
     parser.add_argument("--plot", type=Path, default=None, help="draw the median stages into this PNG")
     args = parser.parse_args(argv)
     tuning = ({} if args.scheduler_idle_sleep is None
@@ -145,7 +157,7 @@ def main(argv=None) -> int:
                                for s in CLICKSTREAM.sinks if s.kind == "kafka"))], partitions=2)
         dags = home / "dags"
         dags.mkdir()
-        (dags / "latency.py").write_text(DAG_FILE)
+        (dags / "latency.py").write_text(DAG_FILE.replace("{records_per_split}", str(args.records_per_split or None)))
         airflow = onceflow_airflow(home / "airflow", info.kafka, f"file://{home / 'warehouse'}", dags_folder=dags,
                                    plugins_folder=None, triggerer=True, extra_env=tuning, postgres=info.postgres)
         airflow.set_connection("onceflow_spark_connect", server.connection())
@@ -199,9 +211,11 @@ def main(argv=None) -> int:
         summary.append({"records": records, "mode": mode, "runs": len(runs),
                         **{name: round(statistics.median(r[name] for r in runs), 2)
                            for name in ("committed", *STAGES, *SPARK_PARTS) if name in runs[0]}})
-    for records in args.records if set(args.modes) == set(MODES) else ():  # the ratio needs both modes
-        submit, connect = (next(s for s in summary if s["records"] == records and s["mode"] == m) for m in MODES)
-        summary.append({"records": records, "connect_over_submit": round(connect["committed"] / submit["committed"], 3)})
+    for records in args.records:  # the ratios of modes run side by side
+        median = {s["mode"]: s["committed"] for s in summary if s["records"] == records and s.get("mode") in args.modes}
+        for mode, other in (("connect", "submit"), ("connect", "connect_all_splits")):
+            if mode in median and other in median:
+                summary.append({"records": records, f"{mode}_over_{other}": round(median[mode] / median[other], 3)})
     for records, seconds in freshness.items():
         summary.append({"records": records, "mode": "input-driven (Spark Connect)",
                         "produce_to_visible_s": round(statistics.median(seconds), 2)})

@@ -25,6 +25,11 @@ TABLE_CONNECTION = os.environ.get("CLICKSTREAM_TABLE_CONNECTION")
 if TABLE_CONNECTION:
     SPEC = clickstream.with_table(SPEC, TABLE_CONNECTION)
 
+# The chaos run's --records-per-split writes its small batches' outputs in fewer splits.
+RECORDS_PER_SPLIT = os.environ.get("CLICKSTREAM_RECORDS_PER_SPLIT")
+if RECORDS_PER_SPLIT:
+    SPEC = replace(SPEC, records_per_split=int(RECORDS_PER_SPLIT))
+
 # The transform's free-form params (PipelineSpec.params), a JSON object: the end-to-end test gives it a
 # secret-shaped one that must show in no command line, task log, rendered field or XCom.
 PARAMS = os.environ.get("CLICKSTREAM_PARAMS")

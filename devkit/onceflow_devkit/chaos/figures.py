@@ -61,6 +61,7 @@ class ChaosFigures:
     postgres: bool = False  # a PostgreSQL table among the outputs (--postgres)
     secure: bool = False  # the broker on SASL_SSL with the ACL authorizer (--secure)
     transaction_timeout: int | None = None  # --transaction-timeout-ms, when given
+    records_per_split: int | None = None  # --records-per-split, when given
     stopped_early: bool = False  # stopped by runner.STOP_SIGNAL before the sequence's end (drained and audited)
     runs: list[BatchRun] = field(default_factory=list)
     drain_runs: int = 0
@@ -111,6 +112,7 @@ class ChaosFigures:
             + (" --postgres" if self.postgres else "")
             + (" --secure" if self.secure else "")
             + (f" --transaction-timeout-ms {self.transaction_timeout}" if self.transaction_timeout else "")
+            + (f" --records-per-split {self.records_per_split}" if self.records_per_split else "")
             + (f" --kinds {','.join(self.kinds)}" if self.kinds else "")
         )
 
@@ -125,6 +127,7 @@ class ChaosFigures:
             "executor": self.executor,
             "postgres": self.postgres,
             "secure": self.secure,
+            "records_per_split": self.records_per_split,
             "stopped_early": self.stopped_early,
             "seed": self.seed,
             "batches_run": len(self.runs),

@@ -31,7 +31,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -89,6 +89,7 @@ class ChaosOptions:
     postgres: bool = False             # a PostgreSQL table among the outputs, on a server of its own
     secure: bool = False               # Apache Kafka on SASL_SSL with the ACLs of onceflow.kafka.acls (kafka_security)
     transaction_timeout: int | None = None  # ms; None: the broker's default below
+    records_per_split: int | None = None  # the pipeline's (PipelineSpec.records_per_split); None: every sink's splits
     # Spark reads the Iceberg table in the audit too, when it is in the REST catalog (a file warehouse).
     spark_reads_table: bool = True
 
@@ -311,7 +312,9 @@ class _Run:
         self.airflow = onceflow_airflow(
             self.home / "airflow", info.airflow_kafka, self.warehouse, clients_s3, spark_kafka=info.spark_kafka,
             extra_env={"ONCEFLOW_SCHEDULE": "none", "CLICKSTREAM_TRANSACTION_TIMEOUT_MS": str(options.transaction_timeout_ms),
-                       **({"CLICKSTREAM_TABLE_CONNECTION": TABLE_CONN_ID} if options.postgres else {}), **injection},
+                       **({"CLICKSTREAM_TABLE_CONNECTION": TABLE_CONN_ID} if options.postgres else {}),
+                       **({"CLICKSTREAM_RECORDS_PER_SPLIT": str(options.records_per_split)} if options.records_per_split else {}),
+                       **injection},
             spark_connect=self.spark_server.server if self.spark_server else None, postgres=info.postgres,
             celery=self._start_celery_broker(), iceberg_rest=self.catalog,
         )
@@ -478,10 +481,11 @@ class _Run:
 
 def pipeline_spec(options: ChaosOptions) -> PipelineSpec:
     """The pipeline the run's DAG runs: the clickstream example (hourly in backfill mode), with
-    --postgres's table among its outputs."""
+    --postgres's table among its outputs and --records-per-split's splits."""
     from onceflow_examples.clickstream import CLICKSTREAM, CLICKSTREAM_HOURLY, with_table
 
     spec = CLICKSTREAM_HOURLY if options.mode == "backfill" else CLICKSTREAM
+    spec = replace(spec, records_per_split=options.records_per_split)
     return with_table(spec, TABLE_CONN_ID) if options.postgres else spec
 
 
@@ -510,7 +514,8 @@ def _run_chaos(options: ChaosOptions, say: Callable[[str], None], stop: threadin
     sequence = schedule.fault_sequence(options.seed, options.batches, kinds, _fault_points(pipeline_spec(options)))
     figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark,
                            executor=options.executor, kinds=options.kinds, commit=code_commit(), postgres=options.postgres,
-                           secure=options.secure, transaction_timeout=options.transaction_timeout)
+                           secure=options.secure, transaction_timeout=options.transaction_timeout,
+                           records_per_split=options.records_per_split)
     world = _Run(options, say)
     try:
         world.up()

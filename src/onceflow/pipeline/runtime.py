@@ -148,6 +148,7 @@ class PipelineRuntime:
             sinks=sinks,
             start=self.spec.start,
             max_records_per_partition=max_records,
+            records_per_split=self.spec.records_per_split,
             transactional_ids=lambda pipeline, sink, seq: sink_kind(sink.kind).transactional_ids(pipeline, sink, seq),
             transform_params=dict(inputs.transform),
         )

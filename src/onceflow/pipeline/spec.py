@@ -122,6 +122,10 @@ class PipelineSpec:
     # Interval pipelines: at most this many batches in flight at once; each
     # takes one slot of this many (with Kafka outputs at most TXN_ID_POOL: onceflow.sinks.kafka.ids).
     batches_in_flight: int = 16
+    # Small batches in fewer splits: each output is written in one split per this many of the batch's
+    # input records, at most its sink's ``splits`` (a 1,000-record batch: one Spark task, transaction and
+    # file per output instead of ``splits``). None: always the sinks' ``splits``. The plan records the result.
+    records_per_split: int | None = None
 
     def __post_init__(self) -> None:
         check_name("pipeline name", self.name)
@@ -134,6 +138,9 @@ class PipelineSpec:
             raise ConfigurationError(f"pipeline {self.name!r}: interval_grace_s must be >= 0, got {self.interval_grace_s}")
         if self.batches_in_flight < 1:
             raise ConfigurationError(f"pipeline {self.name!r}: batches_in_flight must be >= 1, got {self.batches_in_flight}")
+        if self.records_per_split is not None and self.records_per_split < 1:
+            raise ConfigurationError(f"pipeline {self.name!r}: records_per_split must be >= 1, or None for always the "
+                                     f"sinks' splits, got {self.records_per_split}")
         if self.batches == INTERVAL and self.max_records_per_partition is not None:
             raise ConfigurationError(
                 f"pipeline {self.name!r}: max_records_per_partition={self.max_records_per_partition} does not apply to "

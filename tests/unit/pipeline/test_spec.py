@@ -59,6 +59,7 @@ def test_other_bad_names_are_refused_naming_the_rule(name):
     ("batches", "daily", r"batches='daily' is not valid: use 'offsets' .* or 'interval'"),
     ("interval_grace_s", -1, "interval_grace_s must be >= 0"),
     ("batches_in_flight", 0, "batches_in_flight must be >= 1"),
+    ("records_per_split", 0, r"records_per_split must be >= 1, or None for always the sinks' splits"),
     ("batches", "interval", r"max_records_per_partition=100000 does not apply to batches='interval'.*set max_records_per_partition=None"),
 ])
 def test_how_runs_map_to_batches_is_checked_when_the_spec_is_written(field, value, named):

@@ -1,4 +1,4 @@
-"""What a pipeline tells both planners: its topics, outputs, start position and per-run cap."""
+"""What a pipeline tells both planners: its topics, outputs, start position, per-run cap and split size."""
 
 from __future__ import annotations
 
@@ -47,6 +47,9 @@ class PlanConfig:
     sinks: tuple[SinkPlan, ...]
     start: StartPosition = StartPosition("earliest")
     max_records_per_partition: int | None = None
+    # A batch writes each output in one split per this many of its input records, at most the sink's
+    # splits (None: always the sink's splits; the pipeline's spec checks it). See ``fitted_splits``.
+    records_per_split: int | None = None
     # (pipeline, sink plan, batch seq) -> the transactional ids of the sink's splits in that
     # batch, derived so that rollback can fence them even when a job died before voting.
     # The sink's kind answers (onceflow.sinks); planning never asks which kind it is.
@@ -69,6 +72,18 @@ class PlanConfig:
             raise ConfigurationError(f"sink names must be unique, got {names}")
 
 
-def with_ids(pipeline: str, config: PlanConfig, seq: int) -> tuple[SinkPlan, ...]:
-    """The config's sinks, each with the transactional ids its splits may use in batch ``seq``."""
-    return tuple(replace(s, transactional_ids=tuple(config.transactional_ids(pipeline, s, seq))) for s in config.sinks)
+def fitted_splits(splits: int, records: int | None, records_per_split: int | None) -> int:
+    """The splits a batch of ``records`` input records writes an output in: one per ``records_per_split``,
+    at least one, at most the sink's ``splits``. Each split is a Spark task with its own transaction or
+    file, whose fixed cost dominates a small batch; the plan records the result, so retries reuse it."""
+    if records is None or records_per_split is None:
+        return splits
+    return max(1, min(splits, -(-records // records_per_split)))
+
+
+def with_ids(pipeline: str, config: PlanConfig, seq: int, records: int | None = None) -> tuple[SinkPlan, ...]:
+    """The config's sinks, their splits fitted to a batch of ``records`` input records, each with the
+    transactional ids its splits may use in batch ``seq``. ``records`` None: every split of the sink,
+    so every id any batch ``seq`` may use."""
+    fitted = (replace(s, splits=fitted_splits(s.splits, records, config.records_per_split)) for s in config.sinks)
+    return tuple(replace(s, transactional_ids=tuple(config.transactional_ids(pipeline, s, seq))) for s in fitted)

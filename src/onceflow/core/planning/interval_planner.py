@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from onceflow.core.batch_id import BatchId
@@ -120,11 +121,11 @@ class IntervalPlanner:
             slot = slot_of(seq, self.pool)
             params = transform_params(self.config.transform_params, previous if replay_of is not None else None)
             facts = dict(run_id=run_id, slot=slot, batches_in_flight=self.pool, transform_params=params)
-            sinks = with_ids(self.pipeline, self.config, seq)
+            sinks = partial(with_ids, self.pipeline, self.config, seq)  # the batch's records -> its sinks
             if previous is None:
                 return interval_plan(pipeline=self.pipeline, seq=seq, interval=interval, start=start, end=end,
                                      partitions=partitions, source=source, sinks=sinks, now_ms=self._clock(), **facts)
-            return Plan(self.pipeline, seq, previous.ranges, sinks, self._clock(), replay_of=replay_of,
+            return Plan(self.pipeline, seq, previous.ranges, sinks(previous.records), self._clock(), replay_of=replay_of,
                         interval=interval, replaces=replaces, **facts)
 
         plan = self.coordinator.plan_new_batch(make_plan, before=self._check_slot_free)

@@ -32,7 +32,7 @@ records.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from onceflow.core.batch_id import BatchId
 from onceflow.core.plan import Interval, OffsetRange, Plan, SinkPlan, iso
@@ -168,12 +168,13 @@ def interval_plan(
     end: Boundary,
     partitions: Sequence[TopicPartition],
     source: OffsetSource,
-    sinks: Sequence[SinkPlan],
+    sinks: Callable[[int], Sequence[SinkPlan]],
     now_ms: int,
     **facts: Any,
 ) -> Plan:
     """The plan of batch ``seq``: the records of ``interval``, ``[B(start), B(end))`` per partition.
-    ``facts``: the planner's other facts of the plan (run id, slot...)."""
+    ``sinks``: the sinks of a batch of that many records. ``facts``: the planner's other facts of the
+    plan (run id, slot...)."""
     ranges = []
     for tp in sorted(partitions):
         a, b = start.offset(tp), end.offset(tp)
@@ -190,7 +191,7 @@ def interval_plan(
         source,
     )
     return Plan(
-        pipeline, seq, tuple(ranges), tuple(sinks), now_ms, replay_of=None,
+        pipeline, seq, tuple(ranges), tuple(sinks(sum(r.size for r in ranges))), now_ms, replay_of=None,
         interval=interval, backlog=sum(r.size for r in ranges), **facts,
     )
 

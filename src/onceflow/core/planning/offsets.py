@@ -98,7 +98,6 @@ def next_plan(
     facts: dict[str, Any] = dict(run_id=run_id, start_position=str(config.start),
                                  max_records_per_partition=config.max_records_per_partition,
                                  transform_params=transform_params(config.transform_params, None))
-    sinks = with_ids(pipeline, config, seq)
     if previous is not None and previous_state is not None and not previous_state.terminal:
         raise PlanningError(
             f"batch {previous.batch_id} of pipeline {pipeline!r} is {previous_state.value}: run recovery "
@@ -121,6 +120,7 @@ def next_plan(
         check_not_lost(f"batch {BatchId(seq)} of pipeline {pipeline!r}", starts, source)
         ranges, why = _replay_ranges(previous, config.max_records_per_partition, intervention)
         facts["transform_params"] = transform_params(config.transform_params, previous)
+        sinks = with_ids(pipeline, config, seq, records=sum(r.size for r in ranges))
         return Plan(pipeline, seq, ranges, sinks, now_ms, replay_of=previous.batch_seq, replanned=why, **facts)
 
     current = list(source.partitions(config.topics))
@@ -167,4 +167,5 @@ def next_plan(
     ranges.extend(OffsetRange(t, p, end, end) for (t, p), end in sorted(committed_ends.items()) if t not in config.topics)
     # The input lag when this batch was planned: the UI charts it over time.
     backlog = sum(stable[tp] - starts[tp] for tp in current)
+    sinks = with_ids(pipeline, config, seq, records=sum(r.size for r in ranges))
     return Plan(pipeline, seq, tuple(ranges), sinks, now_ms, replay_of=None, backlog=backlog, **facts)

@@ -41,6 +41,16 @@ def test_a_backfill_run_draws_from_the_hourly_dag_s_outputs():
     assert pipeline_spec(ChaosOptions(1, 1, mode="backfill")).name == CLICKSTREAM_HOURLY.name
 
 
+def test_records_per_split_is_the_pipeline_s_and_the_run_says_how_to_reproduce_it():
+    from onceflow_devkit.chaos.figures import ChaosFigures
+
+    assert pipeline_spec(ChaosOptions(1, 1)).records_per_split is None
+    assert pipeline_spec(ChaosOptions(1, 1, records_per_split=10_000, postgres=True)).records_per_split == 10_000
+    figures = ChaosFigures("apache", "file", 7, [], spark="connect", records_per_split=10_000)
+    assert figures.reproduce().endswith("--spark connect --records-per-split 10000")
+    assert figures.to_dict()["records_per_split"] == 10_000
+
+
 def test_the_stop_signal_asks_a_run_to_stop_and_its_handler_goes_with_the_run():
     import os
     import signal

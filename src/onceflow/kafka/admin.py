@@ -7,11 +7,11 @@ from typing import Any, Iterable, Mapping
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic, ConfigResource
 
-from onceflow.kafka.config import base_config
+from onceflow.kafka.config import client_config
 
 
 def _admin(config: Mapping[str, Any]) -> AdminClient:
-    return AdminClient(base_config(config))
+    return AdminClient(client_config(config))
 
 
 def ensure_topics(config: Mapping[str, Any], names: Iterable[str], partitions: int = 2, timeout_s: float = 30.0,

@@ -38,10 +38,20 @@ CLIENT_DEFAULTS: dict[str, Any] = {
     # With sparse connections (librdkafka's default) a client drops the bootstrap connection
     # once it learns the broker ids, and waits out a reconnect backoff before it connects to
     # one again: init_transactions 53 ms, sometimes 510 ms (its coordinator timer), a
-    # consumer's first metadata or fetch 53 ms (measured; 2 ms without). Every split, fence,
-    # repair, range read and commit verification opens a client.
+    # consumer's first metadata or fetch 53 ms, an admin client's 56 ms (measured; 2-5 ms
+    # without). Every split, fence, repair, range read, commit verification and task's
+    # connection check opens a client.
     "enable.sparse.connections": False,
 }
+
+
+def client_config(source: KafkaCluster | Mapping[str, Any]) -> dict[str, Any]:
+    """The user's settings with ``CLIENT_DEFAULTS`` where the user set none: every librdkafka client's
+    (an admin client's as it is; consumers and producers add their own)."""
+    config = base_config(source)
+    for key, value in CLIENT_DEFAULTS.items():
+        config.setdefault(key, value)
+    return config
 # Producer settings a user's own setting overrides.
 PRODUCER_DEFAULTS: dict[str, Any] = {
     **CLIENT_DEFAULTS,
@@ -103,11 +113,9 @@ def consumer_config(source: KafkaCluster | Mapping[str, Any], group_id: str = AS
                     **overrides: Any) -> dict[str, Any]:
     """A read_committed consumer that never commits offsets on its own (of ``group_id``: the pipeline's
     consumer group where offsets are mirrored, else the group of assign()-only readers)."""
-    config = base_config(source)
+    config = client_config(source)
     _refuse(config, "isolation.level", {"read_committed"}, "read_uncommitted would show open and aborted transactions")
     config.setdefault("receive.message.max.bytes", RECEIVE_MESSAGE_MAX_BYTES)
-    for key, value in CLIENT_DEFAULTS.items():
-        config.setdefault(key, value)
     config.update(
         {
             "group.id": group_id,

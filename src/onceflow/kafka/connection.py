@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from onceflow.config.settings import ConfigurationError
-from onceflow.kafka.config import base_config, principal
+from onceflow.kafka.config import client_config, principal
 
 log = logging.getLogger(__name__)
 # How long each metadata request waits before the error callback is read again.
@@ -52,7 +52,7 @@ def _refusal(config: Mapping[str, Any], error: KafkaError) -> str | None:
 def check_connection(config: Mapping[str, Any], wait_s: float = 5.0) -> None:
     """Return once the cluster answers a metadata request, or after ``wait_s`` without an answer; raise
     ``ConnectionRefused`` as soon as it refuses the credentials or the client refuses its certificate."""
-    settings = base_config(config)
+    settings = client_config(config)
     errors: list[KafkaError] = []
     try:
         admin = AdminClient({**{k: v for k, v in settings.items() if not callable(v)}, "error_cb": errors.append,

@@ -45,11 +45,14 @@ from onceflow.core.plan import OffsetRange
 from onceflow.core.planning.source import TopicPartition
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
-from onceflow.kafka.config import ASSIGN_ONLY_GROUP, base_config, consumer_config
+from onceflow.kafka.config import ASSIGN_ONLY_GROUP, client_config, consumer_config
 from onceflow.kafka.consume import assign, ready
 from onceflow.kafka.reader import read_range
 
 STATS_INTERVAL_MS = 50
+# How long one wait for the next statistics sample lasts: poll() serves the statistics callback but
+# returns only at a message or its timeout, and consume(n, t) waits t out unless n messages come.
+SAMPLE_POLL_S = 0.005
 FETCH_WINDOW = 4  # partitions fetched at once
 
 
@@ -117,7 +120,7 @@ class KafkaOffsetSource:
 
     def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
         """Kafka's topic UUIDs (KIP-516); brokers that report none (the all-zero id) are left out."""
-        admin = AdminClient({k: v for k, v in base_config(self._config).items() if not callable(v)})
+        admin = AdminClient({k: v for k, v in client_config(self._config).items() if not callable(v)})
         found = {}
         for topic, future in admin.describe_topics(TopicCollection(list(topics)), request_timeout=self.timeout_s).items():
             try:
@@ -218,7 +221,7 @@ class KafkaOffsetSource:
             self._samples.clear()
             stable: dict[TopicPartition, int] = {}
             while len(stable) < len(partitions) and time.monotonic() < deadline:
-                consumer.consume(num_messages=1000, timeout=STATS_INTERVAL_MS / 1000)
+                consumer.poll(SAMPLE_POLL_S)  # every partition is unassigned: no record comes, only samples
                 for sample in self._samples:
                     stable = self._read_sample(sample, partitions)
                 self._samples.clear()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.kafka.config import REDACTED, RECEIVE_MESSAGE_MAX_BYTES, consumer_config, kafka_python_config, producer_config, redact
+from onceflow.kafka.config import (REDACTED, RECEIVE_MESSAGE_MAX_BYTES, client_config, consumer_config, kafka_python_config,
+                                   producer_config, redact)
 from onceflow.core.plan import TXN_ID_POOL
 from onceflow.sinks.kafka.ids import is_split_id, own_ids, pooled_id, repair_id, transactional_id, transactional_ids
 from onceflow.sinks.kafka.txn_protocol import ACTIONS
@@ -106,12 +107,30 @@ def test_consumers_accept_broker_answers_that_ignore_fetch_limits_unless_the_use
     assert consumer_config({**SECURE, "receive.message.max.bytes": 50_000_000}, "g")["receive.message.max.bytes"] == 50_000_000
 
 
-def test_producers_and_consumers_keep_their_broker_connections_unless_the_user_says_otherwise():
-    # Sparse connections make init_transactions, a read's first metadata and fetch wait for a reconnect backoff.
+def test_producers_consumers_and_admin_clients_keep_their_broker_connections_unless_the_user_says_otherwise(monkeypatch):
+    # Sparse connections make init_transactions, a read's first metadata and fetch, and an admin client's
+    # first answer wait for a reconnect backoff.
     assert producer_config(SECURE, "onceflow.p.s.0")["enable.sparse.connections"] is False
     assert producer_config({**SECURE, "enable.sparse.connections": True}, "onceflow.p.s.0")["enable.sparse.connections"] is True
     assert consumer_config(SECURE)["enable.sparse.connections"] is False
     assert consumer_config({**SECURE, "enable.sparse.connections": True})["enable.sparse.connections"] is True
+    assert client_config(SECURE) == {**SECURE, "enable.sparse.connections": False}
+    assert client_config({**SECURE, "enable.sparse.connections": True})["enable.sparse.connections"] is True
+    # The admin clients of the tasks' checks (the connection, each Kafka output's broker setting) are built from it.
+    from onceflow.kafka import admin, connection
+
+    built = []
+
+    def recorded(config):  # a stand-in that records the settings and goes no further
+        built.append(config)
+        raise RuntimeError("recorded")
+
+    monkeypatch.setattr(admin, "AdminClient", recorded)
+    monkeypatch.setattr(connection, "AdminClient", recorded)
+    for check in (lambda: admin.broker_setting(SECURE, "x"), lambda: connection.check_connection(SECURE)):
+        with pytest.raises(RuntimeError):
+            check()
+    assert [config["enable.sparse.connections"] for config in built] == [False, False]
 
 
 def test_missing_bootstrap_servers_names_the_setting():

@@ -23,7 +23,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
-from onceflow.kafka.config import kafka_python_config, base_config
+from onceflow.kafka.config import kafka_python_config, client_config
 from onceflow.sinks.kafka.broker_answers import classify
 
 
@@ -98,7 +98,7 @@ def write_commit_markers(config: Mapping[str, Any], topic: str, partitions: Sequ
     outcome = {p: MarkerOutcome(holders=others.get(p, ())) for p in partitions if p not in open_in}
     if not open_in:
         return outcome
-    leaders = AdminClient(base_config(config)).list_topics(topic, timeout=timeout_s).topics[topic].partitions
+    leaders = AdminClient(client_config(config)).list_topics(topic, timeout=timeout_s).topics[topic].partitions
     marker = WriteTxnMarkersRequest.WritableTxnMarker
     client = KafkaNetClient(**settings, request_timeout_ms=timeout_ms)
     try:

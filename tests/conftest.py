@@ -216,10 +216,7 @@ class _Brokers:
         if proc is None:
             pytest.skip(reason="cannot restart an external broker")
         port = proc.port()
-        if kill:  # kill() waits until nobody listens on the port: a killed JVM's threads hold it a while
-            proc.kill()
-        else:
-            proc.stop(grace=10)
+        proc.end(kill)  # kill() waits until nobody listens on the port: a killed JVM's threads hold it a while
         s3 = self.request.getfixturevalue("s3_endpoint") if name == "tansu" else None
         kind, secure = name.removesuffix(SECURED), name.endswith(SECURED)
         self.running[name] = (start_broker(kind, proc, s3=s3, port=port, die_with_parent=True, secure=secure), proc)

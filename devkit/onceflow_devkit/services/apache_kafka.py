@@ -325,19 +325,13 @@ class ApacheCluster:
         _await_answers([(proc, saved_spec(proc)) for proc in self.procs], timeout=120)
 
     def restart(self, i: int, kill: bool = False) -> None:
-        if kill:
-            self.kill(i)
-        else:
-            self.procs[i].stop()
+        self.procs[i].end(kill)
         self.start(i)
 
     def stop(self, kill: bool = False) -> None:
         """Stop every node (the last ones wait for a quorum that is gone: ``kill`` when the data does not matter)."""
         for proc in self.procs:
-            if kill:
-                proc.kill()
-            else:
-                proc.stop(grace=5)
+            proc.end(kill, grace=5)
 
 
 def start_apache_cluster(home: Path, nodes: int = 3, version: str = VERSIONS["apache"],

@@ -362,3 +362,8 @@ class ManagedProcess:
         _reap(pid)
         self.pid_file.unlink(missing_ok=True)
         return True
+
+    def end(self, kill: bool, grace: float = 10.0) -> bool:
+        """``kill()`` (a crash: everything SIGKILLed at once, returning once nobody listens on its port) or
+        ``stop(grace)``: what a restart does first. Returns True if a process was running."""
+        return self.kill() if kill else self.stop(grace=grace)

@@ -60,10 +60,7 @@ class RestCatalog:
 
     def restart(self, kill: bool = False, die_with_parent: bool = False) -> "RestCatalog":
         """The same catalog again, on its port: its clients' uri stays right (SIGKILL first with ``kill``)."""
-        if kill:
-            self.proc.kill()
-        else:
-            self.proc.stop(grace=5)
+        self.proc.end(kill, grace=5)
         return start_rest_catalog(self.proc, self.warehouse, die_with_parent=die_with_parent, port=self.port)
 
 

@@ -186,10 +186,7 @@ class EmbeddedStack:
             cluster.restart_all(kill=kill)
             return info.kafka
         port = self.kafka_proc.port()
-        if kill:  # kill() waits until nobody listens on the port: a killed JVM's threads hold it a while
-            self.kafka_proc.kill()
-        else:
-            self.kafka_proc.stop(grace=10)
+        self.kafka_proc.end(kill)  # kill() waits until nobody listens on the port: a killed JVM's threads hold it a while
         return start_broker(info.kafka.name, self.kafka_proc, s3=info.s3, port=port, die_with_parent=self.die_with_parent,
                             secure=bool(info.security))
 

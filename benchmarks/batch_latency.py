@@ -1,7 +1,7 @@
 """Time from trigger to committed, through real Airflow, spark-submit mode beside Spark Connect mode.
 
     .venv/bin/python benchmarks/batch_latency.py [--records 1000 100000] [--repeat 3]
-        [--modes submit connect connect_all_splits] [--scheduler-idle-sleep S] [--records-per-split N]
+        [--modes submit connect connect_all_splits connect_spark_plans] [--scheduler-idle-sleep S] [--records-per-split N]
         [--plot benchmarks/batch_latency.png]
 
 Starts its own embedded stack (Kafka, S3), a Spark Connect server (local[2])
@@ -13,7 +13,9 @@ fewer records writes each output in one split), each with its own topics,
 tables and ledger, differ only in their spark connection: ``latency_submit``
 runs spark-submit with a ``local[2]`` master, ``latency_connect`` is a client
 of the server; ``latency_connect_all_splits`` is ``latency_connect`` without
-``records_per_split`` (every output in 2 splits).
+``records_per_split`` (every output in 2 splits); ``latency_connect_spark_plans``
+is ``latency_connect`` without a plan task (``plan_in_spark_task=True``: its
+spark task plans the batch, then runs the job).
 
 For each batch size, ``--repeat`` times, each mode once (alternating which goes
 first): produce the records, trigger a run through the REST API (the batch
@@ -27,8 +29,8 @@ parse, the server's Python workers). Prints one line per run, then the medians
 as JSON; ``--plot`` draws the median stages of each size and mode as stacked bars
 against the 3 s target. Runs on an idle machine: nothing else should run beside it.
 
-Freshness, with the input-driven schedule: a third DAG, ``latency_on_input``
-(Spark Connect, ``when_input(records=1000, max_age_s=5, poll_s=1)``), is never
+Freshness, with the input-driven schedule: another DAG, ``latency_on_input``
+(Spark Connect, no plan task, ``when_input(records=1000, max_age_s=5, poll_s=1)``), is never
 triggered. For each size, ``--repeat`` times: produce the records, then time
 until a read_committed consumer of its enriched-clicks topic has seen every
 valid one of them. 1,000 records reach the record threshold at once; 100 wait
@@ -59,17 +61,20 @@ RECORDS_PER_SPLIT = {records_per_split}
 
 for mode, conn_id, schedule in (("submit", "onceflow_spark", None), ("connect", "onceflow_spark_connect", None),
                                 ("connect_all_splits", "onceflow_spark_connect", None),
+                                ("connect_spark_plans", "onceflow_spark_connect", None),
                                 ("on_input", "onceflow_spark_connect", when_input(records=1000, max_age_s=5, poll_s=1))):
     spec = dataclasses.replace(
         CLICKSTREAM, name=f"latency_{mode}", topics=(f"latency-{mode}",),
         records_per_split=None if mode == "connect_all_splits" else RECORDS_PER_SPLIT,
         sinks=tuple(dataclasses.replace(s, target=s.target.replace("clickstream", f"latency_{mode}")
                                         if s.kind != "kafka" else f"latency-{mode}-{s.target}") for s in CLICKSTREAM.sinks))
-    globals()[f"latency_{mode}"] = pipeline_dag(spec, dag_id=f"latency_{mode}", schedule=schedule, spark_conn_id=conn_id)
+    globals()[f"latency_{mode}"] = pipeline_dag(spec, dag_id=f"latency_{mode}", schedule=schedule, spark_conn_id=conn_id,
+                                                plan_in_spark_task=mode in ("connect_spark_plans", "on_input"))
 '''
-# connect_all_splits: Spark Connect with every output in its sinks' 2 splits (no records_per_split), to
-# time beside connect in the same run.
-MODES = ("submit", "connect", "connect_all_splits")
+# connect_all_splits: Spark Connect with every output in its sinks' 2 splits (no records_per_split);
+# connect_spark_plans: Spark Connect, the DAG without a plan task (its spark task plans); each to time
+# beside connect in the same run.
+MODES = ("submit", "connect", "connect_all_splits", "connect_spark_plans")
 TARGET_S = 3.0  # a 1,000-record batch, Spark Connect, trigger to committed
 ON_INPUT = "on_input"
 
@@ -106,17 +111,19 @@ DETAIL = ("to_plan", "plan", "to_spark", *SPARK_PARTS, "to_commit", "commit")
 
 
 def stages_of(metadata, dag_id: str, run_id: str, triggered: datetime) -> dict[str, float]:
+    """The run's stages; a DAG without a plan task (its spark task plans) has no to_plan and plan."""
     windows = metadata.task_windows(dag_id, run_id)
-    (plan_start, plan_end), (spark_start, spark_end), (commit_start, commit_end) = (
-        windows["plan"], windows["spark"], windows["commit"])
-    marks = [triggered, plan_start, plan_end, spark_start, spark_end, commit_start, commit_end]
-    seconds = {name: (b - a).total_seconds() for name, a, b in zip(STAGES, marks, marks[1:])}
-    seconds["committed"] = (commit_end - triggered).total_seconds()
+    stages = STAGES if "plan" in windows else STAGES[2:]
+    marks = [triggered, *(mark for task in ("plan", "spark", "commit") if task in windows for mark in windows[task])]
+    seconds = {name: (b - a).total_seconds() for name, a, b in zip(stages, marks, marks[1:])}
+    seconds["committed"] = (windows["commit"][1] - triggered).total_seconds()
     job = (metadata.returned(dag_id, run_id, "spark") or {}).get("seconds")
-    if job:  # Spark Connect: the spark task returns the job's report
+    if job:  # Spark Connect: the spark task returns the job's report (and its plan's time, when it plans)
         seconds["read"] = job["read"]
         seconds["outputs"] = job["outputs"]
-        seconds["spark_start"] = seconds["spark"] - seconds["read"] - seconds["outputs"]
+        if "plan" in job:
+            seconds["plan"] = job["plan"]
+        seconds["spark_start"] = seconds["spark"] - seconds["read"] - seconds["outputs"] - job.get("plan", 0.0)
     return seconds
 
 
@@ -213,7 +220,7 @@ def main(argv=None) -> int:
                            for name in ("committed", *STAGES, *SPARK_PARTS) if name in runs[0]}})
     for records in args.records:  # the ratios of modes run side by side
         median = {s["mode"]: s["committed"] for s in summary if s["records"] == records and s.get("mode") in args.modes}
-        for mode, other in (("connect", "submit"), ("connect", "connect_all_splits")):
+        for mode, other in (("connect", "submit"), ("connect", "connect_all_splits"), ("connect_spark_plans", "connect")):
             if mode in median and other in median:
                 summary.append({"records": records, f"{mode}_over_{other}": round(median[mode] / median[other], 3)})
     for records, seconds in freshness.items():

@@ -36,4 +36,7 @@ PARAMS = os.environ.get("CLICKSTREAM_PARAMS")
 if PARAMS:
     SPEC = replace(SPEC, params=json.loads(PARAMS))
 
-dag = pipeline_dag(SPEC, dag_id="clickstream_exactly_once")
+# The chaos run's --plan-in-spark-task (and a test) build the DAG without a plan task.
+PLAN_IN_SPARK_TASK = os.environ.get("CLICKSTREAM_PLAN_IN_SPARK_TASK") == "1"
+
+dag = pipeline_dag(SPEC, dag_id="clickstream_exactly_once", plan_in_spark_task=PLAN_IN_SPARK_TASK)

@@ -100,7 +100,8 @@ def _chaos(args: argparse.Namespace) -> int:
     results = run_matrix(args.batches, args.seed, brokers, warehouses, say=say,
                          records_per_partition=args.records_per_partition, mode=args.mode, spark=args.spark,
                          executor=args.executor, kinds=args.kinds, postgres=args.postgres, secure=args.secure,
-                         transaction_timeout=args.transaction_timeout_ms, records_per_split=args.records_per_split)
+                         transaction_timeout=args.transaction_timeout_ms, records_per_split=args.records_per_split,
+                         plan_in_spark_task=args.plan_in_spark_task)
     total = combined(results)
     if args.json:
         print(json.dumps(total, indent=2))
@@ -187,6 +188,9 @@ def add_commands(sub) -> None:
     chaos.add_argument("--records-per-split", type=int,
                        help="the pipeline's records_per_split: each output of a batch in one split per this many input "
                        "records, at most its sink's splits (default: every sink's splits)")
+    chaos.add_argument("--plan-in-spark-task", action="store_true",
+                       help="the DAG without a plan task: its spark task plans each batch before its job "
+                       "(pipeline_dag(plan_in_spark_task=True))")
     chaos.add_argument("--kinds", type=_kinds, help="only these fault kinds, comma-separated (default: every kind the "
                        f"options allow): {', '.join(ALL_KINDS)}; and, asked for by name only, {', '.join(OPT_IN_KINDS)} "
                        "(spark-submit, offsets mode: the first runs, up to 10, each freeze a spark task that runs "

@@ -62,6 +62,7 @@ class ChaosFigures:
     secure: bool = False  # the broker on SASL_SSL with the ACL authorizer (--secure)
     transaction_timeout: int | None = None  # --transaction-timeout-ms, when given
     records_per_split: int | None = None  # --records-per-split, when given
+    plan_in_spark_task: bool = False  # --plan-in-spark-task: the DAG had no plan task
     stopped_early: bool = False  # stopped by runner.STOP_SIGNAL before the sequence's end (drained and audited)
     runs: list[BatchRun] = field(default_factory=list)
     drain_runs: int = 0
@@ -113,6 +114,7 @@ class ChaosFigures:
             + (" --secure" if self.secure else "")
             + (f" --transaction-timeout-ms {self.transaction_timeout}" if self.transaction_timeout else "")
             + (f" --records-per-split {self.records_per_split}" if self.records_per_split else "")
+            + (" --plan-in-spark-task" if self.plan_in_spark_task else "")
             + (f" --kinds {','.join(self.kinds)}" if self.kinds else "")
         )
 
@@ -128,6 +130,7 @@ class ChaosFigures:
             "postgres": self.postgres,
             "secure": self.secure,
             "records_per_split": self.records_per_split,
+            "plan_in_spark_task": self.plan_in_spark_task,
             "stopped_early": self.stopped_early,
             "seed": self.seed,
             "batches_run": len(self.runs),

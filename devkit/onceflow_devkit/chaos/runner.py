@@ -90,6 +90,7 @@ class ChaosOptions:
     secure: bool = False               # Apache Kafka on SASL_SSL with the ACLs of onceflow.kafka.acls (kafka_security)
     transaction_timeout: int | None = None  # ms; None: the broker's default below
     records_per_split: int | None = None  # the pipeline's (PipelineSpec.records_per_split); None: every sink's splits
+    plan_in_spark_task: bool = False   # the DAG without a plan task: the spark task plans (pipeline_dag's setting)
     # Spark reads the Iceberg table in the audit too, when it is in the REST catalog (a file warehouse).
     spark_reads_table: bool = True
 
@@ -314,6 +315,7 @@ class _Run:
             extra_env={"ONCEFLOW_SCHEDULE": "none", "CLICKSTREAM_TRANSACTION_TIMEOUT_MS": str(options.transaction_timeout_ms),
                        **({"CLICKSTREAM_TABLE_CONNECTION": TABLE_CONN_ID} if options.postgres else {}),
                        **({"CLICKSTREAM_RECORDS_PER_SPLIT": str(options.records_per_split)} if options.records_per_split else {}),
+                       **({"CLICKSTREAM_PLAN_IN_SPARK_TASK": "1"} if options.plan_in_spark_task else {}),
                        **injection},
             spark_connect=self.spark_server.server if self.spark_server else None, postgres=info.postgres,
             celery=self._start_celery_broker(), iceberg_rest=self.catalog,
@@ -511,11 +513,12 @@ def _run_chaos(options: ChaosOptions, say: Callable[[str], None], stop: threadin
     options.check()
     began = time.monotonic()
     kinds = options.kinds or options.possible_kinds(options.warehouse == "s3")
-    sequence = schedule.fault_sequence(options.seed, options.batches, kinds, _fault_points(pipeline_spec(options)))
+    sequence = schedule.fault_sequence(options.seed, options.batches, kinds, _fault_points(pipeline_spec(options)),
+                                       schedule.PLANNING_IN_SPARK if options.plan_in_spark_task else schedule.TASKS)
     figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark,
                            executor=options.executor, kinds=options.kinds, commit=code_commit(), postgres=options.postgres,
                            secure=options.secure, transaction_timeout=options.transaction_timeout,
-                           records_per_split=options.records_per_split)
+                           records_per_split=options.records_per_split, plan_in_spark_task=options.plan_in_spark_task)
     world = _Run(options, say)
     try:
         world.up()

@@ -150,7 +150,13 @@ def _point_fault(rng: random.Random, kind: str, points: Sequence[str]) -> Fault:
     return Fault(kind, {"faults": spec})
 
 
-def draw(rng: random.Random, kind: str, points: Sequence[str]) -> Fault:
+# The protocol tasks of the chaos DAG whose processes KILL_TASK_PROCESS kills (PLANNING_IN_SPARK: a DAG
+# without a plan task, pipeline_dag(plan_in_spark_task=True)).
+TASKS = ("plan", "spark", "commit")
+PLANNING_IN_SPARK = ("spark", "commit")
+
+
+def draw(rng: random.Random, kind: str, points: Sequence[str], tasks: Sequence[str] = TASKS) -> Fault:
     """The details of one fault of ``kind``."""
     if kind in (POINT_CRASH, POINT_RAISE):
         return _point_fault(rng, kind, points)
@@ -159,7 +165,7 @@ def draw(rng: random.Random, kind: str, points: Sequence[str]) -> Fault:
     if kind == KILL_PYTHON_WORKER:
         return Fault(kind, {"after_s": round(rng.uniform(0.0, 3.0), 2)})
     if kind == KILL_TASK_PROCESS:
-        task = rng.choice(("plan", "spark", "commit"))
+        task = rng.choice(tasks)
         return Fault(kind, {"task": task, "after_s": round(rng.uniform(0.0, 8.0 if task == "spark" else 2.5), 2)})
     if kind == BROKER_RESTART:  # (a Spark Connect run often ends first: about 10 s against 25 s)
         return Fault(kind, {"after_s": round(rng.uniform(0.0, 30.0), 2)})
@@ -212,8 +218,9 @@ def zombie_runs(batches: int) -> range:
     return range(1, 1 + max(0, min(ZOMBIES_AT_ONCE, batches - TXN_ID_POOL - 1)))
 
 
-def fault_sequence(seed: int, batches: int, kinds: Sequence[str], points: Sequence[str] | None = None) -> list[Fault]:
-    """``batches`` faults, one per batch, reproducible from ``seed``."""
+def fault_sequence(seed: int, batches: int, kinds: Sequence[str], points: Sequence[str] | None = None,
+                   tasks: Sequence[str] = TASKS) -> list[Fault]:
+    """``batches`` faults, one per batch, reproducible from ``seed``; ``tasks``: the DAG's protocol tasks."""
     if not kinds:
         raise ValueError("a chaos run needs at least one fault kind")
     points = sorted(points if points is not None else faults.declare_all())
@@ -224,7 +231,7 @@ def fault_sequence(seed: int, batches: int, kinds: Sequence[str], points: Sequen
     cycle: list[str] = []
     while len(sequence) < batches:
         if len(sequence) + 1 in freezing:
-            sequence.append(draw(rng, FROZEN_ZOMBIE, points))
+            sequence.append(draw(rng, FROZEN_ZOMBIE, points, tasks))
             continue
         if not others:
             sequence.append(Fault(NO_FAULT))
@@ -232,7 +239,7 @@ def fault_sequence(seed: int, batches: int, kinds: Sequence[str], points: Sequen
         if not cycle:
             cycle = list(others)
             rng.shuffle(cycle)
-        sequence.append(draw(rng, cycle.pop(), points))
+        sequence.append(draw(rng, cycle.pop(), points, tasks))
     return sequence
 
 

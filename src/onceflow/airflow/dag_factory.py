@@ -6,7 +6,9 @@
     dag = pipeline_dag(ORDERS)
 
 gives ``plan >> spark >> commit`` with ``rollback`` on ``one_failed``, one
-run at a time, Asset events per output on commit. An interval pipeline
+run at a time, Asset events per output on commit. ``plan_in_spark_task=True`` gives
+``spark >> commit`` (and ``rollback``): the spark task plans the batch in its own process before
+its job, which saves a task's start and a scheduler gap per batch (docs/running.md). An interval pipeline
 (``batches="interval"``) gets a schedule with data intervals (a cron
 expression becomes a ``CronDataIntervalTimetable``), accepts
 ``max_active_runs`` and ``catchup``, and can be backfilled. The spark task submits
@@ -46,7 +48,7 @@ from onceflow.config.settings import ICEBERG_CATALOGS_VAR, ConfigurationError
 from onceflow.airflow.assets import alias, asset_uri, outputs  # noqa: F401  (outputs, asset_uri: where DAG files import them from)
 from onceflow.airflow.dag_schedule import dag_schedule
 from onceflow.airflow.dag_settings import SPEC_SCHEDULE, DagSettings, dag_settings
-from onceflow.airflow.deployed import PLAN_TASK_ID, catalog_conn_ids
+from onceflow.airflow.deployed import COMMIT_TASK_ID, PLAN_TASK_ID, SPARK_TASK_ID, catalog_conn_ids
 from onceflow.config.deployment import is_s3_uri
 from onceflow.spark.shipping import SUBMIT_APPLICATION, shipped_code
 from onceflow.pipeline.spec import INTERVAL, PipelineSpec
@@ -77,6 +79,7 @@ def pipeline_dag(
     spark_conf: dict[str, str] | None = None,
     spark_binary: str | None = None,
     spark_timeout: timedelta | None = None,
+    plan_in_spark_task: bool = False,
     retries: int = 1,
     start_date: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc),
     dag_id: str | None = None,
@@ -86,7 +89,7 @@ def pipeline_dag(
     settings = dag_settings(spec, dag_id=dag_id, warehouse=warehouse, schedule=schedule, kafka_conn_id=kafka_conn_id,
                             spark_kafka_conn_id=spark_kafka_conn_id, aws_conn_id=aws_conn_id,
                             spark_conn_id=spark_conn_id, spark_conf=spark_conf, spark_binary=spark_binary,
-                            spark_timeout=spark_timeout)
+                            spark_timeout=spark_timeout, plan_in_spark_task=plan_in_spark_task)
     with DAG(
         dag_id=settings.dag_id,
         schedule=dag_schedule(settings),
@@ -151,36 +154,41 @@ def dag_doc(settings: DagSettings) -> str:
 
 
 def add_tasks(settings: DagSettings) -> None:
-    """``plan >> spark >> [commit, rollback]``, in the DAG being defined."""
+    """``plan >> spark >> [commit, rollback]`` (``spark >> [commit, rollback]`` when the spark task plans),
+    in the DAG being defined."""
     deployed, spec = settings.deployed, settings.spec
+    plan_task_id = SPARK_TASK_ID if settings.plan_in_spark_task else PLAN_TASK_ID
     # Every protocol task may finish a batch (a plan's recovery, a rollback that finds COMMIT decided):
     # each announces the committed batches it saw that no event carries yet, through the pipeline's
     # alias (its inlet, to read those events, and its outlet).
+    assets = dict(inlets=[alias(spec)], outlets=[alias(spec)])
     common = dict(pipeline=spec, warehouse=deployed.warehouse, kafka_conn_id=deployed.kafka_conn_id,
-                  aws_conn_id=deployed.aws_conn_id, inlets=[alias(spec)], outlets=[alias(spec)])
-    plan = PlanBatchOperator(task_id=PLAN_TASK_ID, doc_json=deployed.to_doc(), **common)
+                  aws_conn_id=deployed.aws_conn_id, plan_task_id=plan_task_id, **assets)
     spark = OnceflowSparkSubmitOperator(
-        task_id="spark",
+        task_id=SPARK_TASK_ID,
         application=str(SUBMIT_APPLICATION),
         conn_id=settings.spark_conn_id,
         name=f"onceflow-{spec.name}",
         py_files=",".join(shipped_code(spec)),
-        application_args=[
-            "--pipeline", spec.name,
-            "--batch", "{{ ti.xcom_pull(task_ids='plan')['batch_seq'] }}",
-        ],  # the spec goes in the environment, added at run time (operators.spark): never an argument
+        # The batch is added at run time (operators.spark), the spec goes in the environment: never an argument.
+        application_args=["--pipeline", spec.name],
         conf={**submit_defaults(), **settings.spark_conf},
         env_vars=spark_env(settings),
         spark_binary=settings.spark_binary,
         execution_timeout=settings.spark_timeout,
         deployed=deployed,
+        plans=settings.plan_in_spark_task,
+        **(assets if settings.plan_in_spark_task else {}),
     )
-    commit = CommitBatchOperator(task_id="commit", trigger_rule=TriggerRule.ALL_SUCCESS, **common)
+    commit = CommitBatchOperator(task_id=COMMIT_TASK_ID, trigger_rule=TriggerRule.ALL_SUCCESS,
+                                 doc_json=deployed.to_doc(), **common)
     rollback = RollbackBatchOperator(task_id="rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=3, **common)
     # commit and rollback are both leaves, as docs/protocol.md says: the run's state
     # is then failed whenever the batch did not commit (a rollback that
     # succeeds must not turn a failed batch into a successful run).
-    plan >> spark >> [commit, rollback]
+    spark >> [commit, rollback]
+    if not settings.plan_in_spark_task:
+        PlanBatchOperator(task_id=PLAN_TASK_ID, **common) >> spark
 
 
 def spark_env(settings: DagSettings) -> dict[str, str]:

@@ -49,6 +49,7 @@ class DagSettings:
     spark_binary: str
     spark_timeout: timedelta
     spark_conf: dict[str, str] = field(default_factory=dict)  # on top of submit_defaults()
+    plan_in_spark_task: bool = False  # no plan task: the spark task plans the batch before its job
 
     @property
     def spec(self) -> PipelineSpec:
@@ -72,6 +73,7 @@ def dag_settings(
     spark_conf: dict[str, str] | None = None,
     spark_binary: str | None = None,
     spark_timeout: timedelta | None = None,
+    plan_in_spark_task: bool = False,
 ) -> DagSettings:
     """The settings given, each omitted one from the environment or its default."""
     warehouse = warehouse or os.environ.get("ONCEFLOW_WAREHOUSE")
@@ -92,4 +94,5 @@ def dag_settings(
         spark_binary=spark_binary or default_spark_binary(),
         spark_timeout=spark_timeout or spark_timeout_of(spec),
         spark_conf=dict(spark_conf or {}),
+        plan_in_spark_task=plan_in_spark_task,
     )

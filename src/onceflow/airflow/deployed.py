@@ -2,9 +2,9 @@
 Airflow connections that reach its services (never a secret).
 
 The protocol tasks build their runtime from it. ``pipeline_dag`` also writes
-it as the plan task's ``doc_json``, which Airflow serializes with the DAG: the
-UI plugin reads it from there (``from_doc``), so the api-server never runs DAG
-code.
+it as the commit task's ``doc_json`` (the one protocol task every shape of the DAG has), which
+Airflow serializes with the DAG: the UI plugin reads it from there (``from_doc``), so the
+api-server never runs DAG code.
 """
 
 from __future__ import annotations
@@ -24,8 +24,13 @@ def catalog_conn_ids(spec: PipelineSpec) -> list[str]:
     return sorted({s.catalog for s in spec.sinks if s.catalog})
 
 
-DOC_KEY = "onceflow_pipeline"  # the key of the plan task's doc_json
+DOC_KEY = "onceflow_pipeline"  # the key of the commit task's doc_json
 PLAN_TASK_ID = "plan"
+SPARK_TASK_ID = "spark"
+COMMIT_TASK_ID = "commit"
+# The XCom key under which the task that plans (the plan task, or the spark task in a DAG without one)
+# leaves the run's batch for the tasks after it, the moment its plan is in the ledger.
+PLAN_XCOM_KEY = "onceflow_plan"
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class DeployedPipeline:
         return Deployment(self.warehouse, KafkaConfigHook(self.kafka_conn_id).cluster(), s3, catalogs)
 
     def to_doc(self) -> str:
-        """This pipeline as the plan task's ``doc_json`` (shown in Airflow's task details)."""
+        """This pipeline as the commit task's ``doc_json`` (shown in Airflow's task details)."""
         spec = json.loads(self.spec.without_params().to_json())  # the UI needs none of the params
         return json.dumps(
             {DOC_KEY: {"spec": spec, "warehouse": self.warehouse,
@@ -55,7 +60,7 @@ class DeployedPipeline:
 
     @classmethod
     def from_doc(cls, dag_id: str, doc_json: str | None) -> "DeployedPipeline | None":
-        """The pipeline a plan task's ``doc_json`` describes; None if it is not one of ours."""
+        """The pipeline a commit task's ``doc_json`` describes; None if it is not one of ours."""
         try:
             raw = json.loads(doc_json or "{}").get(DOC_KEY)
         except (ValueError, AttributeError):

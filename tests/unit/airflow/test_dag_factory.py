@@ -36,6 +36,23 @@ def test_the_dag_is_plan_spark_then_commit_or_rollback_one_run_at_a_time(dag):
     assert dag.get_task("spark").outlets == []
 
 
+def test_without_a_plan_task_the_spark_task_plans_and_announces_and_commit_and_rollback_read_its_plan():
+    from onceflow.airflow.deployed import DeployedPipeline
+
+    dag = pipeline_dag(ORDERS, warehouse="s3://lake/warehouse", dag_id="orders_planned_in_spark",
+                       plan_in_spark_task=True)
+    assert sorted(dag.task_ids) == ["commit", "rollback", "spark"]
+    spark = dag.get_task("spark")
+    assert spark.plans and spark.upstream_task_ids == set()
+    assert spark.downstream_task_ids == {"commit", "rollback"}
+    assert {dag.get_task(t).plan_task_id for t in ("commit", "rollback")} == {"spark"}
+    # what its plan's recovery finishes, it announces, as the plan task does
+    assert [a.name for a in spark.outlets] == ["onceflow.orders"] == [a.name for a in spark.inlets]
+    # the onceflow page finds the pipeline in either shape: on the commit task
+    assert DeployedPipeline.from_doc(dag.dag_id, dag.get_task("commit").doc_json).spec.name == "orders"
+    assert not pipeline_dag(ORDERS, warehouse="s3://lake/warehouse", dag_id="orders_two").get_task("spark").plans
+
+
 def test_the_spark_task_submits_the_installed_application_and_ships_onceflow_and_the_transform(dag):
     spark = dag.get_task("spark")
     assert Path(spark.application) == SUBMIT_APPLICATION and SUBMIT_APPLICATION.is_file()
@@ -57,7 +74,7 @@ def test_the_spec_reaches_the_driver_in_its_environment_at_run_time_never_as_an_
 
     spec = replace(ORDERS, params={"token": "s3cr3t-in-the-params"})
     spark = pipeline_dag(spec, warehouse="file:///w", dag_id="orders_with_token").get_task("spark")
-    assert spark.application_args == ["--pipeline", "orders", "--batch", "{{ ti.xcom_pull(task_ids='plan')['batch_seq'] }}"]
+    assert spark.application_args == ["--pipeline", "orders"]  # the batch is added at run time
     assert not [name for name in spark.template_fields if "s3cr3t" in json.dumps(getattr(spark, name), default=str)]
     monkeypatch.setenv("AIRFLOW_CONN_ONCEFLOW_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     assert PipelineSpec.from_json(spark.submitted_env()[SPEC_VAR]) == spec
@@ -330,7 +347,7 @@ def test_the_tasks_are_built_from_the_settings_alone():
         add_tasks(settings)
     plan, spark, commit, rollback = (dag.get_task(t) for t in ("plan", "spark", "commit", "rollback"))
     assert plan.downstream_task_ids == {"spark"} and spark.downstream_task_ids == {"commit", "rollback"}
-    assert plan.doc_json == settings.deployed.to_doc() and spark.deployed == settings.deployed
+    assert commit.doc_json == settings.deployed.to_doc() and spark.deployed == settings.deployed
     for task in (plan, commit, rollback):
         assert (task.pipeline, task.warehouse, task.kafka_conn_id, task.aws_conn_id) == (ORDERS, "s3://lake/w", "k", "a")
     assert (spark._conn_id, spark.execution_timeout, spark.env_vars) == ("s", timedelta(minutes=3), spark_env(settings))

@@ -8,6 +8,10 @@ pre-commit it, then either commit (trigger_rule all_success) or rollback
     plan ──► spark job(s) ──► commit
                   └─────────► rollback
 
+A DAG built with ``plan_in_spark_task=True`` has no plan task: the spark task runs the same
+plan (``BatchSteps.plan``) in its own process before its job, and leaves the batch in XCom
+for commit and rollback the same way.
+
 Each task is idempotent: clearing or retrying any of them converges on the
 batch's one decision (I2). Protocol errors map to task outcomes:
 
@@ -41,7 +45,7 @@ from onceflow.core.states import BatchState
 from onceflow.pipeline.spec import INTERVAL, PipelineSpec
 from onceflow.airflow import metrics
 from onceflow.airflow.assets import announce, announced_batches
-from onceflow.airflow.deployed import DeployedPipeline
+from onceflow.airflow.deployed import PLAN_TASK_ID, PLAN_XCOM_KEY, DeployedPipeline
 from onceflow.core import faults
 from onceflow.core.errors import ConcurrentPlanError
 from onceflow.core.lag import input_lag
@@ -77,12 +81,12 @@ def task_runtime(context, deployed):
 
 
 def planned_seq(context, plan_task_id: str, task_id: str) -> int:
-    """The batch the run's plan task planned (from its XCom)."""
-    planned = context["ti"].xcom_pull(task_ids=plan_task_id)
+    """The batch the run's planning task planned (its XCom ``PLAN_XCOM_KEY``)."""
+    planned = context["ti"].xcom_pull(task_ids=plan_task_id, key=PLAN_XCOM_KEY)
     if not planned or "batch_seq" not in planned:
         raise RuntimeError(
-            f"task {task_id}: the plan task {plan_task_id!r} of this run left no batch in XCom; "
-            "clear the whole run so that plan runs first"
+            f"task {task_id}: the task {plan_task_id!r} that plans this run's batch left no batch in XCom; "
+            f"clear the whole run so that {plan_task_id} runs first"
         )
     return int(planned["batch_seq"])
 
@@ -91,40 +95,30 @@ def planned_seq(context, plan_task_id: str, task_id: str) -> int:
 UNANNOUNCED_LOOKBACK = 10
 
 
-class _BatchOperator(BaseOperator):
-    ui_color = "#e8f4ea"
+class BatchSteps:
+    """The protocol steps one task's execution runs for its DAG run's batch, on an Airflow worker: the
+    runtime from the pipeline's connections, the plan (the plan task's, or the spark task's in a DAG
+    without one), and the Asset events of the batches it finished. One per execution: it remembers
+    what that execution finished."""
 
-    def __init__(
-        self,
-        *,
-        pipeline: PipelineSpec,
-        warehouse: str,
-        kafka_conn_id: str = "onceflow_kafka",
-        aws_conn_id: str | None = "onceflow_s3",
-        plan_task_id: str = "plan",
-        **kwargs: Any,
-    ):
-        super().__init__(**kwargs)
-        self.pipeline = pipeline
-        self.warehouse = warehouse
-        self.kafka_conn_id = kafka_conn_id
-        self.aws_conn_id = aws_conn_id
+    def __init__(self, deployed: DeployedPipeline, task_id: str, plan_task_id: str):
+        self.deployed = deployed
+        self.pipeline = deployed.spec
+        self.task_id = task_id
         self.plan_task_id = plan_task_id
+        self._finished: list[int] = []
 
     def runtime(self, context):
-        deployed = DeployedPipeline(context["ti"].dag_id, self.pipeline, self.warehouse, self.kafka_conn_id,
-                                    self.aws_conn_id)
-        runtime = task_runtime(context, deployed)
+        runtime = task_runtime(context, self.deployed)
         runtime.check_kafka()
         # Whichever task finishes a batch (commit, rollback, a plan's recovery) reports it, once.
-        self._finished: list[int] = []
         runtime.coordinator.on_finished = functools.partial(_on_finished, runtime, self._finished)
         return runtime
 
     def announce(self, context, runtime, also: int | None = None, newest_before=None) -> None:
         """Asset events for each committed batch no event carries yet, among: the batches this task
         finished, ``also`` (this run's batch), and the newest committed batch at or before
-        ``newest_before`` (a status; the plan task's: a batch ``onceflow recover`` committed has no
+        ``newest_before`` (a status; the plan's: a batch ``onceflow recover`` committed has no
         task to announce it, nor has one whose task died before Airflow recorded its events). The
         events already recorded are read through the alias (every protocol task's inlet), so a
         batch is announced once whichever tasks see it."""
@@ -141,12 +135,127 @@ class _BatchOperator(BaseOperator):
         for status in committed.values():
             if status.batch_id in carried:
                 continue
-            announce(context["outlet_events"], self.pipeline, self.warehouse, status)
+            announce(context["outlet_events"], self.pipeline, self.deployed.warehouse, status)
             log.info("batch %s of %s announced to the DAGs downstream of its outputs (finished by %s)",
                      status.batch_id, self.pipeline.name, status.done[BATCH_EFFECT].done_by)
 
     def planned_seq(self, context) -> int:
         return planned_seq(context, self.plan_task_id, self.task_id)
+
+    def plan(self, context, declared_params) -> tuple[dict[str, Any], Any]:
+        """Recover any unfinished batch, then bind this DAG run to its batch, in the ledger, and leave it in
+        XCom (``PLAN_XCOM_KEY``) before any output is touched. Returns the batch (the plan task's XCom,
+        ``{"batch_seq", "batch_id", "records", "ranges"}``) and the runtime that planned it. A retry gets
+        the plan its run wrote before; AirflowSkipException: the run's batch is already committed."""
+        try:
+            inputs = run_inputs.read_run_inputs(self.pipeline.name, getattr(context.get("dag_run"), "conf", None),
+                                                context.get("params") or {}, declared_params,
+                                                self.pipeline.run_params.keys())
+        except run_inputs.RunParamsRefused as refused:
+            log.error("%s", refused)
+            raise AirflowFailException(str(refused)) from None  # no retry: the run's conf will not change
+        if self.pipeline.batches == INTERVAL:
+            plan, runtime = self._plan_interval(context, inputs)
+        else:
+            plan, runtime = self._plan_offsets(context, inputs)
+        planned = self._planned(plan)
+        context["ti"].xcom_push(key=PLAN_XCOM_KEY, value=planned)
+        return planned, runtime
+
+    def _plan_offsets(self, context, inputs: run_inputs.RunInputs):
+        refusal = backfill_refusal(self.pipeline.name, context)
+        if refusal:
+            log.error(refusal)
+            raise AirflowFailException(refusal)  # no retry: the run type will not change
+        runtime = self.runtime(context)
+        coordinator = runtime.coordinator
+        run_id = context["run_id"]
+        done = runtime.batch_of_run(run_id)
+        if done is not None and done.state is BatchState.COMMITTED:
+            self._skip_committed(done.plan)
+        runtime.check_outputs()
+        with runtime.offset_source() as source:
+            plan = coordinator.plan_next(source, runtime.plan_config(inputs), run_id=run_id)
+        if plan.batch_seq > 1:
+            # plan_next first recovered the previous batch: if that finished a
+            # commit some earlier task could not, finish its aftermath too.
+            previous = coordinator.describe(plan.batch_seq - 1)
+            if previous is not None and previous.state is BatchState.COMMITTED:
+                runtime.after_commit(previous.plan)
+            self.announce(context, runtime, newest_before=previous)  # what recovery finished, here or elsewhere
+        else:
+            self.announce(context, runtime)
+        return plan, runtime
+
+    def _plan_interval(self, context, inputs: run_inputs.RunInputs):
+        """An interval pipeline's run: the batch of its data interval (``onceflow.core.planning.interval_planner``)."""
+        interval = run_interval(self.pipeline.name, context)
+        runtime = self.runtime(context)
+        runtime.check_outputs()
+        reprocess = functools.partial(reprocessing, self.pipeline) if inputs.replace_committed else None
+        try:
+            with runtime.offset_source() as source:
+                planned = runtime.interval_planner(inputs).plan(source, interval, context["run_id"], reprocess)
+        except (ReprocessRefused, ConcurrentPlanError) as refused:
+            log.error("%s", refused)
+            raise AirflowFailException(str(refused)) from None  # no retry: the outcome would be the same
+        except PlanMustWait as wait:
+            # Rescheduled, not retried: the task frees its worker slot and keeps its tries.
+            log.info("%s Looking again in %d s.", wait, INTERVAL_POKE.total_seconds())
+            raise AirflowRescheduleException(datetime.now(timezone.utc) + INTERVAL_POKE) from None
+        self.announce(context, runtime)  # what its recovery finished, if anything
+        if planned.already_committed:
+            runtime.after_commit(planned.plan)  # idempotent: finishes an aftermath a crash cut short
+            self._skip_committed(planned.plan, f"to replace its outputs, run it with {run_inputs.REPLACE_COMMITTED}=true")
+        replaces = planned.plan.replaces
+        log.info("run %s reads interval %s%s", context["run_id"], planned.plan.interval,
+                 f", replacing committed batch {BatchId(replaces.batch_seq)} ({dict(replaces.outputs)})" if replaces else "")
+        return planned.plan, runtime
+
+    def _skip_committed(self, plan, hint: str = "") -> None:
+        """A cleared or re-run run whose batch is committed: say so in the task
+        log (the skip reason alone does not always reach it), then skip the run."""
+        message = f"batch {plan.batch_id} of {self.pipeline.name} (this run's) is already committed: nothing to do"
+        message += f" ({hint})" if hint else ""
+        log.info(message)
+        raise AirflowSkipException(message)
+
+    def _planned(self, plan) -> dict[str, Any]:
+        """The log line and XCom of the batch this run processes."""
+        ranges = [r.to_dict() for r in plan.ranges]
+        log.info(
+            "batch %s of %s: %d records in %d partition ranges%s: %s",
+            plan.batch_id, self.pipeline.name, plan.records, len(ranges),
+            f" (replays aborted batch {BatchId(plan.replay_of)})" if plan.replay_of else "",
+            json.dumps(ranges),
+        )
+        return {"batch_seq": plan.batch_seq, "batch_id": plan.batch_id, "records": plan.records, "ranges": ranges}
+
+
+class _BatchOperator(BaseOperator):
+    ui_color = "#e8f4ea"
+
+    def __init__(
+        self,
+        *,
+        pipeline: PipelineSpec,
+        warehouse: str,
+        kafka_conn_id: str = "onceflow_kafka",
+        aws_conn_id: str | None = "onceflow_s3",
+        plan_task_id: str = PLAN_TASK_ID,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.warehouse = warehouse
+        self.kafka_conn_id = kafka_conn_id
+        self.aws_conn_id = aws_conn_id
+        self.plan_task_id = plan_task_id
+
+    def steps(self, context) -> BatchSteps:
+        deployed = DeployedPipeline(context["ti"].dag_id, self.pipeline, self.warehouse, self.kafka_conn_id,
+                                    self.aws_conn_id)
+        return BatchSteps(deployed, self.task_id, self.plan_task_id)
 
 
 # How long a plan task waiting for its interval to close sleeps between looks.
@@ -185,7 +294,7 @@ def run_interval(pipeline: str, context):
 
 
 class PlanBatchOperator(_BatchOperator):
-    """Recover any unfinished batch, then bind this DAG run to its batch.
+    """Recover any unfinished batch, then bind this DAG run to its batch (``BatchSteps.plan``).
 
     Returns (XCom) ``{"batch_seq", "batch_id", "records", "ranges"}``. Run
     params (``onceflow.core.planning.run_inputs``): ``max_records_per_partition``
@@ -196,88 +305,8 @@ class PlanBatchOperator(_BatchOperator):
     """
 
     def execute(self, context) -> dict[str, Any]:
-        try:
-            inputs = self.run_inputs(context)
-        except run_inputs.RunParamsRefused as refused:
-            log.error("%s", refused)
-            raise AirflowFailException(str(refused)) from None  # no retry: the run's conf will not change
-        if self.pipeline.batches == INTERVAL:
-            return self._plan_interval(context, inputs)
-        refusal = backfill_refusal(self.pipeline.name, context)
-        if refusal:
-            log.error(refusal)
-            raise AirflowFailException(refusal)  # no retry: the run type will not change
-        runtime = self.runtime(context)
-        coordinator = runtime.coordinator
-        run_id = context["run_id"]
-        done = runtime.batch_of_run(run_id)
-        if done is not None and done.state is BatchState.COMMITTED:
-            self._skip_committed(done.plan)
-        runtime.check_outputs()
-        with runtime.offset_source() as source:
-            plan = coordinator.plan_next(source, runtime.plan_config(inputs), run_id=run_id)
-        if plan.batch_seq > 1:
-            # plan_next first recovered the previous batch: if that finished a
-            # commit some earlier task could not, finish its aftermath too.
-            previous = coordinator.describe(plan.batch_seq - 1)
-            if previous is not None and previous.state is BatchState.COMMITTED:
-                runtime.after_commit(previous.plan)
-            self.announce(context, runtime, newest_before=previous)  # what recovery finished, here or elsewhere
-        else:
-            self.announce(context, runtime)
-        return self._planned(plan)
-
-    def _plan_interval(self, context, inputs: run_inputs.RunInputs) -> dict[str, Any]:
-        """An interval pipeline's run: the batch of its data interval (``onceflow.core.planning.interval_planner``)."""
-        interval = run_interval(self.pipeline.name, context)
-        runtime = self.runtime(context)
-        runtime.check_outputs()
-        reprocess = functools.partial(reprocessing, self.pipeline) if inputs.replace_committed else None
-        try:
-            with runtime.offset_source() as source:
-                planned = runtime.interval_planner(inputs).plan(source, interval, context["run_id"], reprocess)
-        except (ReprocessRefused, ConcurrentPlanError) as refused:
-            log.error("%s", refused)
-            raise AirflowFailException(str(refused)) from None  # no retry: the outcome would be the same
-        except PlanMustWait as wait:
-            # Rescheduled, not retried: the task frees its worker slot and keeps its tries.
-            log.info("%s Looking again in %d s.", wait, INTERVAL_POKE.total_seconds())
-            raise AirflowRescheduleException(datetime.now(timezone.utc) + INTERVAL_POKE) from None
-        self.announce(context, runtime)  # what its recovery finished, if anything
-        if planned.already_committed:
-            runtime.after_commit(planned.plan)  # idempotent: finishes an aftermath a crash cut short
-            self._skip_committed(planned.plan, f"to replace its outputs, run it with {run_inputs.REPLACE_COMMITTED}=true")
-        replaces = planned.plan.replaces
-        log.info("run %s reads interval %s%s", context["run_id"], planned.plan.interval,
-                 f", replacing committed batch {BatchId(replaces.batch_seq)} ({dict(replaces.outputs)})" if replaces else "")
-        return self._planned(planned.plan)
-
-    def run_inputs(self, context) -> run_inputs.RunInputs:
-        """What this run asks of the planner: its conf checked against the DAG's declared params."""
-        dag_run = context.get("dag_run")
-        conf = getattr(dag_run, "conf", None) if dag_run is not None else None
-        dag = context.get("dag") or self.dag
-        return run_inputs.read_run_inputs(self.pipeline.name, conf, context.get("params") or {}, dag.params.keys(),
-                                          self.pipeline.run_params.keys())
-
-    def _skip_committed(self, plan, hint: str = "") -> None:
-        """A cleared or re-run run whose batch is committed: say so in the task
-        log (the skip reason alone does not always reach it), then skip the run."""
-        message = f"batch {plan.batch_id} of {self.pipeline.name} (this run's) is already committed: nothing to do"
-        message += f" ({hint})" if hint else ""
-        log.info(message)
-        raise AirflowSkipException(message)
-
-    def _planned(self, plan) -> dict[str, Any]:
-        """The plan task's log line and XCom of the batch this run processes."""
-        ranges = [r.to_dict() for r in plan.ranges]
-        log.info(
-            "batch %s of %s: %d records in %d partition ranges%s: %s",
-            plan.batch_id, self.pipeline.name, plan.records, len(ranges),
-            f" (replays aborted batch {BatchId(plan.replay_of)})" if plan.replay_of else "",
-            json.dumps(ranges),
-        )
-        return {"batch_seq": plan.batch_seq, "batch_id": plan.batch_id, "records": plan.records, "ranges": ranges}
+        planned, _ = self.steps(context).plan(context, (context.get("dag") or self.dag).params.keys())
+        return planned
 
 
 class CommitBatchOperator(_BatchOperator):
@@ -286,11 +315,12 @@ class CommitBatchOperator(_BatchOperator):
     consumer group. Emits an Asset event per output on success (outlets)."""
 
     def execute(self, context) -> dict[str, Any]:
-        runtime = self.runtime(context)
-        seq = self.planned_seq(context)
+        steps = self.steps(context)
+        runtime = steps.runtime(context)
+        seq = steps.planned_seq(context)
         status = runtime.coordinator.commit(seq)
         runtime.after_commit(status.plan)
-        self.announce(context, runtime, also=seq)
+        steps.announce(context, runtime, also=seq)
         votes = {name: vote.records for name, vote in status.votes.items()}
         log.info("batch %s of %s is %s; records per output: %s", status.batch_id, self.pipeline.name, status.state.value, votes)
         return {"batch_seq": seq, "state": status.state.value, "records": votes}
@@ -302,13 +332,14 @@ class RollbackBatchOperator(_BatchOperator):
     decided first, finishes the commit instead. Offsets stay where they were."""
 
     def execute(self, context) -> dict[str, Any]:
-        planned = context["ti"].xcom_pull(task_ids=self.plan_task_id)
+        planned = context["ti"].xcom_pull(task_ids=self.plan_task_id, key=PLAN_XCOM_KEY)
         if not planned:
             # A run its plan task refused (whatever the reason: its conf, its faults param, its run type) has
             # nothing to undo: the rollback neither arms the run's faults nor connects to anything.
             log.info("no batch was planned in this run: nothing to roll back")
             return {"state": "nothing planned"}
-        runtime = self.runtime(context)
+        steps = self.steps(context)
+        runtime = steps.runtime(context)
         seq = int(planned["batch_seq"])
         # Task instances of the run are not readable from a task in Airflow 3
         # (no metadata DB access): the task log of the run shows which failed.
@@ -316,6 +347,6 @@ class RollbackBatchOperator(_BatchOperator):
         status = runtime.coordinator.rollback(seq, reason=reason)
         if status.state is BatchState.COMMITTED:
             runtime.after_commit(status.plan)
-            self.announce(context, runtime, also=seq)
+            steps.announce(context, runtime, also=seq)
         log.info("batch %s of %s is %s", status.batch_id, self.pipeline.name, status.state.value)
         return {"batch_seq": seq, "state": status.state.value}

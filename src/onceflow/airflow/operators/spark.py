@@ -1,4 +1,4 @@
-"""The spark task: the Spark provider's SparkSubmitOperator, with four changes.
+"""The spark task: the Spark provider's SparkSubmitOperator, with five changes.
 
 0. When its connection is a ``spark_connect`` connection (the Spark provider's
    type), the batch job runs in this task's process as a Spark Connect client
@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -42,7 +43,7 @@ from onceflow.config.kafka_cluster import KafkaCluster, is_secret
 from onceflow.config.settings import ICEBERG_CATALOGS_VAR, KAFKA_BOOTSTRAP_VAR, ConfigurationError
 from onceflow.pipeline.spec import PipelineSpec
 from onceflow.spark.shipping import SPEC_VAR
-from onceflow.airflow.operators.batch import planned_seq, task_runtime
+from onceflow.airflow.operators.batch import BatchSteps, task_runtime
 from onceflow.pipeline.runtime import PipelineRuntime
 from onceflow.spark.connect import ConnectBatchJob
 
@@ -89,11 +90,12 @@ def without_secrets(env: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 
 class OnceflowSparkSubmitOperator(SparkSubmitOperator):
-    def __init__(self, *, deployed: DeployedPipeline | None = None, **kwargs: Any):
+    def __init__(self, *, deployed: DeployedPipeline | None = None, plans: bool = False, **kwargs: Any):
         # The pipeline as deployed: its spec goes to a spark-submit driver in the environment, and a Spark
-        # Connect job runs here from it.
+        # Connect job runs here from it. plans: this task plans the run's batch (a DAG without a plan task).
         super().__init__(**kwargs)
         self.deployed = deployed
+        self.plans = plans
         self._connect_mode = False
         self._connect_job = None
 
@@ -116,11 +118,30 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         return env
 
     def execute(self, context):
+        if self.deployed is None:
+            raise ConfigurationError(f"task {self.task_id}: the spark task needs the deployed pipeline (its spec, "
+                                     "connections and batch): build it with pipeline_dag")
+        started = time.monotonic()
+        seq, runtime = self.batch(context)
+        planned_s = time.monotonic() - started
         if BaseHook.get_connection(self._conn_id).conn_type == SparkConnectHook.conn_type:
             self._connect_mode = True
-            return self.execute_connect(context, SparkConnectHook(self._conn_id).get_connection_url())
+            report = self.execute_connect(context, SparkConnectHook(self._conn_id).get_connection_url(), seq, runtime)
+            if self.plans:  # the plan's share of the task, beside the job's own stages
+                report["seconds"]["plan"] = round(planned_s, 2)
+            return report
+        self.application_args = [*(self.application_args or []), "--batch", str(seq)]
         self.env_vars = self.submitted_env()
         return super().execute(context)
+
+    def batch(self, context) -> tuple[int, PipelineRuntime | None]:
+        """The run's batch: planned here (with the runtime that planned it) when this task plans, else the
+        plan task's."""
+        steps = BatchSteps(self.deployed, self.task_id, self.task_id if self.plans else PLAN_TASK_ID)
+        if not self.plans:
+            return steps.planned_seq(context), None
+        planned, runtime = steps.plan(context, (context.get("dag") or self.dag).params.keys())
+        return planned["batch_seq"], runtime
 
     def spark_kafka(self) -> KafkaCluster | None:
         """The Kafka cluster as the spark task's own connection names it (rendered into its environment):
@@ -134,19 +155,15 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         config.setdefault("bootstrap.servers", env.get(KAFKA_BOOTSTRAP_VAR))
         return cluster_from_extra(f"the Kafka connection of task {self.task_id}", config)
 
-    def execute_connect(self, context, connection_url: str) -> dict[str, Any]:
-        if self.deployed is None:
-            raise ConfigurationError(f"task {self.task_id}: connection {self._conn_id!r} is a Spark Connect "
-                                     "connection, which needs the deployed pipeline: build the task with pipeline_dag")
+    def execute_connect(self, context, connection_url: str, seq: int, runtime: PipelineRuntime | None) -> dict[str, Any]:
         ignored = sorted(set(self.conf or {}) - set(submit_defaults()))
         if ignored:
             log.warning("spark_conf %s not applied: on a Spark Connect server, Spark settings are the server's "
                         "(set them where it starts)", ", ".join(ignored))
-        runtime = task_runtime(context, self.deployed)
+        runtime = runtime or task_runtime(context, self.deployed)
         kafka = self.spark_kafka()
         if kafka is not None:
             runtime = PipelineRuntime(runtime.spec, replace(runtime.deployment, kafka=kafka), identity=runtime.identity)
-        seq = planned_seq(context, PLAN_TASK_ID, self.task_id)
         self._connect_job = ConnectBatchJob(connection_url, runtime, seq, self.py_files.split(","))
         with faults.armed_for_job((context.get("params") or {}).get(faults.RUN_PARAM)):
             result = self._connect_job.run()

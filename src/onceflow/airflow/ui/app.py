@@ -54,7 +54,7 @@ def _user():
 
 class Pipelines:
     """The onceflow pipelines Airflow knows, by DAG id, read from the serialized
-    DAGs (the plan task's ``doc_json``): the api-server never runs DAG code.
+    DAGs (the commit task's ``doc_json``): the api-server never runs DAG code.
     Lookups, misses included, are kept ``TTL_S`` seconds."""
 
     TTL_S = 30.0
@@ -93,11 +93,11 @@ class Pipelines:
     @staticmethod
     def _load(dag) -> tuple[Any, Expected] | None:
         """The DeployedPipeline a serialized DAG carries and what the DAG promises (``schedule.expected_of``)."""
-        from onceflow.airflow.deployed import PLAN_TASK_ID, DeployedPipeline
+        from onceflow.airflow.deployed import COMMIT_TASK_ID, DeployedPipeline
 
-        if not dag.has_task(PLAN_TASK_ID):
+        if not dag.has_task(COMMIT_TASK_ID):
             return None
-        deployed = DeployedPipeline.from_doc(dag.dag_id, dag.get_task(PLAN_TASK_ID).doc_json)
+        deployed = DeployedPipeline.from_doc(dag.dag_id, dag.get_task(COMMIT_TASK_ID).doc_json)
         return None if deployed is None else (deployed, expected_of(dag, deployed.spec))
 
     def refresh(self, dag_ids: list[str]) -> None:

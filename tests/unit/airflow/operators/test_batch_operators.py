@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from onceflow.airflow.deployed import PLAN_XCOM_KEY
 from onceflow.airflow.operators.batch import CommitBatchOperator
 from tests.doubles.specs import ORDERS
 
@@ -12,9 +13,12 @@ class TaskInstance:
     def __init__(self, xcom):
         self.xcom = xcom
 
-    def xcom_pull(self, task_ids):
-        assert task_ids == "plan"
+    def xcom_pull(self, task_ids, key):
+        assert (task_ids, key) == ("plan", PLAN_XCOM_KEY)
         return self.xcom
+
+
+CONTEXT = {"ti": type("TI", (), {"dag_id": "orders"})()}
 
 
 def operator():
@@ -23,11 +27,11 @@ def operator():
 
 def test_a_commit_without_a_planned_batch_asks_to_clear_the_whole_run():
     with pytest.raises(RuntimeError, match="clear the whole run so that plan runs first"):
-        operator().planned_seq({"ti": TaskInstance(None)})
+        operator().steps(CONTEXT).planned_seq({"ti": TaskInstance(None)})
 
 
 def test_the_planned_batch_comes_from_the_plan_task():
-    assert operator().planned_seq({"ti": TaskInstance({"batch_seq": 7, "batch_id": "0000000007"})}) == 7
+    assert operator().steps(CONTEXT).planned_seq({"ti": TaskInstance({"batch_seq": 7, "batch_id": "0000000007"})}) == 7
 
 
 def test_an_interval_run_reads_its_data_interval_and_a_run_without_one_fails_saying_why():

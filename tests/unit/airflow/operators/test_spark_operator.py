@@ -83,7 +83,8 @@ def test_on_yarn_and_kubernetes_secrets_are_withheld_and_the_rest_still_reaches_
     assert f"{SPEC_VAR}[params]" in caplog.text and f"{SPEC_VAR}=" in text  # the spec, without its params
 
 
-def test_in_spark_connect_mode_the_job_runs_as_the_spark_task_s_kafka_connection_not_the_pipeline_s(monkeypatch):
+@pytest.mark.parametrize("planned_here", [False, True], ids=["plan task", "planned in the spark task"])
+def test_in_spark_connect_mode_the_job_runs_as_the_spark_task_s_kafka_connection_not_the_pipeline_s(monkeypatch, planned_here):
     # On a secured broker the spark task's connection is the writer's principal; the server's Python workers
     # take the user from the job's options and only the password from their environment, so a job built
     # from the pipeline's (the plan and commit tasks') connection would log in as the wrong user.
@@ -95,12 +96,12 @@ def test_in_spark_connect_mode_the_job_runs_as_the_spark_task_s_kafka_connection
     airflow_side = KafkaCluster("b1:9093", {"security.protocol": "SASL_SSL", "sasl.username": "onceflow-airflow"})
     monkeypatch.setattr(spark_operator, "task_runtime",
                         lambda context, deployed: PipelineRuntime(SPEC, Deployment("file:///w", airflow_side), "try1"))
-    monkeypatch.setattr(spark_operator, "planned_seq", lambda context, plan_task_id, task_id: 7)
     jobs = []
 
     class Job:
         def __init__(self, url, runtime, seq, code_zips):
             jobs.append(runtime)
+            assert seq == 7
 
         def run(self):
             return type("Result", (), {"to_dict": lambda self, name: {"pipeline": name}})()
@@ -109,7 +110,9 @@ def test_in_spark_connect_mode_the_job_runs_as_the_spark_task_s_kafka_connection
     op = OnceflowSparkSubmitOperator(task_id="spark", application="/app/submit.py", conn_id="spark_connect_under_test",
                                      env_vars=dict(ENV), py_files="onceflow.zip",
                                      deployed=DeployedPipeline("orders", SPEC, "s3://lake/w", "onceflow_kafka", None))
-    op.execute_connect({"params": {}}, "sc://localhost:15002")
+    # planned here: the runtime that planned (the pipeline's connection) is handed on
+    planner = PipelineRuntime(SPEC, Deployment("file:///w", airflow_side), "try1") if planned_here else None
+    op.execute_connect({"params": {}}, "sc://localhost:15002", 7, planner)
 
     (runtime,) = jobs
     assert runtime.deployment.kafka.bootstrap == "b1:9093"

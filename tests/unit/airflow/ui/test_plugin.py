@@ -37,15 +37,15 @@ def test_every_route_of_the_app_checks_airflow_auth():
         assert methods == ({"PUT"} if route.methods == {"POST"} else {"GET"} if methods else set()), route.path
 
 
-def test_the_plugin_reads_a_pipeline_from_its_serialized_plan_task_not_from_dag_code():
-    """pipeline_dag writes the deployment (no secrets) as the plan task's doc_json, which Airflow serializes."""
-    from onceflow.airflow.deployed import PLAN_TASK_ID, DeployedPipeline
+def test_the_plugin_reads_a_pipeline_from_its_serialized_commit_task_not_from_dag_code():
+    """pipeline_dag writes the deployment (no secrets) as the commit task's doc_json, which Airflow serializes."""
+    from onceflow.airflow.deployed import COMMIT_TASK_ID, DeployedPipeline
     from tests.doubles.specs import ORDERS
 
     from onceflow.airflow.dag_factory import pipeline_dag
 
     dag = pipeline_dag(ORDERS, warehouse="s3://lake/w", kafka_conn_id="k", aws_conn_id="a", dag_id="clicks_prod")
-    doc = dag.get_task(PLAN_TASK_ID).doc_json
+    doc = dag.get_task(COMMIT_TASK_ID).doc_json
     found = DeployedPipeline.from_doc("clicks_prod", doc)
     assert found == DeployedPipeline("clicks_prod", dataclasses.replace(ORDERS, params={}), "s3://lake/w", "k", "a")
     assert DeployedPipeline.from_doc("x", None) is None and DeployedPipeline.from_doc("x", '{"other": 1}') is None

@@ -51,6 +51,21 @@ def test_records_per_split_is_the_pipeline_s_and_the_run_says_how_to_reproduce_i
     assert figures.to_dict()["records_per_split"] == 10_000
 
 
+def test_without_a_plan_task_the_killed_task_processes_are_the_dag_s_and_the_run_says_how_to_reproduce_it():
+    from onceflow_devkit.chaos import schedule
+    from onceflow_devkit.chaos.figures import ChaosFigures
+
+    def killed(tasks):
+        faults = schedule.fault_sequence(5, 60, [schedule.KILL_TASK_PROCESS], tasks=tasks)
+        return {f.detail["task"] for f in faults}
+
+    assert killed(schedule.TASKS) == {"plan", "spark", "commit"}
+    assert killed(schedule.PLANNING_IN_SPARK) == {"spark", "commit"}  # a plan task that does not exist is no fault
+    figures = ChaosFigures("apache", "file", 7, [], spark="connect", plan_in_spark_task=True)
+    assert figures.reproduce().endswith("--spark connect --plan-in-spark-task")
+    assert figures.to_dict()["plan_in_spark_task"] is True
+
+
 def test_the_stop_signal_asks_a_run_to_stop_and_its_handler_goes_with_the_run():
     import os
     import signal

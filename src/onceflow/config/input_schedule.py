@@ -9,9 +9,17 @@ The DAG is scheduled on an Asset standing for the pipeline's input
 (``onceflow.airflow.dag_schedule.input_asset``), watched by ``InputLagTrigger``
 (``onceflow.airflow.triggers.input_lag``) in Airflow's
 triggerer: no worker slot is held while it waits. It starts a run when the
-records not yet committed reach ``records``, or when the oldest of them is
-``max_age_s`` old, whichever comes first; then it waits for the batch of
-that run before it fires again, so runs do not pile up behind a slow batch.
+records not yet committed reach ``records``, or when the oldest of them would
+be ``max_age_s`` old by the time its batch commits, whichever comes first;
+then it waits for the batch of that run before it fires again, so runs do not
+pile up behind a slow batch.
+
+``max_age_s`` bounds how long a record waits to be committed, not how long it waits
+for its run to start: the trigger starts the run early by the time its previous run
+took from the trigger's event to its batch committed (``Lead``), at most half of
+``max_age_s``, so that a run still gathers records for at least that half. Until it
+has seen one of its runs commit (after the triggerer starts), it waits the whole
+``max_age_s``.
 
 Offsets pipelines only: an interval pipeline's runs are its data intervals.
 
@@ -29,7 +37,7 @@ from onceflow.config.settings import ConfigurationError
 @dataclass(frozen=True)
 class InputSchedule:
     records: int | None = None       # fire when this many records wait
-    max_age_s: float | None = None   # fire when the oldest waiting record is this old
+    max_age_s: float | None = None   # fire so that the oldest waiting record is committed by this age (Lead)
     poll_s: float = 5.0              # how often the trigger looks (Kafka offsets and the ledger's head)
     # A run the trigger started that planned nothing within this time (it failed before planning,
     # or was never scheduled) does not hold the next one back any longer; nor does a batch left
@@ -79,7 +87,8 @@ ABORT_BACKOFF_S = 60.0
 
 def when_input(records: int | None = None, max_age_s: float | None = None, poll_s: float = 5.0,
                stall_s: float | None = None) -> InputSchedule:
-    """A schedule for ``pipeline_dag``: a run when ``records`` wait or the oldest is ``max_age_s`` old."""
+    """A schedule for ``pipeline_dag``: a run when ``records`` wait or the oldest would be ``max_age_s``
+    old by the time its batch commits."""
     return InputSchedule(records, max_age_s, poll_s, stall_s)
 
 
@@ -94,10 +103,34 @@ class InputState:
     aborted_age_s: float | None = None  # age of the newest batch if it was aborted, else None
 
 
+class Lead:
+    """How much earlier than ``max_age_s`` the age rule fires: the time the trigger's last run took,
+    from its event to its batch committed, as the trigger saw it (a look after the commit, so up
+    to ``poll_s`` more), at most half of ``max_age_s``. 0 until one of its runs has committed."""
+
+    def __init__(self, schedule: InputSchedule):
+        self.cap_s = (schedule.max_age_s or 0.0) / 2
+        self.seconds = 0.0
+        self._waiting_for: tuple[int, float] | None = None  # (the newest batch when it fired, when)
+
+    def fired(self, state: InputState, now: float) -> None:
+        self._waiting_for = (state.latest_seq, now)
+
+    def looked(self, state: InputState, now: float) -> None:
+        """Measure the run it started, at the first look that finds a newer batch committed."""
+        if self._waiting_for is None:
+            return
+        after_seq, fired_at = self._waiting_for
+        if state.latest_seq > after_seq and state.in_flight_age_s is None and state.aborted_age_s is None:
+            self.seconds, self._waiting_for = min(self.cap_s, now - fired_at), None
+        elif state.latest_seq > after_seq and state.aborted_age_s is not None:
+            self._waiting_for = None  # an aborted batch says nothing of how long a batch takes
+
+
 def reason_to_fire(schedule: InputSchedule, state: InputState, fired_after_seq: int | None,
-                   fired_age_s: float | None) -> str | None:
+                   fired_age_s: float | None, lead_s: float = 0.0) -> str | None:
     """Why a run should start now, or None. ``fired_after_seq``: the newest batch when the trigger
-    last fired (None: it has not), ``fired_age_s`` how long ago."""
+    last fired (None: it has not), ``fired_age_s`` how long ago; ``lead_s``: ``Lead.seconds``."""
     assert schedule.stall_s is not None, "input_asset sets stall_s"
     if state.in_flight_age_s is not None and state.in_flight_age_s < schedule.stall_s:
         return None  # a batch is on its way; its run ends before the next can start
@@ -109,6 +142,8 @@ def reason_to_fire(schedule: InputSchedule, state: InputState, fired_after_seq: 
         return None
     if schedule.records is not None and state.waiting >= schedule.records:
         return f"{state.waiting} records wait (threshold {schedule.records})"
-    if schedule.max_age_s is not None and state.oldest_age_s is not None and state.oldest_age_s >= schedule.max_age_s:
-        return f"the oldest of {state.waiting} waiting records is {state.oldest_age_s:.0f} s old (threshold {schedule.max_age_s:g} s)"
+    if schedule.max_age_s is not None and state.oldest_age_s is not None and state.oldest_age_s + lead_s >= schedule.max_age_s:
+        early = f", less {lead_s:.1f} s that the last run took to commit" if lead_s else ""
+        return (f"the oldest of {state.waiting} waiting records is {state.oldest_age_s:.0f} s old "
+                f"(threshold {schedule.max_age_s:g} s{early})")
     return None

@@ -2,8 +2,10 @@
 in a running Airflow with its scheduler and triggerer; nobody triggers a run.
 
 1. 600 records arrive (the threshold is 500): a run starts and commits them;
-2. 100 more arrive, under the threshold: the run starts once the oldest of
-   them is 8 s old, not before;
+2. 100 more arrive, under the threshold: the age rule starts the run early
+   enough that they are committed by the time the oldest is 8 s old: early by
+   what the first run took to commit, at most half of the 8 s, so between 4 s
+   and 8 s after they arrive;
 3. nothing more arrives: no other run starts, however often the trigger looks.
 
 The DAG is the shape a latency-minded deployment chooses: no plan task, its spark task plans each
@@ -81,7 +83,12 @@ def test_runs_start_when_enough_records_wait_or_the_oldest_is_old_enough_and_onl
             world.produce(100, seed=32)
             second = wait_for_runs(api, 2, timeout=180)[1]
             assert second["state"] == "success", api.explain(DAG_ID, second["dag_run_id"])
-            assert started_at(second) - produced >= 8 - 1, "100 records are under the threshold: the age rule starts the run"
+            waited = started_at(second) - produced
+            # 100 records are under the threshold: the age rule starts the run, early by the first run's time to
+            # commit (capped at 4 s: on these loaded cores the first run takes longer), never before 8 / 2 s.
+            assert 8 / 2 - 1 <= waited < 8, waited
+            print(f"100 records: run started {waited:.1f} s after the produce, committed and visible "
+                  f"{time.time() - produced:.1f} s after it")
 
             time.sleep(6)  # six more looks at an input with nothing waiting
             assert len(runs_started(api)) == 2

@@ -35,7 +35,7 @@ triggered. For each size, ``--repeat`` times: produce the records, then time
 until a read_committed consumer of its enriched-clicks topic has seen every
 valid one of them. 1,000 records reach the record threshold at once; 100 wait
 for the age rule: the run starts when the oldest is 5 s old less what the
-trigger's previous run took to commit (at most 2.5 s).
+trigger's previous run took to commit.
 """
 
 from __future__ import annotations

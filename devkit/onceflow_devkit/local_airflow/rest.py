@@ -205,6 +205,11 @@ class AirflowApi:
     def run(self, dag_id: str, run_id: str) -> dict:
         return self._get(f"/api/v2/dags/{_p(dag_id)}/dagRuns/{_p(run_id)}")
 
+    def triggering_events(self, dag_id: str, run_id: str) -> list[dict]:
+        """The Asset events the run was triggered by (each with its ``extra``: a trigger's payload
+        under ``extra["payload"]``)."""
+        return self._get(f"/api/v2/dags/{_p(dag_id)}/dagRuns/{_p(run_id)}/upstreamAssetEvents")["asset_events"]
+
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 120.0) -> str:
         """Wait until the run is ``success`` or ``failed``; return that state.
 

@@ -16,10 +16,10 @@ pile up behind a slow batch.
 
 ``max_age_s`` bounds how long a record waits to be committed, not how long it waits
 for its run to start: the trigger starts the run early by the time its previous run
-took from the trigger's event to its batch committed (``Lead``), at most half of
-``max_age_s``, so that a run still gathers records for at least that half. Until it
-has seen one of its runs commit (after the triggerer starts), it waits the whole
-``max_age_s``.
+took from the trigger's event to its batch committed (``Lead``). A pipeline whose
+runs take longer than ``max_age_s`` starts the next run as soon as a record waits
+(still one run at a time). Until the trigger has seen one of its runs commit (after
+the triggerer starts), it waits the whole ``max_age_s``.
 
 Offsets pipelines only: an interval pipeline's runs are its data intervals.
 
@@ -105,11 +105,10 @@ class InputState:
 
 class Lead:
     """How much earlier than ``max_age_s`` the age rule fires: the time the trigger's last run took,
-    from its event to its batch committed, as the trigger saw it (a look after the commit, so up
-    to ``poll_s`` more), at most half of ``max_age_s``. 0 until one of its runs has committed."""
+    from its event to its batch committed, as the trigger saw it (at a look after the commit, so up
+    to ``poll_s`` more: early rather than late). 0 until one of its runs has committed."""
 
-    def __init__(self, schedule: InputSchedule):
-        self.cap_s = (schedule.max_age_s or 0.0) / 2
+    def __init__(self):
         self.seconds = 0.0
         self._waiting_for: tuple[int, float] | None = None  # (the newest batch when it fired, when)
 
@@ -122,7 +121,7 @@ class Lead:
             return
         after_seq, fired_at = self._waiting_for
         if state.latest_seq > after_seq and state.in_flight_age_s is None and state.aborted_age_s is None:
-            self.seconds, self._waiting_for = min(self.cap_s, now - fired_at), None
+            self.seconds, self._waiting_for = now - fired_at, None
         elif state.latest_seq > after_seq and state.aborted_age_s is not None:
             self._waiting_for = None  # an aborted batch says nothing of how long a batch takes
 

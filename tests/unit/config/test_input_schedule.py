@@ -23,11 +23,11 @@ def test_a_run_starts_on_enough_records_or_an_old_enough_record_not_before():
     assert reason_to_fire(when_input(max_age_s=5, stall_s=600), state(10_000, 1.0), None, None) is None
 
 
-def test_the_age_rule_fires_early_by_the_time_the_last_run_took_to_commit_at_most_half_of_max_age():
+def test_the_age_rule_fires_early_by_the_time_the_last_run_it_started_took_to_commit():
     from onceflow.config.input_schedule import Lead
 
     schedule = when_input(max_age_s=8, stall_s=600)
-    lead = Lead(schedule)
+    lead = Lead()
     assert lead.seconds == 0.0  # nothing seen yet: the whole max_age_s
     assert reason_to_fire(schedule, state(100, 7.9), None, None, lead.seconds) is None
     lead.fired(state(100, 8.0, latest=3), now=100.0)
@@ -41,13 +41,13 @@ def test_the_age_rule_fires_early_by_the_time_the_last_run_took_to_commit_at_mos
     assert lead.seconds == pytest.approx(2.8)
 
     lead.fired(state(100, 8.0, latest=5), now=300.0)
-    lead.looked(state(0, None, latest=6), now=320.0)  # a slow run: at most half of max_age_s early
-    assert lead.seconds == 4.0
-    assert reason_to_fire(schedule, state(100, 3.9, latest=6), 5, 30.0, lead.seconds) is None
+    lead.looked(state(0, None, latest=6), now=320.0)  # a run slower than max_age_s: the next starts on any record
+    assert reason_to_fire(schedule, state(1, 0.0, latest=6), 5, 30.0, lead.seconds) is not None
+    assert reason_to_fire(schedule, state(0, None, latest=6), 5, 30.0, lead.seconds) is None  # but not on none
     lead.fired(state(100, 8.0, latest=6), now=400.0)
     lead.looked(state(100, 1.0, latest=7, aborted=1.0), now=401.0)  # aborted: not a measure
     lead.looked(state(0, None, latest=8), now=500.0)
-    assert lead.seconds == 4.0
+    assert lead.seconds == pytest.approx(20.0)
 
 
 def test_no_run_starts_while_a_batch_is_on_its_way_or_the_run_it_started_has_not_planned_yet():

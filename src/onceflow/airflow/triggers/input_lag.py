@@ -77,7 +77,7 @@ class InputLagTrigger(BaseEventTrigger):
         runtime = source = None
         fired_after_seq: int | None = None
         fired_at = 0.0
-        lead = Lead(self.schedule)
+        lead = Lead()
         try:
             while True:
                 try:
@@ -99,7 +99,8 @@ class InputLagTrigger(BaseEventTrigger):
                         fired_after_seq, fired_at = state.latest_seq, time.monotonic()
                         lead.fired(state, fired_at)
                         yield TriggerEvent({"pipeline": runtime.spec.name, "reason": reason, "waiting": state.waiting,
-                                            "oldest_age_s": state.oldest_age_s, "after_batch": state.latest_seq})
+                                            "oldest_age_s": state.oldest_age_s, "after_batch": state.latest_seq,
+                                            "lead_s": round(lead.seconds, 2)})
                 await asyncio.sleep(self.schedule.poll_s)
         finally:  # cancelled (the DAG paused or changed, the triggerer stopping): release the consumer
             _close(source)

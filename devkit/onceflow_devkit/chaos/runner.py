@@ -204,7 +204,7 @@ def _ledger_figures(coordinator) -> LedgerFigures:
         else:
             figures.unfinished += 1
         done = status.done.get(BATCH_EFFECT)
-        # done_by is "airflow:<dag>/<run id>/<task>#try<n>@<host>:<pid>" (operators.batch)
+        # done_by is "airflow:<dag>/<run id>/<task>#try<n>@<host>:<pid>" (operators.steps)
         if done is not None and f"/{status.plan.run_id}/" not in done.done_by:
             figures.recovered += 1
     return figures

@@ -18,9 +18,10 @@ import importlib
 
 from airflow.plugins_manager import AirflowPlugin
 
-# The modules a task reaches from onceflow.airflow.operators.batch.task_runtime to its sinks' commit.
+# The modules a task reaches from onceflow.airflow.operators.steps.task_runtime to its sinks' commit.
 TASK_MODULES = (
     "onceflow.airflow.operators.batch",
+    "onceflow.airflow.operators.steps",
     "onceflow.airflow.deployed",
     "onceflow.airflow.assets",
     "onceflow.airflow.metrics",

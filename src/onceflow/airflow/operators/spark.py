@@ -43,7 +43,7 @@ from onceflow.config.kafka_cluster import KafkaCluster, is_secret
 from onceflow.config.settings import ICEBERG_CATALOGS_VAR, KAFKA_BOOTSTRAP_VAR, ConfigurationError
 from onceflow.pipeline.spec import PipelineSpec
 from onceflow.spark.shipping import SPEC_VAR
-from onceflow.airflow.operators.batch import BatchSteps, task_runtime
+from onceflow.airflow.operators.steps import BatchSteps, task_runtime
 from onceflow.pipeline.runtime import PipelineRuntime
 from onceflow.spark.connect import ConnectBatchJob
 

@@ -39,7 +39,7 @@ def test_an_interval_run_reads_its_data_interval_and_a_run_without_one_fails_say
 
     from airflow.sdk.exceptions import AirflowFailException
 
-    from onceflow.airflow.operators.batch import run_interval
+    from onceflow.airflow.operators.steps import run_interval
     from onceflow.core.planning.intervals import Interval
 
     start, end = datetime(2026, 11, 1, 3, tzinfo=timezone.utc), datetime(2026, 11, 1, 4, tzinfo=timezone.utc)

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from onceflow.ops.cli import add_pipeline_arguments, runtime_from_args
+from onceflow_devkit.chaos.figures import DEFAULT_RECORDS_PER_PARTITION
 from onceflow_devkit.chaos.schedule import ALL_KINDS, KNOWN_KINDS, OPT_IN_KINDS
 from onceflow_devkit.services.kafka_broker import BROKERS, CLUSTER, COMPATIBLE, DEFAULT_BROKER, STACK_BROKERS
 from onceflow_devkit.services.kafka_security import USERS, Security
@@ -167,7 +168,8 @@ def add_commands(sub) -> None:
     chaos.add_argument("--broker", choices=[*STACK_BROKERS, "all"], default=DEFAULT_BROKER)
     chaos.add_argument("--warehouse", choices=["file", "s3", "all"], default="file",
                        help="file: a local directory; s3: the embedded S3 behind a fault-injecting proxy")
-    chaos.add_argument("--records-per-partition", type=int, default=100, help="input records per partition and batch")
+    chaos.add_argument("--records-per-partition", type=int, default=DEFAULT_RECORDS_PER_PARTITION,
+                       help="input records per partition and batch")
     chaos.add_argument("--mode", choices=["offsets", "backfill"], default="offsets",
                        help="offsets: the clickstream DAG, run after run; backfill: faulted runs of the hourly interval "
                        "pipeline, one hour each, then Airflow backfills of every hour, three at a time")

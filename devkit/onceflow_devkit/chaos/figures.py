@@ -15,6 +15,8 @@ from typing import Any, Mapping, Sequence
 from onceflow_devkit.chaos.injectors import Injection
 from onceflow_devkit.chaos.schedule import NO_FAULT, Fault, sequence_json
 
+DEFAULT_RECORDS_PER_PARTITION = 100  # a batch's input records per partition (the input topic has 2)
+
 
 @dataclass
 class BatchRun:
@@ -63,6 +65,7 @@ class ChaosFigures:
     transaction_timeout: int | None = None  # --transaction-timeout-ms, when given
     records_per_split: int | None = None  # --records-per-split, when given
     plan_in_spark_task: bool = False  # --plan-in-spark-task: the DAG had no plan task
+    records_per_partition: int = DEFAULT_RECORDS_PER_PARTITION  # --records-per-partition: each batch's input
     stopped_early: bool = False  # stopped by runner.STOP_SIGNAL before the sequence's end (drained and audited)
     runs: list[BatchRun] = field(default_factory=list)
     drain_runs: int = 0
@@ -115,6 +118,8 @@ class ChaosFigures:
             + (f" --transaction-timeout-ms {self.transaction_timeout}" if self.transaction_timeout else "")
             + (f" --records-per-split {self.records_per_split}" if self.records_per_split else "")
             + (" --plan-in-spark-task" if self.plan_in_spark_task else "")
+            + (f" --records-per-partition {self.records_per_partition}"
+               if self.records_per_partition != DEFAULT_RECORDS_PER_PARTITION else "")
             + (f" --kinds {','.join(self.kinds)}" if self.kinds else "")
         )
 
@@ -131,6 +136,7 @@ class ChaosFigures:
             "secure": self.secure,
             "records_per_split": self.records_per_split,
             "plan_in_spark_task": self.plan_in_spark_task,
+            "records_per_partition": self.records_per_partition,
             "stopped_early": self.stopped_early,
             "seed": self.seed,
             "batches_run": len(self.runs),

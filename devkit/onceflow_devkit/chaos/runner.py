@@ -43,7 +43,7 @@ from onceflow_devkit.chaos import schedule
 from onceflow_devkit.services.kafka_broker import APACHE, CLUSTER, DEFAULT_BROKER
 from onceflow_devkit.services.stack import onceflow_home
 from onceflow_devkit.services.iceberg_catalog import embedded_catalogs, forget_embedded_catalogs
-from onceflow_devkit.chaos.figures import BatchRun, ChaosFigures, LedgerFigures
+from onceflow_devkit.chaos.figures import DEFAULT_RECORDS_PER_PARTITION, BatchRun, ChaosFigures, LedgerFigures
 from onceflow_devkit.chaos.injectors import Injection, RunTarget, inject, oversized_outcome
 from onceflow_devkit.chaos.zombies import ZombiePen
 
@@ -79,7 +79,7 @@ class ChaosOptions:
     seed: int
     broker: str = DEFAULT_BROKER
     warehouse: str = "file"            # "file" (file:// under the run's home) or "s3" (moto behind the fault proxy)
-    records_per_partition: int = 100   # per batch; the input topic has 2 partitions
+    records_per_partition: int = DEFAULT_RECORDS_PER_PARTITION  # per batch; the input topic has 2 partitions
     run_timeout_s: float = 900.0
     kinds: tuple[str, ...] | None = None  # default: every kind the warehouse allows
     home: Path | None = None
@@ -518,7 +518,8 @@ def _run_chaos(options: ChaosOptions, say: Callable[[str], None], stop: threadin
     figures = ChaosFigures(options.broker, options.warehouse, options.seed, sequence, mode=options.mode, spark=options.spark,
                            executor=options.executor, kinds=options.kinds, commit=code_commit(), postgres=options.postgres,
                            secure=options.secure, transaction_timeout=options.transaction_timeout,
-                           records_per_split=options.records_per_split, plan_in_spark_task=options.plan_in_spark_task)
+                           records_per_split=options.records_per_split, plan_in_spark_task=options.plan_in_spark_task,
+                           records_per_partition=options.records_per_partition)
     world = _Run(options, say)
     try:
         world.up()

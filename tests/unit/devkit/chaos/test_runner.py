@@ -61,9 +61,10 @@ def test_without_a_plan_task_the_killed_task_processes_are_the_dag_s_and_the_run
 
     assert killed(schedule.TASKS) == {"plan", "spark", "commit"}
     assert killed(schedule.PLANNING_IN_SPARK) == {"spark", "commit"}  # a plan task that does not exist is no fault
-    figures = ChaosFigures("apache", "file", 7, [], spark="connect", plan_in_spark_task=True)
-    assert figures.reproduce().endswith("--spark connect --plan-in-spark-task")
-    assert figures.to_dict()["plan_in_spark_task"] is True
+    figures = ChaosFigures("apache", "file", 7, [], spark="connect", plan_in_spark_task=True, records_per_partition=1000)
+    assert figures.reproduce().endswith("--spark connect --plan-in-spark-task --records-per-partition 1000")
+    assert figures.to_dict()["plan_in_spark_task"] is True and figures.to_dict()["records_per_partition"] == 1000
+    assert "--records-per-partition" not in ChaosFigures("apache", "file", 7, []).reproduce()  # the default: 100
 
 
 def test_the_stop_signal_asks_a_run_to_stop_and_its_handler_goes_with_the_run():

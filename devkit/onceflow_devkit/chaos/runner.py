@@ -126,6 +126,9 @@ class ChaosOptions:
             raise ConfigurationError(f"--executor {self.executor!r}: choose one of {', '.join(EXECUTORS)}")
         if self.spark not in schedule.SPARK_MODES:
             raise ConfigurationError(f"--spark {self.spark!r}: choose one of {', '.join(schedule.SPARK_MODES)}")
+        if self.plan_in_spark_task and self.mode != "offsets":
+            raise ConfigurationError(f"--plan-in-spark-task builds the offsets DAG (dags/clickstream_exactly_once.py) "
+                                     f"without a plan task; --mode {self.mode} runs the hourly DAG, which keeps its own")
         impossible = (set(self.kinds or ()) - set(self.possible_kinds(True)) - set(self.possible_kinds(False))
                       - set(schedule.opt_in_kinds_for(self.spark, self.mode)))
         if impossible:

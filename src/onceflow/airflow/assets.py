@@ -5,11 +5,12 @@ Each output is an Asset (``onceflow.<pipeline>.<sink>``). The protocol tasks
 emit their events through one AssetAlias per pipeline, only for a batch they
 saw committed, with what was committed in the event's extra: a downstream DAG
 scheduled on an output reads the batch from its triggering events. A task
-emits for the batches it finished (a plan task's recovery may finish an
+emits for the batches it finished (a plan's recovery may finish an
 earlier run's commit) and the commit task for its run's batch; an aborted
 batch announces nothing. A batch finished outside Airflow (``onceflow
 recover``), or by a task that died before Airflow recorded its events, has
-no task to emit for it: the next run's plan task announces it. Each task
+no task to emit for it: the next run's plan announces it (in its plan task, or its
+spark task in a DAG without one). Each task
 first reads the alias's recent events (the alias is also every protocol
 task's inlet) and announces only batches no event carries yet.
 """

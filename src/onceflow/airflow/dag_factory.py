@@ -121,7 +121,7 @@ def run_params(settings: DagSettings) -> dict[str, Any]:
         )}
     return {
         **batch_params,
-        # The transform's own (``PipelineSpec.run_params``); any other conf key is refused by the plan task.
+        # The transform's own (``PipelineSpec.run_params``); any other conf key is refused by the task that plans.
         **{name: Param(**schema) for name, schema in spec.run_params.items()},
         faults.RUN_PARAM: Param(
             None, type=["null", "string"],

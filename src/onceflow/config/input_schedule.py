@@ -105,8 +105,9 @@ class InputState:
 
 class Lead:
     """How much earlier than ``max_age_s`` the age rule fires: the time the trigger's last run took,
-    from its event to its batch committed, as the trigger saw it (at a look after the commit, so up
-    to ``poll_s`` more: early rather than late). 0 until one of its runs has committed."""
+    from its event to the first look that finds a newer batch committed (its run's, unless a manual
+    run's batch came first; up to ``poll_s`` late, so early rather than late). 0 until one of its
+    runs has committed; a newer batch aborted first measures nothing."""
 
     def __init__(self):
         self.seconds = 0.0
@@ -142,7 +143,7 @@ def reason_to_fire(schedule: InputSchedule, state: InputState, fired_after_seq: 
     if schedule.records is not None and state.waiting >= schedule.records:
         return f"{state.waiting} records wait (threshold {schedule.records})"
     if schedule.max_age_s is not None and state.oldest_age_s is not None and state.oldest_age_s + lead_s >= schedule.max_age_s:
-        early = f", less {lead_s:.1f} s that the last run took to commit" if lead_s else ""
+        early = f", less the {lead_s:.1f} s the last run took to commit" if lead_s else ""
         return (f"the oldest of {state.waiting} waiting records is {state.oldest_age_s:.0f} s old "
                 f"(threshold {schedule.max_age_s:g} s{early})")
     return None

@@ -87,7 +87,7 @@ def test_runs_start_when_enough_records_wait_or_the_oldest_is_old_enough_and_onl
             # from its trigger's event to its commit, so that they are committed by the time they are 8 s old.
             (event,) = api.triggering_events(DAG_ID, second["dag_run_id"])
             fired = event["extra"]["payload"]
-            assert fired["waiting"] == 100 and "that the last run took to commit" in fired["reason"], fired
+            assert fired["waiting"] == 100 and "the last run took to commit" in fired["reason"], fired
             assert fired["oldest_age_s"] + fired["lead_s"] >= 8 - 0.01 and fired["oldest_age_s"] < 8, fired
             assert waited < 8, waited
             print(f"100 records: run started {waited:.1f} s after the produce, committed and visible "

@@ -36,7 +36,7 @@ def test_the_age_rule_fires_early_by_the_time_the_last_run_it_started_took_to_co
     lead.looked(state(0, None, latest=4), now=102.8)  # committed: 2.8 s after the trigger's event
     assert lead.seconds == pytest.approx(2.8)
     assert reason_to_fire(schedule, state(100, 5.1, latest=4), 3, 10.0, lead.seconds) is None
-    assert "less 2.8 s that the last run took to commit" in reason_to_fire(schedule, state(100, 5.3, latest=4), 3, 10.0, lead.seconds)
+    assert "less the 2.8 s the last run took to commit" in reason_to_fire(schedule, state(100, 5.3, latest=4), 3, 10.0, lead.seconds)
     lead.looked(state(0, None, latest=5), now=200.0)  # a batch it did not start measures nothing
     assert lead.seconds == pytest.approx(2.8)
 

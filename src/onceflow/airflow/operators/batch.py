@@ -20,10 +20,10 @@ batch's one decision (I2). Protocol errors map to task outcomes:
                         not move, the next run re-reads the records
     CommitFailed        task fails loudly; the batch stays COMMITTING and any
                         later run's plan task redoes the commit (I3, I7)
-    batch already done  a cleared run: the plan task skips the run (no-op)
+    batch already done  a cleared run: the task that plans skips the run (no-op)
     PlanMustWait        interval pipelines: the interval is not closed yet, or
-                        every slot is in flight; the plan task is rescheduled
-                        (no worker slot held while it waits)
+                        every slot is in flight; the task that plans is
+                        rescheduled (no worker slot held while it waits)
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from airflow.sdk import BaseOperator
 from onceflow.core.states import BatchState
 from onceflow.pipeline.spec import PipelineSpec
 from onceflow.airflow.deployed import PLAN_TASK_ID, PLAN_XCOM_KEY, DeployedPipeline
-from onceflow.airflow.operators.steps import BatchSteps
+from onceflow.airflow.operators.steps import BatchSteps, task_identity
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class PlanBatchOperator(_BatchOperator):
     """
 
     def execute(self, context) -> dict[str, Any]:
-        planned, _ = self.steps(context).plan(context, (context.get("dag") or self.dag).params.keys())
+        planned, _ = self.steps(context).plan(context, self.dag)
         return planned
 
 
@@ -107,14 +107,14 @@ class RollbackBatchOperator(_BatchOperator):
 
     def execute(self, context) -> dict[str, Any]:
         planned = context["ti"].xcom_pull(task_ids=self.plan_task_id, key=PLAN_XCOM_KEY)
-        if not planned:
+        seq = int(planned["batch_seq"]) if planned else self.batch_without_xcom(context)
+        if seq is None:
             # A run its plan task refused (whatever the reason: its conf, its faults param, its run type) has
-            # nothing to undo: the rollback neither arms the run's faults nor connects to anything.
+            # nothing to undo: the rollback neither arms the run's faults nor writes anything.
             log.info("no batch was planned in this run: nothing to roll back")
             return {"state": "nothing planned"}
         steps = self.steps(context)
         runtime = steps.runtime(context)
-        seq = int(planned["batch_seq"])
         # Task instances of the run are not readable from a task in Airflow 3
         # (no metadata DB access): the task log of the run shows which failed.
         reason = f"a task upstream of rollback failed in Airflow run {context['run_id']}"
@@ -124,3 +124,17 @@ class RollbackBatchOperator(_BatchOperator):
             steps.announce(context, runtime, also=seq)
         log.info("batch %s of %s is %s", status.batch_id, self.pipeline.name, status.state.value)
         return {"batch_seq": seq, "state": status.state.value}
+
+    def batch_without_xcom(self, context) -> int | None:
+        """The run's undecided batch when the task that plans left none in XCom, or None. Only a DAG without
+        a plan task can have one: Airflow clears a task's XCom when a new try starts, so a spark task whose
+        first try planned and whose last died before planning again leaves none; the ledger knows the batch
+        by its run. The plan task's XCom outlives the spark task's tries."""
+        if self.plan_task_id == PLAN_TASK_ID:
+            return None
+        batch = self.steps(context).deployed.runtime(identity=task_identity(context)).batch_of_run(context["run_id"])
+        if batch is None or batch.state.terminal:
+            return None
+        log.info("batch %s of this run was planned by %s, whose XCom a later try cleared: rolling it back",
+                 batch.batch_id, self.plan_task_id)
+        return batch.batch_seq

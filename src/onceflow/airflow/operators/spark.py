@@ -103,8 +103,7 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         """The environment spark-submit gets: set values only, the pipeline's spec, and no secret where it
         would be an argument. Called in execute(), after rendering: nothing added here is a rendered field."""
         env = set_env_only(self.env_vars)
-        if self.deployed is not None:
-            env[SPEC_VAR] = self.deployed.spec.to_json()
+        env[SPEC_VAR] = self.deployed.spec.to_json()
         master = self._get_hook()._connection["master"]
         if not env_becomes_arguments(master):
             return env
@@ -121,11 +120,13 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         if self.deployed is None:
             raise ConfigurationError(f"task {self.task_id}: the spark task needs the deployed pipeline (its spec, "
                                      "connections and batch): build it with pipeline_dag")
+        # The Spark connection is read before anything is planned: a wrong one fails the task at once, and
+        # on_kill knows which kind of job it stops.
+        self._connect_mode = BaseHook.get_connection(self._conn_id).conn_type == SparkConnectHook.conn_type
         started = time.monotonic()
         seq, runtime = self.batch(context)
-        planned_s = time.monotonic() - started
-        if BaseHook.get_connection(self._conn_id).conn_type == SparkConnectHook.conn_type:
-            self._connect_mode = True
+        if self._connect_mode:
+            planned_s = time.monotonic() - started
             report = self.execute_connect(context, SparkConnectHook(self._conn_id).get_connection_url(), seq, runtime)
             if self.plans:  # the plan's share of the task, beside the job's own stages
                 report["seconds"]["plan"] = round(planned_s, 2)
@@ -140,7 +141,7 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         steps = BatchSteps(self.deployed, self.task_id, self.task_id if self.plans else PLAN_TASK_ID)
         if not self.plans:
             return steps.planned_seq(context), None
-        planned, runtime = steps.plan(context, (context.get("dag") or self.dag).params.keys())
+        planned, runtime = steps.plan(context, self.dag)
         return planned["batch_seq"], runtime
 
     def spark_kafka(self) -> KafkaCluster | None:

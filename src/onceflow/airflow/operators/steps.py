@@ -50,13 +50,17 @@ def _emit_metrics(runtime, seq: int) -> None:
     metrics.batch_finished(runtime.reader.describe(seq), runtime.spec, lag)
 
 
+def task_identity(context) -> str:
+    """Who does what a task writes (the ledger's ``done_by``): its run, task, try, host and process."""
+    ti = context["ti"]
+    return f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
+
+
 def task_runtime(context, deployed):
     """Where every task that runs protocol steps starts: arm the run's injected
     faults (test deployments only), then build the runtime from the connections."""
     faults.arm_run_param((context.get("params") or {}).get(faults.RUN_PARAM))
-    ti = context["ti"]
-    identity = f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}#try{ti.try_number}@{os.uname().nodename}:{os.getpid()}"
-    return deployed.runtime(identity=identity)
+    return deployed.runtime(identity=task_identity(context))
 
 
 def planned_seq(context, plan_task_id: str, task_id: str) -> int:
@@ -70,7 +74,7 @@ def planned_seq(context, plan_task_id: str, task_id: str) -> int:
     return int(planned["batch_seq"])
 
 
-# How many aborted batches in a row a plan task looks past for the committed one before them.
+# How many aborted batches in a row a plan looks past for the committed one before them.
 UNANNOUNCED_LOOKBACK = 10
 
 
@@ -121,25 +125,39 @@ class BatchSteps:
     def planned_seq(self, context) -> int:
         return planned_seq(context, self.plan_task_id, self.task_id)
 
-    def plan(self, context, declared_params) -> tuple[dict[str, Any], Any]:
+    def plan(self, context, dag) -> tuple[dict[str, Any], Any]:
         """Recover any unfinished batch, then bind this DAG run to its batch, in the ledger, and leave it in
         XCom (``PLAN_XCOM_KEY``) before any output is touched. Returns the batch (the plan task's XCom,
         ``{"batch_seq", "batch_id", "records", "ranges"}``) and the runtime that planned it. A retry gets
         the plan its run wrote before; AirflowSkipException: the run's batch is already committed."""
         try:
             inputs = run_inputs.read_run_inputs(self.pipeline.name, getattr(context.get("dag_run"), "conf", None),
-                                                context.get("params") or {}, declared_params,
+                                                context.get("params") or {}, (context.get("dag") or dag).params.keys(),
                                                 self.pipeline.run_params.keys())
         except run_inputs.RunParamsRefused as refused:
             log.error("%s", refused)
             raise AirflowFailException(str(refused)) from None  # no retry: the run's conf will not change
         if self.pipeline.batches == INTERVAL:
             plan, runtime = self._plan_interval(context, inputs)
+            return self._push(context, plan), runtime
+        plan, runtime = self._plan_offsets(context, inputs)
+        planned = self._push(context, plan)  # before the aftermath of the batch before it, which may fail
+        if plan.batch_seq > 1:
+            # plan_next first recovered the previous batch: if that finished a
+            # commit some earlier task could not, finish its aftermath too.
+            previous = runtime.coordinator.describe(plan.batch_seq - 1)
+            if previous is not None and previous.state is BatchState.COMMITTED:
+                runtime.after_commit(previous.plan)
+            self.announce(context, runtime, newest_before=previous)  # what recovery finished, here or elsewhere
         else:
-            plan, runtime = self._plan_offsets(context, inputs)
+            self.announce(context, runtime)
+        return planned, runtime
+
+    def _push(self, context, plan) -> dict[str, Any]:
+        """The run's batch, logged and left in XCom for the tasks after this one."""
         planned = self._planned(plan)
         context["ti"].xcom_push(key=PLAN_XCOM_KEY, value=planned)
-        return planned, runtime
+        return planned
 
     def _plan_offsets(self, context, inputs: run_inputs.RunInputs):
         refusal = backfill_refusal(self.pipeline.name, context)
@@ -155,15 +173,6 @@ class BatchSteps:
         runtime.check_outputs()
         with runtime.offset_source() as source:
             plan = coordinator.plan_next(source, runtime.plan_config(inputs), run_id=run_id)
-        if plan.batch_seq > 1:
-            # plan_next first recovered the previous batch: if that finished a
-            # commit some earlier task could not, finish its aftermath too.
-            previous = coordinator.describe(plan.batch_seq - 1)
-            if previous is not None and previous.state is BatchState.COMMITTED:
-                runtime.after_commit(previous.plan)
-            self.announce(context, runtime, newest_before=previous)  # what recovery finished, here or elsewhere
-        else:
-            self.announce(context, runtime)
         return plan, runtime
 
     def _plan_interval(self, context, inputs: run_inputs.RunInputs):

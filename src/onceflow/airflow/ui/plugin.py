@@ -24,7 +24,7 @@ class OnceflowPlugin(AirflowPlugin):
         {"name": "onceflow", "href": f"{URL_PREFIX}/", "destination": "nav", "url_route": "onceflow"},
         {"name": "onceflow batch", "href": f"{URL_PREFIX}/dags/{{DAG_ID}}/runs/{{RUN_ID}}", "destination": "dag_run",
          "url_route": "onceflow-batch"},
-        # the same view from any task instance of the run (plan, spark, commit, rollback)
+        # the same view from any task instance of the run (plan, if the DAG has one, spark, commit, rollback)
         {"name": "onceflow batch", "href": f"{URL_PREFIX}/dags/{{DAG_ID}}/runs/{{RUN_ID}}", "destination": "task_instance",
          "url_route": "onceflow-batch-of-task"},
     ]

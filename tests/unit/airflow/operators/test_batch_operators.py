@@ -66,3 +66,31 @@ def test_a_run_refused_at_plan_leaves_its_rollback_green_even_when_it_asked_for_
 
     assert rollback.execute(context) == {"state": "nothing planned"}
     assert not faults.armed()
+
+
+@pytest.mark.parametrize(("plan_task_id", "found", "rolled_back"), [
+    ("spark", "preparing", 4),   # planned by a spark task try whose XCom a later try cleared
+    ("spark", "aborted", None),  # already decided: nothing left to roll back
+    ("spark", None, None),       # refused before planning
+    ("plan", "preparing", None),  # the plan task's XCom outlives the spark task's tries: empty means none
+])
+def test_without_the_plan_in_xcom_a_rollback_finds_the_run_s_undecided_batch_in_the_ledger_only_where_the_spark_task_plans(
+        monkeypatch, plan_task_id, found, rolled_back):
+    from types import SimpleNamespace
+
+    from onceflow.airflow.deployed import DeployedPipeline
+    from onceflow.airflow.operators.batch import RollbackBatchOperator
+    from onceflow.core.states import BatchState
+
+    asked = []
+
+    class Ledger:
+        def batch_of_run(self, run_id):
+            asked.append(run_id)
+            return None if found is None else SimpleNamespace(state=BatchState(found), batch_seq=4, batch_id="0000000004")
+
+    monkeypatch.setattr(DeployedPipeline, "runtime", lambda self, identity=None: Ledger())
+    rollback = RollbackBatchOperator(task_id="rollback", pipeline=ORDERS, warehouse="file:///tmp/w", plan_task_id=plan_task_id)
+    ti = SimpleNamespace(dag_id="orders", run_id="manual__1", task_id="rollback", try_number=1)
+    assert rollback.batch_without_xcom({"ti": ti, "run_id": "manual__1"}) == rolled_back
+    assert asked == ([] if plan_task_id == "plan" else ["manual__1"])

@@ -65,6 +65,8 @@ def test_without_a_plan_task_the_killed_task_processes_are_the_dag_s_and_the_run
     assert figures.reproduce().endswith("--spark connect --plan-in-spark-task --records-per-partition 1000")
     assert figures.to_dict()["plan_in_spark_task"] is True and figures.to_dict()["records_per_partition"] == 1000
     assert "--records-per-partition" not in ChaosFigures("apache", "file", 7, []).reproduce()  # the default: 100
+    with pytest.raises(ConfigurationError, match="--mode backfill runs the hourly DAG"):
+        ChaosOptions(1, 1, mode="backfill", plan_in_spark_task=True).check()
 
 
 def test_the_stop_signal_asks_a_run_to_stop_and_its_handler_goes_with_the_run():

@@ -8,7 +8,10 @@ How the stage is made to fail: Spark retries a stage when a task cannot fetch it
 then waits, a zombie to be, and split 1's waits until the driver has unregistered the shuffle's map
 outputs. Split 2's task then starts, finds no map output and fails the stage attempt; Spark reruns the
 map stage and, in a new stage attempt, the splits not yet done (0 and 2). The retried split 0 stages
-its copy and lets the zombie go on.
+its copy; the zombie goes on only once the write is done. Spark's commit coordinator authorizes the
+first attempt of a partition that asks, whichever stage attempt it belongs to: a zombie let go when the
+retried task had staged (not yet committed) sometimes asked first, and the retried task's commit was
+denied ("Commit denied for partition 0 ... stage N.1"), failing the write.
 
 The kind under test is the SQLite example (tests/integration/examples/test_sqlite_sink.py), whose
 staged rows carry their stage's name, so a shared name would publish both copies.
@@ -60,6 +63,7 @@ class StageRetryWriter(StagingWriter):
         if first and task.split == 0:
             (rendezvous / "zombie-staged").touch()
             _wait_for(rendezvous / "retried-staged")
+            _wait_for(rendezvous / "write-done")  # then Spark has killed the zombie: it never asks to commit
         elif first and task.split == 1:
             (rendezvous / "split-1-started").touch()
             _wait_for(rendezvous / "map-outputs-gone")
@@ -104,6 +108,7 @@ def test_a_retried_stage_task_and_its_zombie_stage_apart_and_only_the_voted_one_
                   database=harness.database, table="counts", batch_id=str(BatchId(seq)), rendezvous=str(rendezvous))
          .save())
     finally:
+        (rendezvous / "write-done").touch()
         spark.conf.unset("spark.sql.adaptive.enabled")
         breaker.join(timeout=WAIT_S)
 

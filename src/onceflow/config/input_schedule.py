@@ -16,7 +16,7 @@ pile up behind a slow batch.
 
 ``max_age_s`` bounds how long a record waits to be committed, not how long it waits
 for its run to start: the trigger starts the run early by the time its previous run
-took from the trigger's event to its batch committed (``Lead``). A pipeline whose
+took from the trigger's event to its batch committed (``LastFiring``). A pipeline whose
 runs take longer than ``max_age_s`` starts the next run as soon as a record waits
 (still one run at a time). Until the trigger has seen one of its runs commit (after
 the triggerer starts), it waits the whole ``max_age_s``.
@@ -37,7 +37,7 @@ from onceflow.config.settings import ConfigurationError
 @dataclass(frozen=True)
 class InputSchedule:
     records: int | None = None       # fire when this many records wait
-    max_age_s: float | None = None   # fire so that the oldest waiting record is committed by this age (Lead)
+    max_age_s: float | None = None   # fire so that the oldest waiting record is committed by this age (LastFiring)
     poll_s: float = 5.0              # how often the trigger looks (Kafka offsets and the ledger's head)
     # A run the trigger started that planned nothing within this time (it failed before planning,
     # or was never scheduled) does not hold the next one back any longer; nor does a batch left
@@ -103,34 +103,41 @@ class InputState:
     aborted_age_s: float | None = None  # age of the newest batch if it was aborted, else None
 
 
-class Lead:
-    """How much earlier than ``max_age_s`` the age rule fires: the time the trigger's last run took,
-    from its event to the first look that finds a newer batch committed (its run's, unless a manual
-    run's batch came first; up to ``poll_s`` late, so early rather than late). 0 until one of its
-    runs has committed; a newer batch aborted first measures nothing."""
+class LastFiring:
+    """What the trigger remembers of the last run it started: the newest batch when it fired
+    (``after_seq``, None: it has not fired), when (``at``), and ``lead_s``, how much earlier than
+    ``max_age_s`` the age rule fires: the time that run took from the trigger's event to the first
+    look that finds a newer batch committed (its run's, unless a manual run's batch came first; up
+    to ``poll_s`` late, so early rather than late). 0 until one of its runs has committed; a newer
+    batch aborted first measures nothing."""
 
     def __init__(self):
-        self.seconds = 0.0
-        self._waiting_for: tuple[int, float] | None = None  # (the newest batch when it fired, when)
+        self.after_seq: int | None = None
+        self.at = 0.0
+        self.lead_s = 0.0
+        self._measuring = False
 
     def fired(self, state: InputState, now: float) -> None:
-        self._waiting_for = (state.latest_seq, now)
+        self.after_seq, self.at, self._measuring = state.latest_seq, now, True
+
+    def age_s(self, now: float) -> float | None:
+        """How long ago it fired (None: it has not)."""
+        return None if self.after_seq is None else now - self.at
 
     def looked(self, state: InputState, now: float) -> None:
         """Measure the run it started, at the first look that finds a newer batch committed."""
-        if self._waiting_for is None:
+        if not self._measuring or state.latest_seq <= self.after_seq:
             return
-        after_seq, fired_at = self._waiting_for
-        if state.latest_seq > after_seq and state.in_flight_age_s is None and state.aborted_age_s is None:
-            self.seconds, self._waiting_for = now - fired_at, None
-        elif state.latest_seq > after_seq and state.aborted_age_s is not None:
-            self._waiting_for = None  # an aborted batch says nothing of how long a batch takes
+        if state.aborted_age_s is not None:
+            self._measuring = False  # an aborted batch says nothing of how long a batch takes
+        elif state.in_flight_age_s is None:
+            self.lead_s, self._measuring = now - self.at, False
 
 
 def reason_to_fire(schedule: InputSchedule, state: InputState, fired_after_seq: int | None,
                    fired_age_s: float | None, lead_s: float = 0.0) -> str | None:
     """Why a run should start now, or None. ``fired_after_seq``: the newest batch when the trigger
-    last fired (None: it has not), ``fired_age_s`` how long ago; ``lead_s``: ``Lead.seconds``."""
+    last fired (None: it has not), ``fired_age_s`` how long ago; ``lead_s``: ``LastFiring.lead_s``."""
     assert schedule.stall_s is not None, "input_asset sets stall_s"
     if state.in_flight_age_s is not None and state.in_flight_age_s < schedule.stall_s:
         return None  # a batch is on its way; its run ends before the next can start

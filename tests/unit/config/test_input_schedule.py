@@ -24,30 +24,30 @@ def test_a_run_starts_on_enough_records_or_an_old_enough_record_not_before():
 
 
 def test_the_age_rule_fires_early_by_the_time_the_last_run_it_started_took_to_commit():
-    from onceflow.config.input_schedule import Lead
+    from onceflow.config.input_schedule import LastFiring
 
     schedule = when_input(max_age_s=8, stall_s=600)
-    lead = Lead()
-    assert lead.seconds == 0.0  # nothing seen yet: the whole max_age_s
-    assert reason_to_fire(schedule, state(100, 7.9), None, None, lead.seconds) is None
+    lead = LastFiring()
+    assert lead.lead_s == 0.0  # nothing seen yet: the whole max_age_s
+    assert reason_to_fire(schedule, state(100, 7.9), None, None, lead.lead_s) is None
     lead.fired(state(100, 8.0, latest=3), now=100.0)
     lead.looked(state(0, None, latest=4, in_flight=1.0), now=101.5)  # its batch, not yet committed
-    assert lead.seconds == 0.0
+    assert lead.lead_s == 0.0
     lead.looked(state(0, None, latest=4), now=102.8)  # committed: 2.8 s after the trigger's event
-    assert lead.seconds == pytest.approx(2.8)
-    assert reason_to_fire(schedule, state(100, 5.1, latest=4), 3, 10.0, lead.seconds) is None
-    assert "less the 2.8 s the last run took to commit" in reason_to_fire(schedule, state(100, 5.3, latest=4), 3, 10.0, lead.seconds)
+    assert lead.lead_s == pytest.approx(2.8)
+    assert reason_to_fire(schedule, state(100, 5.1, latest=4), 3, 10.0, lead.lead_s) is None
+    assert "less the 2.8 s the last run took to commit" in reason_to_fire(schedule, state(100, 5.3, latest=4), 3, 10.0, lead.lead_s)
     lead.looked(state(0, None, latest=5), now=200.0)  # a batch it did not start measures nothing
-    assert lead.seconds == pytest.approx(2.8)
+    assert lead.lead_s == pytest.approx(2.8)
 
     lead.fired(state(100, 8.0, latest=5), now=300.0)
     lead.looked(state(0, None, latest=6), now=320.0)  # a run slower than max_age_s: the next starts on any record
-    assert reason_to_fire(schedule, state(1, 0.0, latest=6), 5, 30.0, lead.seconds) is not None
-    assert reason_to_fire(schedule, state(0, None, latest=6), 5, 30.0, lead.seconds) is None  # but not on none
+    assert reason_to_fire(schedule, state(1, 0.0, latest=6), 5, 30.0, lead.lead_s) is not None
+    assert reason_to_fire(schedule, state(0, None, latest=6), 5, 30.0, lead.lead_s) is None  # but not on none
     lead.fired(state(100, 8.0, latest=6), now=400.0)
     lead.looked(state(100, 1.0, latest=7, aborted=1.0), now=401.0)  # aborted: not a measure
     lead.looked(state(0, None, latest=8), now=500.0)
-    assert lead.seconds == pytest.approx(20.0)
+    assert lead.lead_s == pytest.approx(20.0)
 
 
 def test_no_run_starts_while_a_batch_is_on_its_way_or_the_run_it_started_has_not_planned_yet():

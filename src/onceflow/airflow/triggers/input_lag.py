@@ -7,7 +7,7 @@ committed batch, the age of the oldest) and asks ``reason_to_fire``; each
 event it yields becomes an Asset event, which the scheduler turns into a run.
 It keeps running: after firing it waits for the batch of that run, so one
 burst of input starts one run, not one per look; the time that run took to
-commit is how much earlier the age rule fires next (``Lead``).
+commit is how much earlier the age rule fires next (``LastFiring``).
 
 The looks are blocking calls (Kafka, the warehouse, connections through
 hooks) and run in a thread, so the triggerer's event loop never waits on them.
@@ -26,7 +26,7 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from onceflow.config.input_schedule import InputSchedule, InputState, Lead, reason_to_fire
+from onceflow.config.input_schedule import InputSchedule, InputState, LastFiring, reason_to_fire
 from onceflow.core.states import BatchState
 from onceflow.airflow.deployed import DeployedPipeline
 from onceflow.core.lag import input_lag
@@ -75,9 +75,7 @@ class InputLagTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         runtime = source = None
-        fired_after_seq: int | None = None
-        fired_at = 0.0
-        lead = Lead()
+        last = LastFiring()
         try:
             while True:
                 try:
@@ -90,17 +88,15 @@ class InputLagTrigger(BaseEventTrigger):
                                 self.schedule.poll_s)
                     source = await asyncio.to_thread(_close, source)
                 else:
-                    lead.looked(state, time.monotonic())
-                    reason = reason_to_fire(self.schedule, state, fired_after_seq,
-                                            time.monotonic() - fired_at if fired_after_seq is not None else None,
-                                            lead.seconds)
+                    now = time.monotonic()
+                    last.looked(state, now)
+                    reason = reason_to_fire(self.schedule, state, last.after_seq, last.age_s(now), last.lead_s)
                     if reason is not None:
                         log.info("%s: starting a run: %s", self.dag_id, reason)
-                        fired_after_seq, fired_at = state.latest_seq, time.monotonic()
-                        lead.fired(state, fired_at)
+                        last.fired(state, now)
                         yield TriggerEvent({"pipeline": runtime.spec.name, "reason": reason, "waiting": state.waiting,
                                             "oldest_age_s": state.oldest_age_s, "after_batch": state.latest_seq,
-                                            "lead_s": round(lead.seconds, 2)})
+                                            "lead_s": round(last.lead_s, 2)})
                 await asyncio.sleep(self.schedule.poll_s)
         finally:  # cancelled (the DAG paused or changed, the triggerer stopping): release the consumer
             _close(source)

@@ -190,9 +190,10 @@ def interval_plan(
         {TopicPartition(r.topic, r.partition): r.start for r in ranges if r.size},
         source,
     )
+    records = sum(r.size for r in ranges)
     return Plan(
-        pipeline, seq, tuple(ranges), tuple(sinks(sum(r.size for r in ranges))), now_ms, replay_of=None,
-        interval=interval, backlog=sum(r.size for r in ranges), **facts,
+        pipeline, seq, tuple(ranges), tuple(sinks(records)), now_ms, replay_of=None,
+        interval=interval, backlog=records, **facts,
     )
 
 

@@ -14,6 +14,9 @@ reported as the median:
    transaction (acks=all) against onceflow's at_least_once and none outputs
    (DirectSplitWriter: no transaction, no staged copy; none with acks=1), and
    exactly_once against that same plain producer: the price of each guarantee.
+   Where the gap to the raw producer goes: the same exactly_once writer with
+   its staged copy left out (``WriterWithoutStagedCopy``, for the
+   attribution only: without the copy a repair has nothing to publish).
 2. read: a plain read_committed consumer (assign, consume to the end,
    touch each value; and once more keeping key, value, headers, offset and
    timestamp of each record in a list) against ``RangeReader.read`` over
@@ -186,13 +189,21 @@ def raw_plain_write(config: dict, topic: str, batch: pa.RecordBatch) -> float:
     return time.perf_counter() - started
 
 
+class WriterWithoutStagedCopy(TransactionalSplitWriter):
+    """The exactly_once writer with nothing staged: its transaction, partitions, headers, delivery reports and
+    producer id as always, its staged copy an empty stream. Measured only to tell what the copy costs."""
+
+    def _stage_rows(self, partitions: list, batch) -> None:
+        self._write_rows()
+
+
 def onceflow_write(config: dict, topic: str, batch: pa.RecordBatch, staging: str,
-                   guarantee: str = EXACTLY_ONCE) -> tuple[float, float, float]:
+                   guarantee: str = EXACTLY_ONCE, writer_class: type = TransactionalSplitWriter) -> tuple[float, float, float]:
     """Seconds for pre-commit + commit, of that the commit alone, and the heap work left (``charge_freed_records``).
     Another ``guarantee`` than exactly_once writes with ``DirectSplitWriter`` (no transaction, nothing staged)."""
     pipeline = f"bench-{uuid.uuid4().hex[:6]}"
     started = time.perf_counter()
-    writer = (TransactionalSplitWriter if guarantee == EXACTLY_ONCE else functools.partial(DirectSplitWriter, guarantee=guarantee))(
+    writer = (writer_class if guarantee == EXACTLY_ONCE else functools.partial(DirectSplitWriter, guarantee=guarantee))(
         config, pipeline, "out", "0000000001", 0, topic, staged_uri(staging, pipeline, "out", "0000000001", 0, 0),
     )
     writer.begin()
@@ -273,11 +284,13 @@ def measure_round(config: dict, batch: pa.RecordBatch, partitions: int, staging:
     times["write_raw"], times["write_raw_readable"], times["freed_raw"] = raw_write(config, raw_topic, batch)
     topic = create_topic(config, partitions)
     times["write_of"], times["commit_of"], times["freed_of"] = onceflow_write(config, topic, batch, staging)
+    unstaged = create_topic(config, partitions)
+    times["write_of_unstaged"] = onceflow_write(config, unstaged, batch, staging, writer_class=WriterWithoutStagedCopy)[0]
     weaker = create_topic(config, partitions)
     times["write_raw_plain"] = raw_plain_write(config, weaker, batch)
     times["write_at_least_once"] = onceflow_write(config, weaker, batch, staging, AT_LEAST_ONCE)[0]
     times["write_none"] = onceflow_write(config, weaker, batch, staging, NO_GUARANTEE)[0]
-    delete_topics(config, [weaker])
+    delete_topics(config, [weaker, unstaged])
     with KafkaOffsetSource(config) as source:
         stable = source.last_stable_offsets(source.partitions([topic]))
         ranges = [OffsetRange(topic, tp.partition, 0, end) for tp, end in stable.items()]
@@ -308,6 +321,7 @@ def rate_rows(rounds: list[dict[str, float]], records: int) -> list[tuple[str, f
         ("write: raw transactional producer", rate("write_raw"), None),
         ("write: onceflow pre-commit + commit", rate("write_of"), rate("write_of") / rate("write_raw")),
         ("write: onceflow pre-commit alone", rate_precommit, rate_precommit / rate("write_raw")),
+        ("write: onceflow without its staged copy", rate("write_of_unstaged"), rate("write_of_unstaged") / rate("write_raw")),
         ("write: raw producer until readable", rate("write_raw_readable"), None),
         ("write: onceflow vs raw until readable", rate("write_of"), rate("write_of") / rate("write_raw_readable")),
         ("write: raw idempotent producer, no txn", rate("write_raw_plain"), None),

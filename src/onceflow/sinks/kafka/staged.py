@@ -1,21 +1,23 @@
 """A split's staged copy: its records exactly as produced, for a repair (I7).
 
-Written on a Spark executor by ``writer.TransactionalSplitWriter`` (an Arrow
-IPC stream at ``staged_uri``, through the warehouse's ``onceflow.storage``:
-local, Hadoop FS or S3); read back on an Airflow worker by ``repair`` when the
-broker aborted the split's transaction; deleted by an abort or after the
-commit.
+Written on a Spark executor by ``writer.TransactionalSplitWriter`` through a
+``StagedCopyWriter`` (an Arrow IPC stream at ``staged_uri``, through the
+warehouse's ``onceflow.storage``: local, Hadoop FS or S3); read back on an
+Airflow worker by ``repair`` when the broker aborted the split's transaction;
+deleted by an abort or after the commit.
 """
 
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 
 import pyarrow as pa
 
 from onceflow.config.warehouse_layout import kafka_staging_dir
 from onceflow.kafka.reader import HEADERS_TYPE
-from onceflow.storage import Storage
+from onceflow.storage import DigestingWriter, Storage
 
 STAGED_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE)]
@@ -42,6 +44,61 @@ def staged_batch(partitions: list[int], batch) -> pa.RecordBatch:
 
 def _array(column) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+class StagedCopyWriter:
+    """Writes one split's staged copy on a thread of its own, while the writer produces the split's
+    records: the copy's bytes (written, hashed, on S3 uploaded) cost the produce loop nothing but the
+    cores they share. Batches are written in the order given, one at a time; a failure surfaces at the
+    next ``write`` or at ``closed``. Not thread-safe: one producing thread calls it."""
+
+    def __init__(self, storage: Storage, uri: str) -> None:
+        self.uri = uri
+        self._stream = ExitStack()
+        self._file = DigestingWriter(self._stream.enter_context(storage.open_write(uri)))
+        self._ipc = pa.ipc.new_stream(self._file, STAGED_SCHEMA)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="onceflow-staged-copy")
+        self._pending: Future | None = None
+        self._closing: Future | None = None
+
+    def write(self, partitions: list[int], batch) -> None:
+        """Stage the rows of ``batch``, each with its partition, after the batches before it."""
+        staged = staged_batch(partitions, batch)
+        self._settle()  # one batch in flight: the copy never lags the records by more than a batch
+        self._pending = self._thread.submit(self._ipc.write_batch, staged)
+
+    def close(self) -> None:
+        """Start completing the copy after the batch in flight (end of stream, the file closed: on S3,
+        uploaded); ``closed`` waits for it."""
+        self._closing = self._thread.submit(self._complete, self._pending)
+
+    def closed(self) -> str:
+        """Once the copy is complete: the SHA-256 of its bytes, for the vote. Raises what failed."""
+        if self._closing is None:
+            self.close()
+        try:
+            self._settle()
+            return self._closing.result()
+        finally:
+            self._thread.shutdown()
+
+    def discard(self) -> None:
+        """Stop writing: the copy stays incomplete (an abort deletes the batch's staging)."""
+        self._thread.shutdown(wait=False, cancel_futures=True)
+
+    def _complete(self, last_write: Future | None) -> str:
+        failed = last_write.exception() if last_write is not None else None  # done: it ran first
+        if failed is not None:
+            self._stream.__exit__(type(failed), failed, failed.__traceback__)  # the storage drops what it holds
+            raise failed
+        self._ipc.close()
+        self._stream.close()
+        return self._file.hexdigest()
+
+    def _settle(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
 
 class StagedCopyDamaged(Exception):

@@ -5,7 +5,7 @@ Runs on a Spark executor (one writer per task/split). Call sequence::
     w = TransactionalSplitWriter(config, pipeline, sink, batch_id, split, topic, staged_uri)
     w.begin()                 init_transactions (fences older attempts of this split) + begin
     w.write(...) / w.write_batch(...)
-    handle = w.precommit()    flush, capture producer id/epoch, close the staged copy
+    handle = w.precommit()    flush (the staged copy completing meanwhile), capture producer id/epoch
     -> handle goes into the vote; the transaction stays OPEN until the commit
        task ends it from another process (txn_protocol.end_txn)
 
@@ -19,6 +19,7 @@ staged copy knows where every record went and a repair puts it back there.
 
 The staged copy (``staged``) holds the split's records exactly as produced;
 the commit task re-publishes it if the broker aborted the transaction (I7).
+It is written on a thread of its own while the records are produced.
 Records larger than the topic takes are withheld, not produced (``withheld``).
 The split's handle (``handle.TxnHandle``) goes into the vote.
 """
@@ -26,7 +27,6 @@ The split's handle (``handle.TxnHandle``) goes into the vote.
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
 from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
@@ -34,7 +34,7 @@ from confluent_kafka import KafkaException, Producer
 
 from onceflow.core import faults
 from onceflow.core.batch_id import BatchId
-from onceflow.storage import DigestingWriter, Storage, storage_for
+from onceflow.storage import Storage, storage_for
 from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE
 from onceflow.kafka import refusals
 from onceflow.kafka.acls import Resource
@@ -45,13 +45,13 @@ from onceflow.sinks.kafka.partitioners import DEFAULT as DEFAULT_PARTITIONER, Sp
 from onceflow.sinks.kafka.producing import SplitDeliveries, produce_rows, producer_eos
 from onceflow.sinks.kafka.headers import CURRENT_FORMAT, REPAIR, record_headers
 from onceflow.sinks.kafka.handle import TRANSACTION_VERSION, TxnHandle
-from onceflow.sinks.kafka.staged import STAGED_SCHEMA, staged_batch
+from onceflow.sinks.kafka.staged import STAGED_SCHEMA, StagedCopyWriter
 from onceflow.sinks.kafka.withheld import Withholder, max_record_bytes_of, withheld_uri_of
 
 _WRITE_CHUNK = 50_000  # rows of write() calls produced together
 # A split is produced in bulk: batch for 20 ms, and queue a whole Arrow batch without blocking.
 THROUGHPUT_SETTINGS = {"linger.ms": 20, "queue.buffering.max.messages": 500_000}
-AFTER_FLUSH = faults.declare("kafka.precommit.after_flush", "Kafka split writer: records flushed in the open transaction, staged copy not closed, no handle yet")
+AFTER_FLUSH = faults.declare("kafka.precommit.after_flush", "Kafka split writer: records flushed in the open transaction, staged copy perhaps not complete, no handle yet")
 
 
 class PreCommitError(RuntimeError):
@@ -109,8 +109,7 @@ class TransactionalSplitWriter:
         self._partitioner = SplitPartitioner(partitioner, f"sink {sink!r}: partitioner")
         self._first_write_ms = 0
         self._rows: dict[str, list] = {name: [] for name in STAGED_SCHEMA.names}  # of write() calls, not produced yet
-        self._stage_writer: pa.ipc.RecordBatchStreamWriter | None = None
-        self._stage_stream = ExitStack()
+        self._staged: StagedCopyWriter | None = None  # opened by begin
         # A repair adds its header to every record: a record must fit with it too.
         self._withholder = Withholder(self._storage, self.withheld_uri, topic, self.max_record_bytes,
                                       [*self._headers, REPAIR])
@@ -129,8 +128,7 @@ class TransactionalSplitWriter:
             self._check_refusal(exc.args[0].code(), "opening its transaction")
             raise PreCommitError(f"{self._name()}: could not open a transaction: {exc.args[0]}") from None
         self._open_topic()
-        self._stage_file = DigestingWriter(self._stage_stream.enter_context(self._storage.open_write(self.staged_uri)))
-        self._stage_writer = pa.ipc.new_stream(self._stage_file, STAGED_SCHEMA)
+        self._staged = StagedCopyWriter(self._storage, self.staged_uri)
 
     def _open_topic(self) -> None:
         meta = self._producer.list_topics(self.topic, timeout=self.timeout_s).topics.get(self.topic)
@@ -194,13 +192,16 @@ class TransactionalSplitWriter:
 
     def _stage_rows(self, partitions: list, batch) -> None:
         self._write_rows()  # keep rows of earlier write() calls ahead of this batch
-        self._stage_writer.write_batch(staged_batch(partitions, batch))
+        self._staged.write(partitions, batch)
 
     def precommit(self) -> TxnHandle:
-        """Flush everything, capture producer id and epoch, close the staged copy.
+        """Flush everything, capture producer id and epoch; the staged copy is completed meanwhile.
 
-        The transaction is left open. Returns the handle for the vote.
+        The transaction is left open. Returns the handle for the vote, which names
+        the staged copy only once it is complete (on S3: uploaded).
         """
+        self._write_rows()
+        self._staged.close()  # it completes while the records are flushed
         produced = self._flush()
         eos = producer_eos(self._producer, self._stats, produced, self.timeout_s)
         if eos is None:
@@ -212,10 +213,12 @@ class TransactionalSplitWriter:
             )
         self._check_reported()
         faults.fault_point(AFTER_FLUSH)
-        self._stage_writer.close()
-        self._stage_stream.close()  # the staged copy is complete (on S3: uploaded) only now
+        try:
+            staged_sha256 = self._staged.closed()
+        except Exception as exc:
+            raise PreCommitError(f"{self._name()}: could not write its staged copy {self.staged_uri}: {exc}") from exc
         return self._handle(int(eos["producer_id"]), int(eos["producer_epoch"]), staged_uri=self.staged_uri,
-                            staged_sha256=self._stage_file.hexdigest(), transaction_version=TRANSACTION_VERSION)
+                            staged_sha256=staged_sha256, transaction_version=TRANSACTION_VERSION)
 
     def _flush(self) -> int:
         """Deliver every record written (an error names the split); how many were produced."""
@@ -260,8 +263,11 @@ class TransactionalSplitWriter:
         )
 
     def abandon(self) -> None:
-        """Drop the producer without ending the transaction (commit/abort happen elsewhere)."""
+        """Drop the producer without ending the transaction (commit/abort happen elsewhere), and stop
+        writing the staged copy."""
         self._producer = None
+        if self._staged is not None:
+            self._staged.discard()
 
     # -- internals -----------------------------------------------------------------
 

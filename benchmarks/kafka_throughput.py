@@ -1,6 +1,7 @@
 """Kafka throughput: onceflow against plain confluent-kafka, side by side, in one process.
 
     python benchmarks/kafka_throughput.py [--records N] [--value-bytes B] [--partitions P] [--rounds R]
+                                          [--staging s3://BUCKET/PREFIX]
 
 Uses the broker ONCEFLOW_KAFKA_BOOTSTRAP (+ ONCEFLOW_KAFKA_CONFIG) names; for
 the embedded one: ``onceflow services up``, then ``set -a; . .onceflow/stack.env; set +a``. Two comparisons, each run alternately R times and
@@ -32,6 +33,10 @@ raw producer's ends when the broker answers EndTxn, which may be before its
 markers are written. So the raw write is also timed until a read_committed
 consumer starting at each partition's last record gets it, and reported
 beside it.
+
+onceflow's staged copies go to a local temporary directory, or with
+``--staging`` to S3 (the endpoint ONCEFLOW_S3_ENDPOINT names; the stack's
+own with ``stack.env``), as a deployment whose warehouse is on S3 stages them.
 
 Each timed write ends with one 100 KB allocation (``charge_freed_records``):
 glibc merges the small blocks freed with the delivered records at the next
@@ -68,6 +73,9 @@ from onceflow.sinks.kafka.handle import vote_payload
 from onceflow.sinks.kafka.headers import record_headers
 from onceflow.sinks.kafka.writer import DirectSplitWriter, TransactionalSplitWriter
 from onceflow.sinks.kafka.staged import staged_uri
+from onceflow.storage import Storage, storage_for
+from onceflow.storage.s3 import S3Storage
+from onceflow.config.s3_connection import S3Connection
 from onceflow.core.plan import AT_LEAST_ONCE, EXACTLY_ONCE, NO_GUARANTEE
 from onceflow.core.participant import Vote
 from onceflow.core.plan import OffsetRange
@@ -189,6 +197,18 @@ def raw_plain_write(config: dict, topic: str, batch: pa.RecordBatch) -> float:
     return time.perf_counter() - started
 
 
+@functools.cache
+def staging_storage(root: str) -> Storage:
+    """The storage of the staged copies under ``root``: one per run, so no write pays for opening it."""
+    if root.startswith("s3://"):
+        storage = S3Storage(S3Connection.from_environment())
+        bucket = root.removeprefix("s3://").split("/", 1)[0]
+        if bucket not in {b["Name"] for b in storage.client.list_buckets().get("Buckets", [])}:
+            storage.client.create_bucket(Bucket=bucket)
+        return storage
+    return storage_for(root)
+
+
 class WriterWithoutStagedCopy(TransactionalSplitWriter):
     """The exactly_once writer with nothing staged: its transaction, partitions, headers, delivery reports and
     producer id as always, its staged copy an empty stream. Measured only to tell what the copy costs."""
@@ -205,12 +225,13 @@ def onceflow_write(config: dict, topic: str, batch: pa.RecordBatch, staging: str
     started = time.perf_counter()
     writer = (writer_class if guarantee == EXACTLY_ONCE else functools.partial(DirectSplitWriter, guarantee=guarantee))(
         config, pipeline, "out", "0000000001", 0, topic, staged_uri(staging, pipeline, "out", "0000000001", 0, 0),
+        storage=staging_storage(staging),
     )
     writer.begin()
     writer.write_batch(batch)
     handle = writer.precommit()
     writer.abandon()
-    participant = KafkaSinkParticipant("out", pipeline, config, staging_root=staging)
+    participant = KafkaSinkParticipant("out", pipeline, config, staging_root=staging, storage=staging_storage(staging))
     committing = time.perf_counter()
     result = participant.commit(Vote("out", 1, 0, vote_payload([handle]), records=handle.records))
     freed = charge_freed_records()
@@ -343,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--staging", help="s3://BUCKET/PREFIX: stage the copies on S3 (default: a local temporary directory)")
     args = parser.parse_args(argv)
 
     broker = environment_broker()
@@ -350,7 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"broker: {broker.name} at {broker.bootstrap}; {args.records} records of {args.value_bytes} B, "
           f"{args.partitions} partitions, {args.rounds} rounds")
     batch = make_batch(args.records, args.value_bytes)
-    with tempfile.TemporaryDirectory() as staging:
+    with tempfile.TemporaryDirectory() as local_staging:
+        staging = args.staging or local_staging
+        print(f"staged copies under {staging}")
         rounds = [measure_round(config, batch, args.partitions, staging) for _ in range(args.rounds)]
 
     rows = rate_rows(rounds, args.records)

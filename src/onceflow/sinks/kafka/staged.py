@@ -83,8 +83,9 @@ class StagedCopyWriter:
             self._thread.shutdown()
 
     def discard(self) -> None:
-        """Stop writing: the copy stays incomplete (an abort deletes the batch's staging)."""
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        """Stop writing: what has not started is dropped and what has is waited for, so nothing reaches
+        the storage after the writer gave up (an abort deletes the batch's staging)."""
+        self._thread.shutdown(wait=True, cancel_futures=True)
 
     def _complete(self, last_write: Future | None) -> str:
         failed = last_write.exception() if last_write is not None else None  # done: it ran first

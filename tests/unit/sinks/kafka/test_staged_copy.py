@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from contextlib import contextmanager
 
 import pyarrow as pa
@@ -48,16 +49,37 @@ class _FailingFile:
         pass
 
 
-class _RecordingStorage:
-    """Hands out ``_FailingFile``s and keeps what ended each one's write context."""
+class _SlowFile:
+    """A file on a slow store: each write takes a while."""
 
     def __init__(self) -> None:
+        self.writing = False
+        self.started = 0
+
+    def write(self, data) -> int:
+        self.started += 1
+        self.writing = True
+        time.sleep(0.05)
+        self.writing = False
+        return memoryview(data).nbytes
+
+    def flush(self) -> None:
+        pass
+
+
+class _RecordingStorage:
+    """Hands out files of ``file_class`` and keeps what ended each one's write context."""
+
+    def __init__(self, file_class=_FailingFile) -> None:
         self.ended_with: list[BaseException | None] = []
+        self.files: list = []
+        self.file_class = file_class
 
     @contextmanager
     def open_write(self, path: str):
+        self.files.append(self.file_class())
         try:
-            yield _FailingFile()
+            yield self.files[-1]
         except BaseException as exc:
             self.ended_with.append(exc)
             raise
@@ -81,3 +103,19 @@ def test_a_failed_write_surfaces_at_the_next_write_before_more_is_queued():
     with pytest.raises(OSError, match="No space left"):
         copy.write([0] * 10, _batch(10, 10))
     copy.discard()
+
+
+def test_a_discarded_copy_is_neither_completed_nor_still_written_once_discard_returns():
+    # A pre-commit that failed gives the copy up: nothing may reach the storage after that (an abort
+    # may be deleting the batch's staging), and an incomplete copy must not be completed.
+    storage = _RecordingStorage(_SlowFile)
+    copy = StagedCopyWriter(storage, "memory://split-00000")
+    schema_writes = storage.files[0].started
+    copy.write([0] * 10, _batch(0, 10))
+    while storage.files[0].started == schema_writes:  # the batch is being written
+        time.sleep(0.001)
+    copy.close()
+    copy.discard()
+
+    assert not storage.files[0].writing
+    assert storage.ended_with == []

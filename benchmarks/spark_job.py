@@ -1,7 +1,7 @@
 """What exactly-once costs the whole clickstream job: run_batch + commit vs the same job written plainly.
 
     .venv/bin/python benchmarks/spark_job.py [--events 1000000] [--repeat 3] [--splits 4] [--master local[2] | --connect]
-        [--plain-headers] [--plain-concurrent] [--plain-connector]
+        [--plain-headers] [--plain-concurrent] [--plain-connector] [--profile DIR]
 
 Uses the broker ONCEFLOW_KAFKA_BOOTSTRAP names (for the embedded one: ``onceflow
 services up``, then ``set -a; . .onceflow/stack.env; set +a``). ``--events`` click events (5%
@@ -53,11 +53,18 @@ the medians and the median of the per-repeat ratios (issue 5 target: both
 <= 1.15), the median CPU seconds used during each side's runs by its own
 processes (driver, Spark's JVM, Python workers) and by all others (the
 broker and S3 on this machine), plain first, and each stage's median.
+
+With ``--profile DIR`` each timed run is also sampled by py-spy
+(``python_profile``: the driver and Spark's Python workers), its raw stacks
+kept in DIR, and the medians of each side's Python CPU seconds per category
+printed last. py-spy's own CPU lands on the timed runs: a profiled run's
+times are not the benchmark's figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -71,6 +78,7 @@ from pathlib import Path
 
 
 from baseline import PRODUCER_TUNING  # noqa: E402 (benchmarks/ is the script's directory)
+from python_profile import PythonProfile, categorized  # noqa: E402
 from quiet import CpuMeter, wait_for_quiet  # noqa: E402
 
 
@@ -312,6 +320,8 @@ def main(argv=None) -> int:
                         help="the plain side writes its outputs at once, one driver thread each")
     parser.add_argument("--plain-connector", action="store_true",
                         help="the plain side reads and writes Kafka with Spark's own connector (local sessions)")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="sample each timed run's Python processes with py-spy; raw stacks into DIR")
     args = parser.parse_args(argv)
     if args.plain_connector and args.connect:
         parser.error("--plain-connector runs in a local session (the connector's jars join its classpath): drop --connect")
@@ -342,6 +352,11 @@ def main(argv=None) -> int:
     cpu: list[tuple[CpuMeter, CpuMeter]] = []  # (plain, onceflow) per repeat
     plain_s, once_s = [], []
     stages: list[tuple[dict, dict]] = []  # (plain, onceflow) seconds per stage, per repeat
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+
+    def profiled(name: str):
+        return PythonProfile(args.profile / f"{name}.txt") if args.profile else contextlib.nullcontext()
     try:
         def fresh(tag: str):
             spec = job_spec(f"{run_tag}-{tag}", input_topic, args.splits)
@@ -366,7 +381,7 @@ def main(argv=None) -> int:
                     spec = fresh(f"p{i}")
                     ranges = plan_ranges(spec, broker, work / f"plain-{i}")
                     wait_for_quiet()
-                    with plain_cpu:
+                    with profiled(f"plain-{i}"), plain_cpu:
                         t0 = time.perf_counter()
                         count, plain_stages = run_plain(spark, spec, broker, ranges, config, work / f"plain-out-{i}",
                                                         args.splits, args.plain_headers, args.plain_concurrent,
@@ -375,7 +390,8 @@ def main(argv=None) -> int:
                     if count != args.events:
                         raise RuntimeError(f"plain run {i} read {count} events, expected {args.events}")
                 else:
-                    once_stages = run_onceflow(spark, fresh(f"o{i}"), broker, work / f"once-{i}", once_cpu, args.events)
+                    with profiled(f"onceflow-{i}"):
+                        once_stages = run_onceflow(spark, fresh(f"o{i}"), broker, work / f"once-{i}", once_cpu, args.events)
                     once_s.append(once_stages["job"] + once_stages["commit"])
             print(f"repeat {i}: plain {plain_s[-1]:.1f} s, onceflow {once_s[-1]:.1f} s (job {once_stages['job']:.1f} s, "
                   f"commit {once_stages['commit']:.1f} s), ratio {once_s[-1] / plain_s[-1]:.3f}; CPU s of other processes "
@@ -406,7 +422,22 @@ def main(argv=None) -> int:
                     for name in stages[0][0]},
         "commit_s": round(statistics.median(r[1]["commit"] for r in stages), 2),
     }))
+    if args.profile:
+        print_profile(args.profile, args.repeat, args.events)
     return 0
+
+
+def print_profile(profile_dir: Path, repeats: int, events: int) -> None:
+    """Per category, the median Python CPU seconds per million events of each side's timed runs."""
+    sides = {side: [categorized(profile_dir / f"{side}-{i}.txt") for i in range(repeats)] for side in ("plain", "onceflow")}
+    names = sorted(set().union(*(c for runs in sides.values() for c in runs)),
+                   key=lambda n: -statistics.median(c[n] for c in sides["onceflow"]))
+    per_million = 1_000_000 / events
+    print("Python CPU s per million events (py-spy, median of the repeats), plain / onceflow:")
+    for name in [*names, "all"]:
+        plain, once = (statistics.median((sum(c.values()) if name == "all" else c[name]) for c in runs) * per_million
+                       for runs in sides.values())
+        print(f"  {name:78s} {plain:6.2f} / {once:6.2f}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ deleted by an abort or after the commit.
 from __future__ import annotations
 
 import hashlib
+import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 
@@ -18,6 +19,8 @@ import pyarrow as pa
 from onceflow.config.warehouse_layout import kafka_staging_dir
 from onceflow.kafka.reader import HEADERS_TYPE
 from onceflow.storage import DigestingWriter, Storage
+
+_log = logging.getLogger(__name__)
 
 STAGED_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_TYPE)]
@@ -46,11 +49,16 @@ def _array(column) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
+class StagedCopyGivenUp(Exception):
+    """Why a staged copy's storage was told not to keep what it holds."""
+
+
 class StagedCopyWriter:
     """Writes one split's staged copy on a thread of its own, while the writer produces the split's
     records: the copy's bytes (written, hashed, on S3 uploaded) cost the produce loop nothing but the
-    cores they share. Batches are written in the order given, one at a time; a failure surfaces at the
-    next ``write`` or at ``closed``. Not thread-safe: one producing thread calls it."""
+    cores they share. Batches are written in the order given, one at a time. A failure surfaces at the
+    next ``write`` or at ``closed``, and at every call after; the storage is then told not to keep the
+    copy, as it is when the copy is discarded. Not thread-safe: one producing thread calls it."""
 
     def __init__(self, storage: Storage, uri: str) -> None:
         self.uri = uri
@@ -60,6 +68,8 @@ class StagedCopyWriter:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="onceflow-staged-copy")
         self._pending: Future | None = None
         self._closing: Future | None = None
+        self._failed: BaseException | None = None  # the first failure of a write
+        self._ended = False  # the storage's write context is exited: completed or given up
 
     def write(self, partitions: list[int], batch) -> None:
         """Stage the rows of ``batch``, each with its partition, after the batches before it."""
@@ -83,23 +93,44 @@ class StagedCopyWriter:
             self._thread.shutdown()
 
     def discard(self) -> None:
-        """Stop writing: what has not started is dropped and what has is waited for, so nothing reaches
-        the storage after the writer gave up (an abort deletes the batch's staging)."""
+        """Give the copy up: what has not started is dropped and what has is waited for, then the
+        storage is told not to keep it, all before this returns (an abort may delete the batch's
+        staging next). A copy already complete is left to the abort."""
         self._thread.shutdown(wait=True, cancel_futures=True)
+        if not self._ended:
+            self._end(StagedCopyGivenUp(f"staged copy {self.uri}: given up by its writer"))
 
     def _complete(self, last_write: Future | None) -> str:
-        failed = last_write.exception() if last_write is not None else None  # done: it ran first
+        """On the copy's thread, after ``last_write``: the end of stream, then the storage's context."""
+        failed = self._failed or (last_write.exception() if last_write is not None else None)
         if failed is not None:
-            self._stream.__exit__(type(failed), failed, failed.__traceback__)  # the storage drops what it holds
-            raise failed
-        self._ipc.close()
-        self._stream.close()
+            self._end(StagedCopyGivenUp(f"staged copy {self.uri}: a write failed ({failed!r})"))
+            return ""  # ``closed`` raises the write's failure
+        try:
+            self._ipc.close()
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        self._ended = True
+        self._stream.close()  # a failure here (an S3 upload) passes through the storage's own clean-up
         return self._file.hexdigest()
 
+    def _end(self, failure: BaseException) -> None:
+        """Exit the storage's write context with ``failure``: it drops what it holds (S3 deletes the object)."""
+        self._ended = True
+        try:
+            self._stream.__exit__(type(failure), failure, failure.__traceback__)
+        except BaseException as exc:  # the storage re-raised ``failure``, or failed to drop the copy
+            if exc is not failure:
+                _log.warning("%s: the storage could not drop it: %s", self.uri, exc)
+
     def _settle(self) -> None:
+        """Wait for the write in flight; raise the first failure of any write, now and at every call after."""
         pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
+        if pending is not None and self._failed is None:
+            self._failed = pending.exception()
+        if self._failed is not None:
+            raise self._failed
 
 
 class StagedCopyDamaged(Exception):

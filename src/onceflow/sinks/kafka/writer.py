@@ -192,7 +192,10 @@ class TransactionalSplitWriter:
 
     def _stage_rows(self, partitions: list, batch) -> None:
         self._write_rows()  # keep rows of earlier write() calls ahead of this batch
-        self._staged.write(partitions, batch)
+        try:
+            self._staged.write(partitions, batch)
+        except Exception as exc:
+            raise self._staging_failed(exc) from exc
 
     def precommit(self) -> TxnHandle:
         """Flush everything, capture producer id and epoch; the staged copy is completed meanwhile.
@@ -216,7 +219,7 @@ class TransactionalSplitWriter:
         try:
             staged_sha256 = self._staged.closed()
         except Exception as exc:
-            raise PreCommitError(f"{self._name()}: could not write its staged copy {self.staged_uri}: {exc}") from exc
+            raise self._staging_failed(exc) from exc
         return self._handle(int(eos["producer_id"]), int(eos["producer_epoch"]), staged_uri=self.staged_uri,
                             staged_sha256=staged_sha256, transaction_version=TRANSACTION_VERSION)
 
@@ -238,6 +241,9 @@ class TransactionalSplitWriter:
             self._check_refusal(self._deliveries.errors[0].code(), "delivering its records")
             raise PreCommitError(f"{self._name()}: delivery failed: {self._deliveries.errors[0]}")
         return self._deliveries.total
+
+    def _staging_failed(self, exc: Exception) -> PreCommitError:
+        return PreCommitError(f"{self._name()}: could not write its staged copy {self.staged_uri}: {exc}")
 
     def _check_reported(self) -> None:
         if self._deliveries.unreported():

@@ -1,15 +1,16 @@
-"""A split's staged copy written on a thread of its own (pure logic, a local file)."""
+"""A split's staged copy written on a thread of its own (pure logic, a local file or a file double)."""
 
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from contextlib import contextmanager
 
 import pyarrow as pa
 import pytest
 
-from onceflow.sinks.kafka.staged import StagedCopyWriter, open_staged
+from onceflow.sinks.kafka.staged import StagedCopyGivenUp, StagedCopyWriter, open_staged
 from onceflow.storage import storage_for
 
 
@@ -33,34 +34,21 @@ def test_the_copy_holds_every_batch_in_the_order_written_and_its_digest_is_of_it
     assert staged.column("partition").to_pylist() == [0] * 1000 + [1] * 1000 + [2] * 1000
 
 
-class _FailingFile:
-    """A file that refuses its second write: the disk filled up under the copy."""
+class _File:
+    """A file double: counts writes, refuses the ``fail_at``-th (the disk filled up), holds each write
+    until ``release`` is set when ``held`` (a slow store)."""
 
-    def __init__(self) -> None:
-        self.writes = 0
-
-    def write(self, data) -> int:
-        self.writes += 1
-        if self.writes > 1:
-            raise OSError(28, "No space left on device")
-        return memoryview(data).nbytes
-
-    def flush(self) -> None:
-        pass
-
-
-class _SlowFile:
-    """A file on a slow store: each write takes a while."""
-
-    def __init__(self) -> None:
-        self.writing = False
+    def __init__(self, fail_at: int = 0, held: bool = False) -> None:
+        self.fail_at, self.held = fail_at, held
         self.started = 0
+        self.release = threading.Event()
 
     def write(self, data) -> int:
         self.started += 1
-        self.writing = True
-        time.sleep(0.05)
-        self.writing = False
+        if self.started == self.fail_at:
+            raise OSError(28, "No space left on device")
+        if self.held and self.started > 1:  # the schema, written at the start, passes
+            self.release.wait(10)
         return memoryview(data).nbytes
 
     def flush(self) -> None:
@@ -68,16 +56,16 @@ class _SlowFile:
 
 
 class _RecordingStorage:
-    """Hands out files of ``file_class`` and keeps what ended each one's write context."""
+    """Hands out ``_File``s and keeps how each one's write context ended: None (completed) or the exception."""
 
-    def __init__(self, file_class=_FailingFile) -> None:
+    def __init__(self, **file_options) -> None:
         self.ended_with: list[BaseException | None] = []
-        self.files: list = []
-        self.file_class = file_class
+        self.files: list[_File] = []
+        self.file_options = file_options
 
     @contextmanager
     def open_write(self, path: str):
-        self.files.append(self.file_class())
+        self.files.append(_File(**self.file_options))
         try:
             yield self.files[-1]
         except BaseException as exc:
@@ -87,35 +75,49 @@ class _RecordingStorage:
 
 
 def test_a_failed_write_surfaces_when_the_copy_is_closed_and_the_storage_is_told_not_to_keep_it():
-    storage = _RecordingStorage()
+    storage = _RecordingStorage(fail_at=2)
     copy = StagedCopyWriter(storage, "memory://split-00000")
     copy.write([0] * 10, _batch(0, 10))
     copy.close()
 
     with pytest.raises(OSError, match="No space left"):
         copy.closed()
-    assert len(storage.ended_with) == 1 and isinstance(storage.ended_with[0], OSError)
+    assert len(storage.ended_with) == 1 and isinstance(storage.ended_with[0], StagedCopyGivenUp)
 
 
-def test_a_failed_write_surfaces_at_the_next_write_before_more_is_queued():
-    copy = StagedCopyWriter(_RecordingStorage(), "memory://split-00000")
+def test_a_failed_write_surfaces_at_the_next_write_and_every_call_after_so_no_copy_without_it_completes():
+    storage = _RecordingStorage(fail_at=2)
+    copy = StagedCopyWriter(storage, "memory://split-00000")
     copy.write([0] * 10, _batch(0, 10))
     with pytest.raises(OSError, match="No space left"):
         copy.write([0] * 10, _batch(10, 10))
-    copy.discard()
+    # A caller that goes on regardless gets the failure again, and the copy is never completed.
+    with pytest.raises(OSError, match="No space left"):
+        copy.write([0] * 10, _batch(20, 10))
+    copy.close()
+    with pytest.raises(OSError, match="No space left"):
+        copy.closed()
+    assert len(storage.ended_with) == 1 and isinstance(storage.ended_with[0], StagedCopyGivenUp)
 
 
-def test_a_discarded_copy_is_neither_completed_nor_still_written_once_discard_returns():
-    # A pre-commit that failed gives the copy up: nothing may reach the storage after that (an abort
-    # may be deleting the batch's staging), and an incomplete copy must not be completed.
-    storage = _RecordingStorage(_SlowFile)
+def test_a_discarded_copy_is_given_up_once_its_write_under_way_ends_and_nothing_reaches_the_storage_after():
+    # A pre-commit that failed gives the copy up: nothing may reach the storage after discard returns
+    # (an abort may be deleting the batch's staging), and an incomplete copy must not be completed.
+    storage = _RecordingStorage(held=True)
     copy = StagedCopyWriter(storage, "memory://split-00000")
-    schema_writes = storage.files[0].started
     copy.write([0] * 10, _batch(0, 10))
-    while storage.files[0].started == schema_writes:  # the batch is being written
+    while storage.files[0].started < 2:  # the batch is being written, held by the store
         time.sleep(0.001)
     copy.close()
-    copy.discard()
+    discarding = threading.Thread(target=copy.discard)
+    discarding.start()
+    while not copy._closing.cancelled():  # the completion was dropped before it started
+        time.sleep(0.001)
+    storage.files[0].release.set()
+    discarding.join(10)
 
-    assert not storage.files[0].writing
-    assert storage.ended_with == []
+    assert not discarding.is_alive()
+    assert len(storage.ended_with) == 1 and isinstance(storage.ended_with[0], StagedCopyGivenUp)
+    writes = storage.files[0].started
+    time.sleep(0.1)
+    assert storage.files[0].started == writes

@@ -69,7 +69,6 @@ class StagedCopyWriter:
         self._pending: Future | None = None
         self._closing: Future | None = None
         self._failed: BaseException | None = None  # the first failure of a write
-        self._ended = False  # the storage's write context is exited: completed or given up
 
     def write(self, partitions: list[int], batch) -> None:
         """Stage the rows of ``batch``, each with its partition, after the batches before it."""
@@ -97,7 +96,7 @@ class StagedCopyWriter:
         storage is told not to keep it, all before this returns (an abort may delete the batch's
         staging next). A copy already complete is left to the abort."""
         self._thread.shutdown(wait=True, cancel_futures=True)
-        if not self._ended:
+        if self._closing is None or self._closing.cancelled():  # the completion, which ends the context, never ran
             self._end(StagedCopyGivenUp(f"staged copy {self.uri}: given up by its writer"))
 
     def _complete(self, last_write: Future | None) -> str:
@@ -111,13 +110,11 @@ class StagedCopyWriter:
         except BaseException as exc:
             self._end(exc)
             raise
-        self._ended = True
         self._stream.close()  # a failure here (an S3 upload) passes through the storage's own clean-up
         return self._file.hexdigest()
 
     def _end(self, failure: BaseException) -> None:
         """Exit the storage's write context with ``failure``: it drops what it holds (S3 deletes the object)."""
-        self._ended = True
         try:
             self._stream.__exit__(type(failure), failure, failure.__traceback__)
         except BaseException as exc:  # the storage re-raised ``failure``, or failed to drop the copy

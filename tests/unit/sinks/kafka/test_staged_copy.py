@@ -74,6 +74,11 @@ class _RecordingStorage:
         self.ended_with.append(None)
 
 
+def _given_up_once(storage: _RecordingStorage) -> bool:
+    """The storage was told once, and only once, not to keep the copy."""
+    return len(storage.ended_with) == 1 and isinstance(storage.ended_with[0], StagedCopyGivenUp)
+
+
 def test_a_failed_write_surfaces_when_the_copy_is_closed_and_the_storage_is_told_not_to_keep_it():
     storage = _RecordingStorage(fail_at=2)
     copy = StagedCopyWriter(storage, "memory://split-00000")
@@ -82,7 +87,7 @@ def test_a_failed_write_surfaces_when_the_copy_is_closed_and_the_storage_is_told
 
     with pytest.raises(OSError, match="No space left"):
         copy.closed()
-    assert len(storage.ended_with) == 1 and isinstance(storage.ended_with[0], StagedCopyGivenUp)
+    assert _given_up_once(storage)
 
 
 def test_a_failed_write_surfaces_at_the_next_write_and_every_call_after_so_no_copy_without_it_completes():
@@ -97,7 +102,7 @@ def test_a_failed_write_surfaces_at_the_next_write_and_every_call_after_so_no_co
     copy.close()
     with pytest.raises(OSError, match="No space left"):
         copy.closed()
-    assert len(storage.ended_with) == 1 and isinstance(storage.ended_with[0], StagedCopyGivenUp)
+    assert _given_up_once(storage)
 
 
 def test_a_discarded_copy_is_given_up_once_its_write_under_way_ends_and_nothing_reaches_the_storage_after():
@@ -117,7 +122,7 @@ def test_a_discarded_copy_is_given_up_once_its_write_under_way_ends_and_nothing_
     discarding.join(10)
 
     assert not discarding.is_alive()
-    assert len(storage.ended_with) == 1 and isinstance(storage.ended_with[0], StagedCopyGivenUp)
+    assert _given_up_once(storage)
     writes = storage.files[0].started
     time.sleep(0.1)
     assert storage.files[0].started == writes

@@ -80,29 +80,49 @@ def tcp_sockets() -> Iterator[tuple[int, int, str, str]]:
             yield int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16), fields[3], fields[9]
 
 
+def listening_sockets(port: int) -> set[str]:
+    """The sockets listening on TCP ``port``, as /proc/<pid>/fd links name them; none where nobody
+    listens or /proc cannot tell (not Linux)."""
+    return {f"socket:[{inode}]" for local, _remote, state, inode in tcp_sockets() if state == TCP_LISTEN and local == port}
+
+
+def _holds_any(process: Path, sockets: set[str]) -> bool:
+    """Whether ``process`` (a /proc entry) has one of ``sockets`` open. A running service opens and closes
+    files while we look: an fd gone between listing and reading is skipped, not taken for the process gone."""
+    for fd in (process / "fd").iterdir():
+        try:
+            if os.readlink(fd) in sockets:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def held_by_session(port: int, session: int) -> bool | None:
-    """Whether a process of ``session`` listens on TCP ``port``; None when nobody does (yet)
-    or /proc cannot tell, so False means: another process holds the port.
+    """Whether a process of ``session`` listens on TCP ``port``: True; False only when a process outside
+    it was found holding the port; None when nobody listens (yet) or /proc cannot tell whose it is.
 
     ``pick_port`` and the service's bind race: two stacks starting at once can
     both pick the same free port, and the loser's readiness check then reaches
     the winner's service. Linux only (/proc); elsewhere the check is skipped.
     """
-    inodes = {f"socket:[{inode}]" for local, _remote, state, inode in tcp_sockets() if state == TCP_LISTEN and local == port}
-    if not inodes:  # nobody listens (yet), or /proc cannot tell
+    sockets = listening_sockets(port)
+    if not sockets:
         return None
+    held_elsewhere = False
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             # The fields after the command name (which may hold spaces): state ppid pgrp session ...
-            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[3]) != session:
-                continue
-            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
-                return True
+            ours = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[3]) == session
+            if (ours or not held_elsewhere) and _holds_any(entry, sockets):
+                if ours:
+                    return True
+                held_elsewhere = True
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile, or not ours to read
-    return False
+    return False if held_elsewhere else None
 
 
 # Set (to anything) where many stacks start side by side, as make test's worker processes do: two
@@ -333,7 +353,7 @@ class ManagedProcess:
             except psutil.NoSuchProcess:
                 pass
         deadline = time.monotonic() + timeout
-        while _process_environ(pid) is not None or (port and held_by_session(port, pid) is not None):
+        while _process_environ(pid) is not None or (port and listening_sockets(port)):
             if time.monotonic() > deadline:
                 raise ServiceError(f"{self.name} (pid {pid}) still holds port {port} {timeout:.0f} s after SIGKILL")
             time.sleep(0.1)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from onceflow_devkit.services.process import ManagedProcess, _reap
+from onceflow_devkit.services.process import ManagedProcess, _reap, held_by_session
 
 
 @pytest.mark.parametrize("end", ["kill", "stop"])
@@ -58,3 +60,45 @@ def test_without_a_share_free_ports_are_distinct_and_never_handed_out_again(monk
     monkeypatch.delenv(process.PORT_SHARE_VAR, raising=False)
     first, second = process.free_ports(10), process.free_ports(10)
     assert len(set(first) | set(second)) == 20
+
+
+@pytest.fixture
+def listener():
+    """A process of a session of its own listening on a port: (its pid, which leads the session, the port)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import socket, time\n"
+         "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+         "print(s.getsockname()[1], flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        yield child.pid, int(child.stdout.readline())
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+
+
+def test_a_port_is_told_held_by_its_own_session_another_or_nobody(listener):
+    pid, port = listener
+    assert held_by_session(port, pid) is True
+    assert held_by_session(port, os.getsid(0)) is False  # the listener is not in this test's session
+    with socket.socket() as unbound:
+        unbound.bind(("127.0.0.1", 0))
+        nobody = unbound.getsockname()[1]
+    assert held_by_session(nobody, pid) is None
+
+
+def test_a_file_closed_while_the_port_is_checked_does_not_make_the_service_a_stranger(listener, monkeypatch):
+    """A restarted broker opens and closes log segments while its port is checked: a make test run took
+    an fd gone between listing and reading for the broker gone, and refused the broker it had just started."""
+    pid, port = listener
+    readlink = os.readlink
+
+    def closed_meanwhile(path):
+        if Path(path).parent == Path(f"/proc/{pid}/fd") and Path(path).name == "0":
+            raise FileNotFoundError(path)
+        return readlink(path)
+
+    monkeypatch.setattr(os, "readlink", closed_meanwhile)
+    assert held_by_session(port, pid) is True

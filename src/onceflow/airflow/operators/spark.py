@@ -40,7 +40,7 @@ from onceflow.airflow.deployed import PLAN_TASK_ID, DeployedPipeline
 from onceflow.config.iceberg_catalogs import public_properties, secret_properties
 from onceflow.airflow.hooks.kafka import cluster_from_extra
 from onceflow.config.kafka_cluster import KafkaCluster, is_secret
-from onceflow.config.settings import ICEBERG_CATALOGS_VAR, KAFKA_BOOTSTRAP_VAR, ConfigurationError
+from onceflow.config.settings import ICEBERG_CATALOGS_VAR, KAFKA_BOOTSTRAP_VAR
 from onceflow.pipeline.spec import PipelineSpec
 from onceflow.spark.shipping import SPEC_VAR
 from onceflow.airflow.operators.steps import BatchSteps, task_runtime
@@ -90,7 +90,7 @@ def without_secrets(env: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 
 class OnceflowSparkSubmitOperator(SparkSubmitOperator):
-    def __init__(self, *, deployed: DeployedPipeline | None = None, plans: bool = False, **kwargs: Any):
+    def __init__(self, *, deployed: DeployedPipeline, plans: bool = False, **kwargs: Any):
         # The pipeline as deployed: its spec goes to a spark-submit driver in the environment, and a Spark
         # Connect job runs here from it. plans: this task plans the run's batch (a DAG without a plan task).
         super().__init__(**kwargs)
@@ -117,9 +117,6 @@ class OnceflowSparkSubmitOperator(SparkSubmitOperator):
         return env
 
     def execute(self, context):
-        if self.deployed is None:
-            raise ConfigurationError(f"task {self.task_id}: the spark task needs the deployed pipeline (its spec, "
-                                     "connections and batch): build it with pipeline_dag")
         # The Spark connection is read before anything is planned: a wrong one fails the task at once, and
         # on_kill knows which kind of job it stops.
         self._connect_mode = BaseHook.get_connection(self._conn_id).conn_type == SparkConnectHook.conn_type

@@ -119,3 +119,10 @@ def test_in_spark_connect_mode_the_job_runs_as_the_spark_task_s_kafka_connection
     assert runtime.deployment.kafka.client_config["sasl.username"] == "svc"  # ENV's: the spark task's connection
     assert runtime.deployment.kafka.client_config["sasl.password"] == KAFKA_SECRET
     assert runtime.identity == "try1" and runtime.spec == SPEC
+
+
+def test_a_spark_task_without_its_deployed_pipeline_fails_when_the_dag_is_parsed_not_when_it_runs():
+    """The spark task's spec, connections and batch come from the pipeline as deployed (pipeline_dag builds it):
+    a hand-made spark task without it is an import error in the UI, not a run that fails after planning."""
+    with pytest.raises(TypeError, match="deployed"):
+        OnceflowSparkSubmitOperator(task_id="spark", application="/app/submit.py")

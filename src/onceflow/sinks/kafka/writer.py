@@ -224,8 +224,7 @@ class TransactionalSplitWriter:
                             staged_sha256=staged_sha256, transaction_version=TRANSACTION_VERSION)
 
     def _flush(self) -> int:
-        """Deliver every record written (an error names the split); how many were produced."""
-        self._write_rows()
+        """Deliver every record produced (an error names the split); how many there were."""
         try:
             remaining = self._producer.flush(self.timeout_s)
         except (KafkaException, SystemError) as exc:
@@ -309,6 +308,7 @@ class DirectSplitWriter(TransactionalSplitWriter):
 
     def precommit(self) -> TxnHandle:
         """Flush: the split's records are visible now. The handle says where they went."""
+        self._write_rows()
         self._flush()
         self._check_reported()
         return self._handle(-1, -1, guarantee=self.guarantee)
